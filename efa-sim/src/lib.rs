@@ -1,2 +1,3 @@
-//! A software EFA device. Placeholder until issue 3 lands.
+//! A software EFA device. Being built for issue 3.
 #![deny(missing_docs)]
+pub mod model;

@@ -1,0 +1,322 @@
+//! The pure-Rust device model: devices, objects, queues, protection checks and
+//! completion rules of an EFA SRD/UD device. No FFI here: the C-ABI layer
+//! (`crate::abi`) translates rdma-core structs into these calls, and the
+//! transport (`crate::transport`) moves packets between devices.
+//!
+//! INTERFACE CONTRACT between `abi` (C side) and `model` (semantics). Signatures
+//! here are the agreement; bodies belong to the model. Extend, don't break.
+//! Errors are positive errno values (`Errno`), exactly what rdma-core returns.
+
+#![allow(missing_docs, dead_code, unused_variables)] // removed once the model is complete
+
+use std::sync::Arc;
+
+/// Positive errno (EINVAL, ENOMEM, EOPNOTSUPP, ...), as rdma-core reports it.
+pub type Errno = i32;
+
+/// 16-byte device address (the port's only GID).
+pub type Gid = [u8; 16];
+
+/// Raw EFA completion status (efa_io_comp_status, model §4); 0 = OK.
+pub type EfaStatus = u8;
+
+// ---------------------------------------------------------------------------
+// Devices and profiles
+// ---------------------------------------------------------------------------
+
+/// Every limit and capability of one software device (model §2). Built from the
+/// defaults, then `EFA_SIM_PROFILE` / config file overrides.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    pub vendor_id: u32,
+    pub vendor_part_id: u32,
+    pub hw_ver: u32,
+    pub fw_ver: String, // must start with "efa-sim" (efa-sim-select relies on it)
+    pub node_guid: u64,
+    pub device_caps: u32, // EFADV_DEVICE_ATTR_CAPS_* bits
+    pub cq_notifications: bool,
+    pub max_sq_wr: u32,
+    pub max_rq_wr: u32,
+    pub max_sq_sge: u16,
+    pub max_rq_sge: u16,
+    pub max_sge_rd: u32,
+    pub inline_buf_size: u16,
+    pub inline_buf_size_ex: u16,
+    pub max_rdma_size: u32,
+    pub mtu_bytes: u32, // port max_msg_sz
+    pub max_qp: u32,
+    pub max_cq: u32,
+    pub max_cqe: u32,
+    pub max_mr: u32,
+    pub max_pd: u32,
+    pub max_ah: u32,
+    pub max_mr_size: u64,
+    pub page_size_cap: u64,
+    pub max_llq_size: u32,
+    pub min_sq_wr: u32,
+    pub link_gbps: u32,
+    pub num_comp_vectors: u32,
+    /// Report RDMA-read requester completions as IBV_WC_SEND (rdma-core fidelity) or RDMA_READ.
+    pub read_completes_as_send: bool,
+}
+
+/// Process-global view of the configured devices (created on first use).
+pub struct Sim {
+    devices: Vec<Arc<Device>>,
+}
+
+impl Sim {
+    /// The devices of this process, from `EFA_SIM_DEVICES` (default 2) and profiles.
+    pub fn get() -> &'static Sim {
+        todo!()
+    }
+    pub fn devices(&self) -> &[Arc<Device>] {
+        &self.devices
+    }
+}
+
+/// One device (`efa_0`, `efa_1`, ...).
+pub struct Device {
+    pub index: u32,
+    pub name: String,
+    pub gid: Gid,
+    pub profile: Profile,
+}
+
+// ---------------------------------------------------------------------------
+// Objects. The ABI layer keeps one Arc per rdma-core object it hands out.
+// ---------------------------------------------------------------------------
+
+pub struct Pd {/* model-private */}
+pub struct Mr {/* model-private */}
+pub struct Ah {/* model-private */}
+pub struct Cq {/* model-private */}
+pub struct Qp {/* model-private */}
+
+/// IBV_ACCESS_* bits as given by the caller (the model applies model §3.7 rules).
+pub type AccessFlags = u32;
+
+impl Device {
+    pub fn alloc_pd(self: &Arc<Self>) -> Result<Arc<Pd>, Errno> {
+        todo!()
+    }
+    /// `depth` = requested cqe; returns the CQ and the granted depth (power of two).
+    pub fn create_cq(self: &Arc<Self>, depth: u32, opts: CqOptions) -> Result<(Arc<Cq>, u32), Errno> {
+        todo!()
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CqOptions {
+    /// EFADV_WC_EX_WITH_SGID requested.
+    pub with_sgid: bool,
+    /// EFADV_WC_EX_WITH_IS_UNSOLICITED requested.
+    pub with_unsolicited: bool,
+}
+
+impl Pd {
+    /// Host memory `[addr, addr+len)` addressed by the peer as `[iova, iova+len)`.
+    pub fn reg_mr(self: &Arc<Self>, addr: usize, len: usize, iova: u64, access: AccessFlags) -> Result<Arc<Mr>, Errno> {
+        todo!()
+    }
+    /// dma-buf registration: records fd/offset/len/iova (data path maps it if it can).
+    pub fn reg_dmabuf_mr(self: &Arc<Self>, offset: u64, len: usize, iova: u64, fd: i32, access: AccessFlags) -> Result<Arc<Mr>, Errno> {
+        todo!()
+    }
+    /// Same (PD, GID) gives the same AH number (model §3.7).
+    pub fn create_ah(self: &Arc<Self>, gid: &Gid) -> Result<Arc<Ah>, Errno> {
+        todo!()
+    }
+    pub fn create_qp(self: &Arc<Self>, init: &QpInit) -> Result<(Arc<Qp>, QpCaps), Errno> {
+        todo!()
+    }
+    /// EBUSY while MRs/AHs/QPs use it.
+    pub fn dealloc(&self) -> Result<(), Errno> {
+        todo!()
+    }
+}
+
+impl Mr {
+    pub fn lkey(&self) -> u32 { todo!() }
+    pub fn rkey(&self) -> u32 { todo!() }
+    pub fn dereg(&self) -> Result<(), Errno> { todo!() }
+}
+
+impl Ah {
+    pub fn number(&self) -> u16 { todo!() }
+    pub fn destroy(&self) -> Result<(), Errno> { todo!() }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QpType {
+    Ud,
+    Srd,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct QpCaps {
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+}
+
+pub struct QpInit {
+    pub qp_type: QpType,
+    pub send_cq: Arc<Cq>,
+    pub recv_cq: Arc<Cq>,
+    pub caps: QpCaps,
+    pub sq_sig_all: bool,
+    /// IBV_QP_EX_WITH_* bits when created with SEND_OPS_FLAGS, else None.
+    pub send_ops_flags: Option<u64>,
+    /// EFADV_QP_FLAGS_* (UNSOLICITED_WRITE_RECV, INLINE_WRITE).
+    pub efa_flags: u16,
+    pub sl: u8,
+}
+
+/// ibv_qp_state numbering.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum QpState {
+    Reset = 0,
+    Init = 1,
+    Rtr = 2,
+    Rts = 3,
+    Sqd = 4,
+    Sqe = 5,
+    Err = 6,
+}
+
+/// Decoded ibv_modify_qp input: `mask` is the raw IBV_QP_* mask, fields valid per mask.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ModifyQp {
+    pub mask: u32,
+    pub state: u32,
+    pub cur_state: u32,
+    pub qkey: u32,
+    pub pkey_index: u16,
+    pub port_num: u8,
+    pub sq_psn: u32,
+    pub rnr_retry: u8,
+    pub en_sqd_async_notify: u8,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct QpAttrs {
+    pub state: QpState,
+    pub qkey: u32,
+    pub sq_psn: u32,
+    pub rnr_retry: u8,
+    pub sq_draining: bool,
+    pub caps: QpCaps,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendOp {
+    Send,
+    SendImm,
+    RdmaRead,
+    RdmaWrite,
+    RdmaWriteImm,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sge {
+    pub addr: u64,
+    pub length: u32,
+    pub lkey: u32,
+}
+
+/// Most SGEs a send WR can carry in any profile; profiles limit further.
+pub const MAX_SEND_SGE: usize = 16;
+/// Most bytes of inline data (128-byte WQE).
+pub const MAX_INLINE: usize = 80;
+/// Most SGEs a receive WR can carry in any profile.
+pub const MAX_RECV_SGE: usize = 16;
+
+#[derive(Clone, Debug)]
+pub enum Payload {
+    Sges(arrayvec::ArrayVec<Sge, MAX_SEND_SGE>),
+    Inline(arrayvec::ArrayVec<u8, MAX_INLINE>),
+}
+
+/// One send work request, as staged by `ibv_post_send` or an `ibv_wr_*` session.
+#[derive(Clone, Debug)]
+pub struct SendWr {
+    pub wr_id: u64,
+    pub op: SendOp,
+    /// IBV_SEND_* bits as given (the model enforces model §3.3 rule 2/3).
+    pub send_flags: u32,
+    /// Immediate data exactly as the caller gave it (network byte order).
+    pub imm_be: u32,
+    pub ah: Arc<Ah>,
+    pub remote_qpn: u32,
+    pub remote_qkey: u32,
+    pub payload: Payload,
+    /// (remote iova, rkey) for RDMA ops.
+    pub remote: Option<(u64, u32)>,
+}
+
+#[derive(Clone, Debug)]
+pub struct RecvWr {
+    pub wr_id: u64,
+    pub sges: arrayvec::ArrayVec<Sge, MAX_RECV_SGE>,
+}
+
+impl Qp {
+    pub fn qpn(&self) -> u32 { todo!() }
+    pub fn qp_type(&self) -> QpType { todo!() }
+    pub fn modify(&self, m: &ModifyQp) -> Result<(), Errno> { todo!() }
+    pub fn query(&self) -> QpAttrs { todo!() }
+    /// Checks one WR against model §3.3 rules 1–4 (state, signaled, flags, room for
+    /// `already_staged + 1` WRs) plus the opcode rules, without posting it.
+    pub fn check_send(&self, wr: &SendWr, already_staged: usize) -> Result<(), Errno> { todo!() }
+    /// Posts all WRs or none (an `ibv_wr_complete` session or one legacy WR).
+    pub fn post_send_batch(&self, wrs: &[SendWr]) -> Result<(), Errno> { todo!() }
+    /// Posts one receive (model §3.4); EINVAL in RESET/ERR or too many SGEs, ENOMEM when full.
+    pub fn post_recv(&self, wr: &RecvWr) -> Result<(), Errno> { todo!() }
+    /// Flushes outstanding WRs (status FLUSHED) and unregisters the QP number.
+    pub fn destroy(&self) -> Result<(), Errno> { todo!() }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompletionKind {
+    Send,
+    RdmaRead,
+    RdmaWrite,
+    Recv,
+    RecvRdmaWithImm,
+}
+
+/// One completion as the device reports it; the ABI layer maps it to ibv_wc /
+/// ibv_cq_ex reads (status table of model §4, `vendor_err` = `status`).
+#[derive(Clone, Copy, Debug)]
+pub struct Completion {
+    pub wr_id: u64,
+    pub status: EfaStatus,
+    pub kind: CompletionKind,
+    pub byte_len: u32,
+    /// Immediate (network byte order) when present.
+    pub imm_be: Option<u32>,
+    pub qp_num: u32,
+    pub src_qp: u32,
+    /// Receiver-side AH number of the sender, 0xFFFF if unknown.
+    pub slid: u16,
+    pub unsolicited: bool,
+    /// Sender GID when slid == 0xFFFF and the CQ was created with_sgid.
+    pub sgid: Option<Gid>,
+}
+
+impl Cq {
+    /// Oldest unretired completion, or None. Does not retire it.
+    pub fn peek(&self) -> Option<Completion> { todo!() }
+    /// Retires the completion returned by the last `peek` (frees its SQ/RQ slot).
+    pub fn retire(&self) { todo!() }
+    /// Arms a one-shot notification (ibv_req_notify_cq with solicited_only = 0).
+    pub fn arm(&self) { todo!() }
+    /// Called (from any thread) once per arm when a completion is added.
+    pub fn set_notifier(&self, f: Box<dyn Fn() + Send + Sync>) { todo!() }
+    /// EBUSY while a QP uses it.
+    pub fn destroy(&self) -> Result<(), Errno> { todo!() }
+}
