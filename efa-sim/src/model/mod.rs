@@ -89,6 +89,7 @@ pub struct Device {
 
 pub struct Pd {/* model-private */}
 pub struct Mr {/* model-private */}
+#[derive(Debug)]
 pub struct Ah {/* model-private */}
 pub struct Cq {/* model-private */}
 pub struct Qp {/* model-private */}
