@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The whole test suite: unit, integration and doc tests of every crate, on the
+# software EFA device unless a real one is present (EFA_SIM=1/0 forces the choice).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/setup.sh
+cargo test --workspace --locked "$@"
