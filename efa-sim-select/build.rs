@@ -30,14 +30,21 @@ fn main() {
         }
         _ => !real_efa_present(),
     };
-    println!("cargo:rustc-env=EFA_SIM_SELECTED={}", if use_sim { "1" } else { "0" });
+    println!(
+        "cargo:rustc-env=EFA_SIM_SELECTED={}",
+        if use_sim { "1" } else { "0" }
+    );
     if !use_sim {
         println!("cargo:rustc-env=EFA_SIM_LIB_DIR=");
         return;
     }
     let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap());
     // OUT_DIR = target/<profile>/build/<pkg>-<hash>/out; the cdylib lands in target/<profile>/deps.
-    let profile_dir = out.ancestors().nth(3).expect("OUT_DIR layout").to_path_buf();
+    let profile_dir = out
+        .ancestors()
+        .nth(3)
+        .expect("OUT_DIR layout")
+        .to_path_buf();
     let so = profile_dir.join("deps").join("libefa_sim.so");
     let dir = out.join("efa-sim-lib");
     std::fs::create_dir_all(&dir).unwrap();
