@@ -6,10 +6,42 @@
 //! INTERFACE CONTRACT between `abi` (C side) and `model` (semantics). Signatures
 //! here are the agreement; bodies belong to the model. Extend, don't break.
 //! Errors are positive errno values (`Errno`), exactly what rdma-core returns.
+//!
+//! # Configuration (environment)
+//!
+//! * `EFA_SIM_DEVICES=N` — number of devices `efa_0..efa_{N-1}` (default 2, at most 64).
+//! * `EFA_SIM_ADDR=a.b.c.d` — IPv4 address this process's devices bind to
+//!   (default 127.0.0.1). The GID encodes it: `fe80::efa5:AABB:CCDD:0:IIII`
+//!   (address, then the 16-bit device index), see [`gid_for`].
+//! * `EFA_SIM_READ_OPCODE=send|rdma_read` — how RDMA-read requester completions are
+//!   reported (`send` = rdma-core fidelity, the default). Same as profile key `read_opcode`.
+//! * `EFA_SIM_PROFILE` — overrides: if the value contains `=` it is an inline list,
+//!   otherwise it is the path of a file holding the list. List syntax: `key=value`
+//!   items separated by `,`, `;` or newlines; `#` starts a comment; an item
+//!   `efa_N.key=value` applies to device N only (after the global items).
+//!   Numbers are decimal or `0x` hex; booleans `true/false/1/0/yes/no/on/off`.
+//!   Example: `max_rdma_size=65536,caps=-rdma_write,max_sq_wr=16,efa_1.mtu_bytes=4096`.
+//!   Keys (one per [`Profile`] field): `vendor_id`, `vendor_part_id`, `hw_ver`,
+//!   `fw_ver` (must start with `efa-sim`), `node_guid`, `caps` (alias `device_caps`:
+//!   a number; `name|name` replaces the set; `+name`/`-name` items edit the default;
+//!   names `rdma_read`, `rnr_retry`, `cq_with_sgid`, `rdma_write`,
+//!   `unsolicited_write_recv`), `cq_notifications`, `max_sq_wr`, `max_rq_wr`,
+//!   `max_sq_sge` (1..=16), `max_rq_sge` (1..=16), `max_sge_rd`, `inline_buf_size`,
+//!   `inline_buf_size_ex` (≤ 80), `max_rdma_size`, `mtu_bytes` (≤ 61440), `max_qp`
+//!   (≤ 511), `max_cq`, `max_cqe`, `max_mr`, `max_pd`, `max_ah`, `max_mr_size`,
+//!   `page_size_cap`, `max_llq_size`, `min_sq_wr`, `link_gbps`, `num_comp_vectors`,
+//!   `read_completes_as_send` (bool), `read_opcode` (`send`/`rdma_read`).
+//!
+//! Any malformed value (unknown key, bad number, unreadable file, per-device item
+//! for a device that does not exist) makes [`Sim::get`] report **zero devices**,
+//! with the reason in [`Sim::error`] and on stderr; it never silently falls back
+//! to defaults.
 
 #![allow(missing_docs, dead_code, unused_variables)] // removed once the model is complete
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+pub mod profile;
 
 /// Positive errno (EINVAL, ENOMEM, EOPNOTSUPP, ...), as rdma-core reports it.
 pub type Errno = i32;
@@ -63,17 +95,111 @@ pub struct Profile {
 /// Process-global view of the configured devices (created on first use).
 pub struct Sim {
     devices: Vec<Arc<Device>>,
+    error: Option<String>,
 }
 
 impl Sim {
     /// The devices of this process, from `EFA_SIM_DEVICES` (default 2) and profiles.
+    /// A malformed configuration yields zero devices and [`Sim::error`] says why
+    /// (also printed once to stderr).
     pub fn get() -> &'static Sim {
-        todo!()
+        static SIM: OnceLock<Sim> = OnceLock::new();
+        SIM.get_or_init(|| match Sim::from_env() {
+            Ok(devices) => Sim {
+                devices,
+                error: None,
+            },
+            Err(msg) => {
+                eprintln!("efa-sim: configuration error, no devices: {msg}");
+                Sim {
+                    devices: Vec::new(),
+                    error: Some(msg),
+                }
+            }
+        })
     }
+
+    /// Builds the device list from the environment (see the module docs).
+    fn from_env() -> Result<Vec<Arc<Device>>, String> {
+        let get = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        Sim::build(
+            get("EFA_SIM_DEVICES").as_deref(),
+            get("EFA_SIM_PROFILE").as_deref(),
+            get("EFA_SIM_READ_OPCODE").as_deref(),
+            get("EFA_SIM_ADDR").as_deref(),
+        )
+    }
+
+    /// Builds devices from explicit configuration values (same syntax as the
+    /// environment variables; `None` = unset).
+    pub fn build(
+        devices: Option<&str>,
+        profile: Option<&str>,
+        read_opcode: Option<&str>,
+        addr: Option<&str>,
+    ) -> Result<Vec<Arc<Device>>, String> {
+        let count = match devices {
+            None => 2,
+            Some(v) => v
+                .trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|n| *n <= MAX_DEVICES)
+                .ok_or_else(|| {
+                    format!("EFA_SIM_DEVICES=`{v}` must be a number 0..={MAX_DEVICES}")
+                })?,
+        };
+        let overrides = match profile {
+            None => profile::Overrides::default(),
+            Some(v) => profile::Overrides::from_env_value(v)
+                .map_err(|m| format!("EFA_SIM_PROFILE: {m}"))?,
+        };
+        if let Some(max) = overrides.max_device() {
+            if max >= count {
+                return Err(format!(
+                    "EFA_SIM_PROFILE names efa_{max} but only {count} devices exist"
+                ));
+            }
+        }
+        let mut base = Profile::default();
+        if let Some(v) = read_opcode {
+            base.read_completes_as_send =
+                profile::parse_read_opcode(v).map_err(|m| format!("EFA_SIM_READ_OPCODE: {m}"))?;
+        }
+        let ip: std::net::Ipv4Addr = match addr {
+            None => std::net::Ipv4Addr::LOCALHOST,
+            Some(a) => a
+                .trim()
+                .parse()
+                .map_err(|_| format!("EFA_SIM_ADDR=`{a}` is not an IPv4 address"))?,
+        };
+        (0..count)
+            .map(|index| {
+                let profile = overrides
+                    .profile_for(index, &base)
+                    .map_err(|m| format!("EFA_SIM_PROFILE: {m}"))?;
+                Ok(Arc::new(Device::new(index, ip, profile)))
+            })
+            .collect()
+    }
+
+    /// All devices of this process (empty when the configuration is malformed).
     pub fn devices(&self) -> &[Arc<Device>] {
         &self.devices
     }
+
+    /// Why there are no devices, when the configuration was rejected.
+    pub fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
 }
+
+/// Most devices `EFA_SIM_DEVICES` may ask for.
+pub const MAX_DEVICES: u32 = 64;
+/// Largest `mtu_bytes` (a SEND travels in one datagram).
+pub const MAX_MTU_BYTES: u32 = 60 * 1024;
+/// QPs one process can hold per device (QPN = process slot << 9 | index, index 1..=511).
+pub const MAX_QPS_PER_PROCESS: u32 = 511;
 
 /// One device (`efa_0`, `efa_1`, ...).
 pub struct Device {
@@ -81,6 +207,51 @@ pub struct Device {
     pub name: String,
     pub gid: Gid,
     pub profile: Profile,
+    /// IPv4 address the device's endpoint binds to (encoded in the GID).
+    pub addr: std::net::Ipv4Addr,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("name", &self.name)
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl Device {
+    fn new(index: u32, addr: std::net::Ipv4Addr, profile: Profile) -> Device {
+        Device {
+            index,
+            name: format!("efa_{index}"),
+            gid: gid_for(addr, index),
+            profile,
+            addr,
+        }
+    }
+}
+
+/// GID layout: `fe80::efa5:` + IPv4 address + 16-bit device index, i.e.
+/// `fe80:0000:0000:efa5:AABB:CCDD:0000:IIII` (link-local, like real EFA GIDs).
+pub fn gid_for(addr: std::net::Ipv4Addr, index: u32) -> Gid {
+    let mut g = [0u8; 16];
+    g[0] = 0xfe;
+    g[1] = 0x80;
+    g[6] = 0xef;
+    g[7] = 0xa5;
+    g[8..12].copy_from_slice(&addr.octets());
+    g[14..16].copy_from_slice(&(index as u16).to_be_bytes());
+    g
+}
+
+/// Inverse of [`gid_for`]: the (address, device index) a GID names, if it is an efa-sim GID.
+pub fn gid_endpoint(g: &Gid) -> Option<(std::net::Ipv4Addr, u32)> {
+    if g[0] != 0xfe || g[1] != 0x80 || g[6] != 0xef || g[7] != 0xa5 {
+        return None;
+    }
+    let ip = std::net::Ipv4Addr::new(g[8], g[9], g[10], g[11]);
+    Some((ip, u16::from_be_bytes([g[14], g[15]]) as u32))
 }
 
 // ---------------------------------------------------------------------------
@@ -102,7 +273,11 @@ impl Device {
         todo!()
     }
     /// `depth` = requested cqe; returns the CQ and the granted depth (power of two).
-    pub fn create_cq(self: &Arc<Self>, depth: u32, opts: CqOptions) -> Result<(Arc<Cq>, u32), Errno> {
+    pub fn create_cq(
+        self: &Arc<Self>,
+        depth: u32,
+        opts: CqOptions,
+    ) -> Result<(Arc<Cq>, u32), Errno> {
         todo!()
     }
 }
@@ -117,11 +292,24 @@ pub struct CqOptions {
 
 impl Pd {
     /// Host memory `[addr, addr+len)` addressed by the peer as `[iova, iova+len)`.
-    pub fn reg_mr(self: &Arc<Self>, addr: usize, len: usize, iova: u64, access: AccessFlags) -> Result<Arc<Mr>, Errno> {
+    pub fn reg_mr(
+        self: &Arc<Self>,
+        addr: usize,
+        len: usize,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Result<Arc<Mr>, Errno> {
         todo!()
     }
     /// dma-buf registration: records fd/offset/len/iova (data path maps it if it can).
-    pub fn reg_dmabuf_mr(self: &Arc<Self>, offset: u64, len: usize, iova: u64, fd: i32, access: AccessFlags) -> Result<Arc<Mr>, Errno> {
+    pub fn reg_dmabuf_mr(
+        self: &Arc<Self>,
+        offset: u64,
+        len: usize,
+        iova: u64,
+        fd: i32,
+        access: AccessFlags,
+    ) -> Result<Arc<Mr>, Errno> {
         todo!()
     }
     /// Same (PD, GID) gives the same AH number (model §3.7).
@@ -138,14 +326,24 @@ impl Pd {
 }
 
 impl Mr {
-    pub fn lkey(&self) -> u32 { todo!() }
-    pub fn rkey(&self) -> u32 { todo!() }
-    pub fn dereg(&self) -> Result<(), Errno> { todo!() }
+    pub fn lkey(&self) -> u32 {
+        todo!()
+    }
+    pub fn rkey(&self) -> u32 {
+        todo!()
+    }
+    pub fn dereg(&self) -> Result<(), Errno> {
+        todo!()
+    }
 }
 
 impl Ah {
-    pub fn number(&self) -> u16 { todo!() }
-    pub fn destroy(&self) -> Result<(), Errno> { todo!() }
+    pub fn number(&self) -> u16 {
+        todo!()
+    }
+    pub fn destroy(&self) -> Result<(), Errno> {
+        todo!()
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -266,19 +464,35 @@ pub struct RecvWr {
 }
 
 impl Qp {
-    pub fn qpn(&self) -> u32 { todo!() }
-    pub fn qp_type(&self) -> QpType { todo!() }
-    pub fn modify(&self, m: &ModifyQp) -> Result<(), Errno> { todo!() }
-    pub fn query(&self) -> QpAttrs { todo!() }
+    pub fn qpn(&self) -> u32 {
+        todo!()
+    }
+    pub fn qp_type(&self) -> QpType {
+        todo!()
+    }
+    pub fn modify(&self, m: &ModifyQp) -> Result<(), Errno> {
+        todo!()
+    }
+    pub fn query(&self) -> QpAttrs {
+        todo!()
+    }
     /// Checks one WR against model §3.3 rules 1–4 (state, signaled, flags, room for
     /// `already_staged + 1` WRs) plus the opcode rules, without posting it.
-    pub fn check_send(&self, wr: &SendWr, already_staged: usize) -> Result<(), Errno> { todo!() }
+    pub fn check_send(&self, wr: &SendWr, already_staged: usize) -> Result<(), Errno> {
+        todo!()
+    }
     /// Posts all WRs or none (an `ibv_wr_complete` session or one legacy WR).
-    pub fn post_send_batch(&self, wrs: &[SendWr]) -> Result<(), Errno> { todo!() }
+    pub fn post_send_batch(&self, wrs: &[SendWr]) -> Result<(), Errno> {
+        todo!()
+    }
     /// Posts one receive (model §3.4); EINVAL in RESET/ERR or too many SGEs, ENOMEM when full.
-    pub fn post_recv(&self, wr: &RecvWr) -> Result<(), Errno> { todo!() }
+    pub fn post_recv(&self, wr: &RecvWr) -> Result<(), Errno> {
+        todo!()
+    }
     /// Flushes outstanding WRs (status FLUSHED) and unregisters the QP number.
-    pub fn destroy(&self) -> Result<(), Errno> { todo!() }
+    pub fn destroy(&self) -> Result<(), Errno> {
+        todo!()
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -311,13 +525,69 @@ pub struct Completion {
 
 impl Cq {
     /// Oldest unretired completion, or None. Does not retire it.
-    pub fn peek(&self) -> Option<Completion> { todo!() }
+    pub fn peek(&self) -> Option<Completion> {
+        todo!()
+    }
     /// Retires the completion returned by the last `peek` (frees its SQ/RQ slot).
-    pub fn retire(&self) { todo!() }
+    pub fn retire(&self) {
+        todo!()
+    }
     /// Arms a one-shot notification (ibv_req_notify_cq with solicited_only = 0).
-    pub fn arm(&self) { todo!() }
+    pub fn arm(&self) {
+        todo!()
+    }
     /// Called (from any thread) once per arm when a completion is added.
-    pub fn set_notifier(&self, f: Box<dyn Fn() + Send + Sync>) { todo!() }
+    pub fn set_notifier(&self, f: Box<dyn Fn() + Send + Sync>) {
+        todo!()
+    }
     /// EBUSY while a QP uses it.
-    pub fn destroy(&self) -> Result<(), Errno> { todo!() }
+    pub fn destroy(&self) -> Result<(), Errno> {
+        todo!()
+    }
+}
+
+#[cfg(test)]
+mod sim_tests {
+    use super::*;
+
+    #[test]
+    fn build_default_devices() {
+        let d = Sim::build(None, None, None, None).unwrap();
+        assert_eq!(d.len(), 2);
+        assert_eq!(d[1].name, "efa_1");
+        assert_eq!(
+            gid_endpoint(&d[1].gid),
+            Some((std::net::Ipv4Addr::LOCALHOST, 1))
+        );
+        assert!(d[0].profile.read_completes_as_send);
+    }
+
+    #[test]
+    fn build_rejects_bad_config() {
+        assert!(Sim::build(Some("x"), None, None, None)
+            .unwrap_err()
+            .contains("EFA_SIM_DEVICES"));
+        assert!(Sim::build(None, Some("efa_5.max_qp=3"), None, None)
+            .unwrap_err()
+            .contains("efa_5"));
+        assert!(Sim::build(None, None, Some("maybe"), None)
+            .unwrap_err()
+            .contains("EFA_SIM_READ_OPCODE"));
+        assert!(Sim::build(None, None, None, Some("::1"))
+            .unwrap_err()
+            .contains("EFA_SIM_ADDR"));
+        let d = Sim::build(
+            Some("3"),
+            Some("efa_2.max_rdma_size=7"),
+            Some("rdma_read"),
+            Some("10.0.0.2"),
+        )
+        .unwrap();
+        assert_eq!(d[2].profile.max_rdma_size, 7);
+        assert!(!d[2].profile.read_completes_as_send);
+        assert_eq!(
+            gid_endpoint(&d[0].gid).unwrap().0,
+            std::net::Ipv4Addr::new(10, 0, 0, 2)
+        );
+    }
 }

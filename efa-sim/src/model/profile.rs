@@ -1,0 +1,412 @@
+//! Device profiles: the default limits of a software EFA device and the
+//! `EFA_SIM_PROFILE` override syntax (documented on [`crate::model`]).
+
+use super::Profile;
+
+/// `EFADV_DEVICE_ATTR_CAPS_RDMA_READ`.
+pub const CAP_RDMA_READ: u32 = 0x01;
+/// `EFADV_DEVICE_ATTR_CAPS_RNR_RETRY`.
+pub const CAP_RNR_RETRY: u32 = 0x02;
+/// `EFADV_DEVICE_ATTR_CAPS_CQ_WITH_SGID`.
+pub const CAP_CQ_WITH_SGID: u32 = 0x04;
+/// `EFADV_DEVICE_ATTR_CAPS_RDMA_WRITE`.
+pub const CAP_RDMA_WRITE: u32 = 0x08;
+/// `EFADV_DEVICE_ATTR_CAPS_UNSOLICITED_WRITE_RECV`.
+pub const CAP_UNSOLICITED_WRITE_RECV: u32 = 0x10;
+
+/// Names accepted in `caps=` lists.
+const CAP_NAMES: &[(&str, u32)] = &[
+    ("rdma_read", CAP_RDMA_READ),
+    ("rnr_retry", CAP_RNR_RETRY),
+    ("cq_with_sgid", CAP_CQ_WITH_SGID),
+    ("rdma_write", CAP_RDMA_WRITE),
+    ("unsolicited_write_recv", CAP_UNSOLICITED_WRITE_RECV),
+];
+
+impl Default for Profile {
+    fn default() -> Self {
+        Profile {
+            vendor_id: 0x1d0f,
+            vendor_part_id: 0xefa2,
+            hw_ver: 0xefa2,
+            fw_ver: concat!("efa-sim ", env!("CARGO_PKG_VERSION")).to_string(),
+            node_guid: 0,
+            device_caps: CAP_RDMA_READ
+                | CAP_RNR_RETRY
+                | CAP_CQ_WITH_SGID
+                | CAP_RDMA_WRITE
+                | CAP_UNSOLICITED_WRITE_RECV,
+            cq_notifications: true,
+            max_sq_wr: 4096,
+            max_rq_wr: 32768,
+            max_sq_sge: 2,
+            max_rq_sge: 2,
+            max_sge_rd: 1,
+            inline_buf_size: 32,
+            inline_buf_size_ex: 32,
+            max_rdma_size: 1 << 30,
+            mtu_bytes: 8192,
+            max_qp: 511,
+            max_cq: 1024,
+            max_cqe: 1 << 16,
+            max_mr: 1 << 16,
+            max_pd: 256,
+            max_ah: 1024,
+            max_mr_size: 1 << 40,
+            page_size_cap: 0xffff_f000,
+            // 4096 64-byte WQEs (or 2048 wide ones).
+            max_llq_size: 4096 * 64,
+            min_sq_wr: 8,
+            link_gbps: 100,
+            num_comp_vectors: 1,
+            read_completes_as_send: true,
+        }
+    }
+}
+
+/// Every key `EFA_SIM_PROFILE` accepts (one per `Profile` field).
+pub const PROFILE_KEYS: &[&str] = &[
+    "vendor_id",
+    "vendor_part_id",
+    "hw_ver",
+    "fw_ver",
+    "node_guid",
+    "caps",
+    "cq_notifications",
+    "max_sq_wr",
+    "max_rq_wr",
+    "max_sq_sge",
+    "max_rq_sge",
+    "max_sge_rd",
+    "inline_buf_size",
+    "inline_buf_size_ex",
+    "max_rdma_size",
+    "mtu_bytes",
+    "max_qp",
+    "max_cq",
+    "max_cqe",
+    "max_mr",
+    "max_pd",
+    "max_ah",
+    "max_mr_size",
+    "page_size_cap",
+    "max_llq_size",
+    "min_sq_wr",
+    "link_gbps",
+    "num_comp_vectors",
+    "read_completes_as_send",
+];
+
+fn parse_u64(key: &str, v: &str) -> Result<u64, String> {
+    let v = v.trim();
+    let parsed = if let Some(hex) = v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
+        u64::from_str_radix(hex, 16)
+    } else {
+        v.parse::<u64>()
+    };
+    parsed.map_err(|_| format!("{key}: `{v}` is not a number"))
+}
+
+fn parse_num<T: TryFrom<u64>>(key: &str, v: &str) -> Result<T, String> {
+    let n = parse_u64(key, v)?;
+    T::try_from(n).map_err(|_| format!("{key}: {n} is out of range"))
+}
+
+fn parse_bool(key: &str, v: &str) -> Result<bool, String> {
+    match v.trim() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        other => Err(format!(
+            "{key}: `{other}` is not a boolean (true/false/1/0)"
+        )),
+    }
+}
+
+/// `caps=` value: a number; a `|`-list of names (replaces the set); or a list
+/// of `+name` / `-name` items (edits the current set), e.g. `-rdma_write+rdma_read`.
+fn parse_caps(current: u32, v: &str) -> Result<u32, String> {
+    let v = v.trim();
+    if v.starts_with(|c: char| c.is_ascii_digit()) {
+        return parse_num::<u32>("caps", v);
+    }
+    let relative = v.starts_with(['+', '-']);
+    let mut caps = if relative { current } else { 0 };
+    let mut sign = '+';
+    let mut name = String::new();
+    let flush = |sign: char, name: &mut String, caps: &mut u32| -> Result<(), String> {
+        let n = name.trim();
+        if n.is_empty() {
+            return Ok(());
+        }
+        let bit = CAP_NAMES
+            .iter()
+            .find(|(k, _)| *k == n)
+            .map(|(_, b)| *b)
+            .ok_or_else(|| {
+                let names: Vec<&str> = CAP_NAMES.iter().map(|(k, _)| *k).collect();
+                format!(
+                    "caps: unknown capability `{n}` (known: {})",
+                    names.join(", ")
+                )
+            })?;
+        if sign == '-' {
+            *caps &= !bit;
+        } else {
+            *caps |= bit;
+        }
+        name.clear();
+        Ok(())
+    };
+    for c in v.chars() {
+        match c {
+            '+' | '-' | '|' => {
+                flush(sign, &mut name, &mut caps)?;
+                sign = if c == '-' { '-' } else { '+' };
+            }
+            _ => name.push(c),
+        }
+    }
+    flush(sign, &mut name, &mut caps)?;
+    Ok(caps)
+}
+
+/// Applies one `key=value` to `p`.
+pub fn apply(p: &mut Profile, key: &str, value: &str) -> Result<(), String> {
+    let v = value;
+    match key {
+        "vendor_id" => p.vendor_id = parse_num(key, v)?,
+        "vendor_part_id" => p.vendor_part_id = parse_num(key, v)?,
+        "hw_ver" => p.hw_ver = parse_num(key, v)?,
+        "fw_ver" => {
+            let v = v.trim();
+            if !v.starts_with("efa-sim") {
+                return Err(format!(
+                    "fw_ver: `{v}` must start with \"efa-sim\" (device selection relies on it)"
+                ));
+            }
+            p.fw_ver = v.to_string();
+        }
+        "node_guid" => p.node_guid = parse_num(key, v)?,
+        "caps" | "device_caps" => p.device_caps = parse_caps(p.device_caps, v)?,
+        "cq_notifications" => p.cq_notifications = parse_bool(key, v)?,
+        "max_sq_wr" => p.max_sq_wr = parse_num(key, v)?,
+        "max_rq_wr" => p.max_rq_wr = parse_num(key, v)?,
+        "max_sq_sge" => p.max_sq_sge = parse_num(key, v)?,
+        "max_rq_sge" => p.max_rq_sge = parse_num(key, v)?,
+        "max_sge_rd" => p.max_sge_rd = parse_num(key, v)?,
+        "inline_buf_size" => p.inline_buf_size = parse_num(key, v)?,
+        "inline_buf_size_ex" => p.inline_buf_size_ex = parse_num(key, v)?,
+        "max_rdma_size" => p.max_rdma_size = parse_num(key, v)?,
+        "mtu_bytes" => p.mtu_bytes = parse_num(key, v)?,
+        "max_qp" => p.max_qp = parse_num(key, v)?,
+        "max_cq" => p.max_cq = parse_num(key, v)?,
+        "max_cqe" => p.max_cqe = parse_num(key, v)?,
+        "max_mr" => p.max_mr = parse_num(key, v)?,
+        "max_pd" => p.max_pd = parse_num(key, v)?,
+        "max_ah" => p.max_ah = parse_num(key, v)?,
+        "max_mr_size" => p.max_mr_size = parse_num(key, v)?,
+        "page_size_cap" => p.page_size_cap = parse_num(key, v)?,
+        "max_llq_size" => p.max_llq_size = parse_num(key, v)?,
+        "min_sq_wr" => p.min_sq_wr = parse_num(key, v)?,
+        "link_gbps" => p.link_gbps = parse_num(key, v)?,
+        "num_comp_vectors" => p.num_comp_vectors = parse_num(key, v)?,
+        "read_completes_as_send" => p.read_completes_as_send = parse_bool(key, v)?,
+        "read_opcode" => p.read_completes_as_send = parse_read_opcode(v)?,
+        _ => {
+            return Err(format!(
+                "unknown profile key `{key}` (known: {}, read_opcode)",
+                PROFILE_KEYS.join(", ")
+            ))
+        }
+    }
+    Ok(())
+}
+
+/// `send` → true (rdma-core fidelity), `rdma_read` → false.
+pub fn parse_read_opcode(v: &str) -> Result<bool, String> {
+    match v.trim() {
+        "send" => Ok(true),
+        "rdma_read" => Ok(false),
+        other => Err(format!(
+            "read opcode `{other}` must be `send` or `rdma_read`"
+        )),
+    }
+}
+
+/// Checks the invariants the model relies on.
+pub fn validate(p: &Profile) -> Result<(), String> {
+    let e = |m: &str| Err(m.to_string());
+    if p.max_sq_sge as usize > super::MAX_SEND_SGE || p.max_sq_sge == 0 {
+        return e("max_sq_sge must be 1..=16");
+    }
+    if p.max_rq_sge as usize > super::MAX_RECV_SGE || p.max_rq_sge == 0 {
+        return e("max_rq_sge must be 1..=16");
+    }
+    if p.inline_buf_size as usize > super::MAX_INLINE
+        || p.inline_buf_size_ex as usize > super::MAX_INLINE
+    {
+        return e("inline_buf_size(_ex) must be <= 80");
+    }
+    if p.mtu_bytes == 0 || p.mtu_bytes > super::MAX_MTU_BYTES {
+        return Err(format!("mtu_bytes must be 1..={}", super::MAX_MTU_BYTES));
+    }
+    if p.max_llq_size < 64 || p.max_sq_wr == 0 || p.max_rq_wr == 0 || p.max_cqe == 0 {
+        return e("max_llq_size >= 64, max_sq_wr, max_rq_wr and max_cqe > 0 required");
+    }
+    if p.max_qp == 0 || p.max_qp > super::MAX_QPS_PER_PROCESS {
+        return Err(format!(
+            "max_qp must be 1..={} (QPNs are 16-bit)",
+            super::MAX_QPS_PER_PROCESS
+        ));
+    }
+    if p.num_comp_vectors == 0 {
+        return e("num_comp_vectors must be >= 1");
+    }
+    Ok(())
+}
+
+/// Parsed `EFA_SIM_PROFILE`: overrides for all devices, then per device.
+#[derive(Debug, Default)]
+pub struct Overrides {
+    items: Vec<(Option<u32>, String, String)>,
+}
+
+impl Overrides {
+    /// Parses the list syntax: items separated by `,`, `;` or newlines; `#` starts a comment.
+    pub fn parse(text: &str) -> Result<Overrides, String> {
+        let mut items = Vec::new();
+        for line in text.lines() {
+            let line = line.split('#').next().unwrap_or("");
+            for item in line
+                .split([',', ';'])
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+            {
+                let (k, v) = item
+                    .split_once('=')
+                    .ok_or_else(|| format!("`{item}` is not `key=value`"))?;
+                let k = k.trim();
+                let (dev, key) = match k.split_once('.') {
+                    Some((d, key)) => {
+                        let idx = d
+                            .strip_prefix("efa_")
+                            .and_then(|n| n.parse::<u32>().ok())
+                            .ok_or_else(|| format!("`{k}`: device prefix must be efa_<N>"))?;
+                        (Some(idx), key)
+                    }
+                    None => (None, k),
+                };
+                // Check the key and value now, so errors name the item.
+                apply(&mut Profile::default(), key, v).map_err(|m| format!("`{item}`: {m}"))?;
+                items.push((dev, key.to_string(), v.to_string()));
+            }
+        }
+        Ok(Overrides { items })
+    }
+
+    /// Reads `EFA_SIM_PROFILE`: a value containing `=` is an inline list, anything
+    /// else is the path of a file holding the list.
+    pub fn from_env_value(value: &str) -> Result<Overrides, String> {
+        if value.contains('=') {
+            Overrides::parse(value)
+        } else {
+            let text = std::fs::read_to_string(value)
+                .map_err(|e| format!("cannot read profile file `{value}`: {e}"))?;
+            Overrides::parse(&text).map_err(|m| format!("{value}: {m}"))
+        }
+    }
+
+    /// The profile of device `index`: defaults, global items, then `efa_<index>.` items.
+    pub fn profile_for(&self, index: u32, base: &Profile) -> Result<Profile, String> {
+        let mut p = base.clone();
+        for (dev, k, v) in &self.items {
+            if dev.is_none() {
+                apply(&mut p, k, v)?;
+            }
+        }
+        for (dev, k, v) in &self.items {
+            if *dev == Some(index) {
+                apply(&mut p, k, v)?;
+            }
+        }
+        validate(&p).map_err(|m| format!("efa_{index}: {m}"))?;
+        Ok(p)
+    }
+
+    /// Largest device index named by a per-device item.
+    pub fn max_device(&self) -> Option<u32> {
+        self.items.iter().filter_map(|(d, _, _)| *d).max()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_model() {
+        let p = Profile::default();
+        assert_eq!(p.device_caps, 0x1f);
+        assert!(p.fw_ver.starts_with("efa-sim"));
+        assert_eq!(p.max_llq_size / 64, 4096);
+        validate(&p).unwrap();
+    }
+
+    #[test]
+    fn inline_list_overrides_fields() {
+        let o = Overrides::parse("max_rdma_size=65536,caps=-rdma_write,max_sq_wr=16").unwrap();
+        let p = o.profile_for(0, &Profile::default()).unwrap();
+        assert_eq!(p.max_rdma_size, 65536);
+        assert_eq!(p.device_caps, 0x1f & !CAP_RDMA_WRITE);
+        assert_eq!(p.max_sq_wr, 16);
+    }
+
+    #[test]
+    fn caps_absolute_and_numeric() {
+        let o = Overrides::parse("caps=rdma_read|rnr_retry").unwrap();
+        assert_eq!(
+            o.profile_for(0, &Profile::default()).unwrap().device_caps,
+            3
+        );
+        let o = Overrides::parse("caps=0x8").unwrap();
+        assert_eq!(
+            o.profile_for(0, &Profile::default()).unwrap().device_caps,
+            8
+        );
+        let o = Overrides::parse("caps=+rdma_read-rdma_write").unwrap();
+        assert_eq!(
+            o.profile_for(0, &Profile::default()).unwrap().device_caps,
+            0x17
+        );
+    }
+
+    #[test]
+    fn per_device_override_only_touches_that_device() {
+        let o = Overrides::parse("efa_1.max_rdma_size=4096\nmax_qp=100 # comment").unwrap();
+        let p0 = o.profile_for(0, &Profile::default()).unwrap();
+        let p1 = o.profile_for(1, &Profile::default()).unwrap();
+        assert_eq!(p0.max_rdma_size, 1 << 30);
+        assert_eq!(p1.max_rdma_size, 4096);
+        assert_eq!(p0.max_qp, 100);
+        assert_eq!(p1.max_qp, 100);
+    }
+
+    #[test]
+    fn malformed_items_are_rejected_with_a_reason() {
+        let err = Overrides::parse("max_sq_wr=lots").unwrap_err();
+        assert!(err.contains("max_sq_wr"), "{err}");
+        let err = Overrides::parse("no_such_key=1").unwrap_err();
+        assert!(err.contains("unknown profile key"), "{err}");
+        let err = Overrides::parse("max_sq_wr").unwrap_err();
+        assert!(err.contains("key=value"), "{err}");
+        let err = Overrides::parse("caps=-teleport").unwrap_err();
+        assert!(err.contains("teleport"), "{err}");
+        let err = Overrides::parse("fw_ver=real").unwrap_err();
+        assert!(err.contains("efa-sim"), "{err}");
+        let err = Overrides::parse("max_sq_sge=99")
+            .unwrap()
+            .profile_for(0, &Profile::default())
+            .unwrap_err();
+        assert!(err.contains("max_sq_sge"), "{err}");
+    }
+}
