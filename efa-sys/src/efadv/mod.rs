@@ -1,0 +1,674 @@
+//! Bindings for `<infiniband/efadv.h>` at the rdma-core 65 layout (libefa nodes `EFA_1.0` ..
+//! `EFA_1.7`).
+//!
+//! Every efadv entry point takes an `inlen` argument. rdma-core accepts a struct larger than
+//! its own as long as the extra bytes are zero, so these newest layouts work against older
+//! libefa builds when the fields they do not know are left zero.
+//!
+//! * Functions of nodes `EFA_1.0` .. `EFA_1.2` are linked normally (`-lefa`).
+//! * Functions of nodes `EFA_1.3` and later are resolved from `libefa.so.1` at run time (see
+//!   [`runtime`]); their wrappers here return `Result<_, NotProvided>` so that "this libefa does
+//!   not have the function" can never be confused with an errno from the device.
+//! * The header-only helpers (`efadv_wc_read_sgid`, `efadv_wc_is_unsolicited`,
+//!   `efadv_wr_set_processing_hints`) are `#[inline]` Rust functions calling through the
+//!   provider's function pointers.
+#![allow(non_camel_case_types)]
+
+pub mod runtime;
+
+pub use runtime::{
+    efadv_create_comp_cntr, efadv_get_max_rq_depth, efadv_get_max_sq_depth,
+    efadv_qp_from_ibv_qp_ex, efadv_query_cq, efadv_query_mr, efadv_query_qp_wqs, NotProvided,
+    NotProvidedReason, RuntimeSymbol,
+};
+
+use core::ffi::c_int;
+use rdma_sys::{
+    ibv_ah, ibv_context, ibv_cq_ex, ibv_cq_init_attr_ex, ibv_gid, ibv_pd, ibv_qp, ibv_qp_init_attr,
+    ibv_qp_init_attr_ex,
+};
+use static_assertions::const_assert_eq;
+
+macro_rules! assert_layout {
+    ($t:ty, size = $size:expr, align = $align:expr $(, $field:ident = $off:expr)* $(,)?) => {
+        const_assert_eq!(core::mem::size_of::<$t>(), $size);
+        const_assert_eq!(core::mem::align_of::<$t>(), $align);
+        $(const_assert_eq!(core::mem::offset_of!($t, $field), $off);)*
+    };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Device attributes (EFA_1.1)
+// ---------------------------------------------------------------------------------------------
+
+/// `device_caps` bit: RDMA read is supported (rdma-core 27).
+pub const EFADV_DEVICE_ATTR_CAPS_RDMA_READ: u32 = 1 << 0;
+/// `device_caps` bit: `IBV_QP_RNR_RETRY` can be set on SRD QPs (rdma-core 32).
+pub const EFADV_DEVICE_ATTR_CAPS_RNR_RETRY: u32 = 1 << 1;
+/// `device_caps` bit: CQs can report the source GID of receives from unknown senders (rdma-core 43).
+pub const EFADV_DEVICE_ATTR_CAPS_CQ_WITH_SGID: u32 = 1 << 2;
+/// `device_caps` bit: RDMA write (with and without immediate) is supported (rdma-core 46).
+pub const EFADV_DEVICE_ATTR_CAPS_RDMA_WRITE: u32 = 1 << 3;
+/// `device_caps` bit: QPs may receive write-with-immediate without consuming a receive WR (rdma-core 52).
+pub const EFADV_DEVICE_ATTR_CAPS_UNSOLICITED_WRITE_RECV: u32 = 1 << 4;
+/// `device_caps` bit: a CQ ring can live in user-provided dmabuf memory (rdma-core 59).
+pub const EFADV_DEVICE_ATTR_CAPS_CQ_WITH_EXT_MEM_DMABUF: u32 = 1 << 5;
+/// `device_caps` bit: completion counters are supported (rdma-core 65).
+pub const EFADV_DEVICE_ATTR_CAPS_COMP_CNTR: u32 = 1 << 6;
+
+/// `struct efadv_device_attr`: EFA-specific device limits, filled by [`efadv_query_device`].
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct efadv_device_attr {
+    /// Compatibility mask; output, always 0.
+    pub comp_mask: u64,
+    /// Maximum send queue depth in work requests.
+    pub max_sq_wr: u32,
+    /// Maximum receive queue depth (counted in buffer descriptors).
+    pub max_rq_wr: u32,
+    /// Maximum scatter/gather entries per send WR.
+    pub max_sq_sge: u16,
+    /// Maximum scatter/gather entries per receive WR.
+    pub max_rq_sge: u16,
+    /// Maximum inline data size of a regular (64-byte) send WQE.
+    pub inline_buf_size: u16,
+    /// Maximum inline data size with extended WQEs (rdma-core 63; `reserved[2]` before).
+    pub inline_buf_size_ex: u16,
+    /// Bitmask of `EFADV_DEVICE_ATTR_CAPS_*`.
+    pub device_caps: u32,
+    /// Maximum RDMA read/write transfer size in bytes.
+    pub max_rdma_size: u32,
+}
+assert_layout!(
+    efadv_device_attr,
+    size = 32,
+    align = 8,
+    comp_mask = 0,
+    max_sq_wr = 8,
+    max_rq_wr = 12,
+    max_sq_sge = 16,
+    max_rq_sge = 18,
+    inline_buf_size = 20,
+    inline_buf_size_ex = 22,
+    device_caps = 24,
+    max_rdma_size = 28
+);
+
+// ---------------------------------------------------------------------------------------------
+// Address handles (EFA_1.1)
+// ---------------------------------------------------------------------------------------------
+
+/// `struct efadv_ah_attr`: filled by [`efadv_query_ah`].
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct efadv_ah_attr {
+    /// Compatibility mask; output, always 0.
+    pub comp_mask: u64,
+    /// Device address-handle number (`0xFFFF` means "no AH").
+    pub ahn: u16,
+    /// Reserved, zero.
+    pub reserved: [u8; 6],
+}
+assert_layout!(
+    efadv_ah_attr,
+    size = 16,
+    align = 8,
+    comp_mask = 0,
+    ahn = 8,
+    reserved = 10
+);
+
+// ---------------------------------------------------------------------------------------------
+// Queue depths (EFA_1.5)
+// ---------------------------------------------------------------------------------------------
+
+/// `efadv_sq_depth_attr.flags` bit: size the send queue for inline RDMA write (128-byte WQEs).
+pub const EFADV_SQ_DEPTH_ATTR_INLINE_WRITE: u32 = 1 << 0;
+
+/// `struct efadv_sq_depth_attr`: input of [`efadv_get_max_sq_depth`].
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct efadv_sq_depth_attr {
+    /// Compatibility mask; must be 0.
+    pub comp_mask: u64,
+    /// Bitmask of `EFADV_SQ_DEPTH_ATTR_*`.
+    pub flags: u32,
+    /// Scatter/gather entries per send WR the QP will use.
+    pub max_send_sge: u32,
+    /// Scatter/gather entries per RDMA WR the QP will use.
+    pub max_rdma_sge: u32,
+    /// Inline data size the QP will use.
+    pub max_inline_data: u32,
+}
+assert_layout!(
+    efadv_sq_depth_attr,
+    size = 24,
+    align = 8,
+    comp_mask = 0,
+    flags = 8,
+    max_send_sge = 12,
+    max_rdma_sge = 16,
+    max_inline_data = 20
+);
+
+/// `struct efadv_rq_depth_attr`: input of [`efadv_get_max_rq_depth`].
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct efadv_rq_depth_attr {
+    /// Compatibility mask; must be 0.
+    pub comp_mask: u64,
+    /// Scatter/gather entries per receive WR the QP will use.
+    pub max_recv_sge: u32,
+}
+assert_layout!(
+    efadv_rq_depth_attr,
+    size = 16,
+    align = 8,
+    comp_mask = 0,
+    max_recv_sge = 8
+);
+
+// ---------------------------------------------------------------------------------------------
+// Queue pairs (EFA_1.0, EFA_1.1, EFA_1.4, EFA_1.6)
+// ---------------------------------------------------------------------------------------------
+
+/// `driver_qp_type`: Scalable Reliable Datagram QP (the only driver QP type).
+pub const EFADV_QP_DRIVER_TYPE_SRD: u32 = 0;
+
+/// `efadv_qp_init_attr.flags` bit: receive write-with-immediate without consuming receive WRs.
+pub const EFADV_QP_FLAGS_UNSOLICITED_WRITE_RECV: u16 = 1 << 0;
+/// `efadv_qp_init_attr.flags` bit: allow inline RDMA write (forces 128-byte WQEs).
+pub const EFADV_QP_FLAGS_INLINE_WRITE: u16 = 1 << 1;
+
+/// `efadv_qp_init_attr.wr_flags` bit: enable [`efadv_wr_set_processing_hints`].
+pub const EFADV_WR_EX_WITH_PROCESSING_HINTS: u64 = 1 << 0;
+
+/// `struct efadv_qp_init_attr`: EFA-specific input of [`efadv_create_qp_ex`].
+///
+/// rdma-core 44 has only `comp_mask`, `driver_qp_type` and `reserved[4]` (16 bytes); `flags`,
+/// `sl` and `reserved` occupy those 4 bytes now, and `wr_flags` was appended (rdma-core 64).
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct efadv_qp_init_attr {
+    /// Compatibility mask; must be 0.
+    pub comp_mask: u64,
+    /// `EFADV_QP_DRIVER_TYPE_*`.
+    pub driver_qp_type: u32,
+    /// Bitmask of `EFADV_QP_FLAGS_*`.
+    pub flags: u16,
+    /// Service level (0 = default).
+    pub sl: u8,
+    /// Reserved, must be 0.
+    pub reserved: u8,
+    /// Bitmask of `EFADV_WR_EX_WITH_*`.
+    pub wr_flags: u64,
+}
+assert_layout!(
+    efadv_qp_init_attr,
+    size = 24,
+    align = 8,
+    comp_mask = 0,
+    driver_qp_type = 8,
+    flags = 12,
+    sl = 14,
+    reserved = 15,
+    wr_flags = 16
+);
+
+/// `efadv_wq_attr.caps` bit: the work queue uses 64-bit request ids.
+pub const EFADV_WQ_CAPS_64_BIT_REQ_ID: u16 = 1 << 0;
+
+/// `struct efadv_wq_attr`: raw work-queue ring description, filled by [`efadv_query_qp_wqs`].
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct efadv_wq_attr {
+    /// Compatibility mask; output, always 0.
+    pub comp_mask: u64,
+    /// Start of the ring.
+    pub buffer: *mut u8,
+    /// Size of one ring entry in bytes.
+    pub entry_size: u32,
+    /// Number of ring entries.
+    pub num_entries: u32,
+    /// Doorbell register.
+    pub doorbell: *mut u32,
+    /// Maximum number of entries per doorbell ring.
+    pub max_batch: u32,
+    /// Bitmask of `EFADV_WQ_CAPS_*`.
+    pub caps: u16,
+    /// Reserved, zero.
+    pub reserved: [u8; 2],
+}
+assert_layout!(
+    efadv_wq_attr,
+    size = 40,
+    align = 8,
+    comp_mask = 0,
+    buffer = 8,
+    entry_size = 16,
+    num_entries = 20,
+    doorbell = 24,
+    max_batch = 32,
+    caps = 36,
+    reserved = 38
+);
+
+impl Default for efadv_wq_attr {
+    fn default() -> Self {
+        Self {
+            comp_mask: 0,
+            buffer: core::ptr::null_mut(),
+            entry_size: 0,
+            num_entries: 0,
+            doorbell: core::ptr::null_mut(),
+            max_batch: 0,
+            caps: 0,
+            reserved: [0; 2],
+        }
+    }
+}
+
+/// `enum efadv_wr_processing_hint`: the hint is burst/packets-per-second sensitive.
+pub const EFADV_WR_PROCESSING_HINT_BURST_PPS_SENSITIVE: u32 = 1 << 0;
+
+/// Type of `efadv_qp.wr_set_processing_hints`.
+pub type efadv_wr_set_processing_hints_fn =
+    unsafe extern "C" fn(efadv_qp: *mut efadv_qp, hints: u32);
+
+/// `struct efadv_qp`: EFA extensions of an extended QP, from [`efadv_qp_from_ibv_qp_ex`].
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct efadv_qp {
+    /// Compatibility mask.
+    pub comp_mask: u64,
+    /// Set only if the QP was created with [`EFADV_WR_EX_WITH_PROCESSING_HINTS`].
+    pub wr_set_processing_hints: Option<efadv_wr_set_processing_hints_fn>,
+}
+assert_layout!(
+    efadv_qp,
+    size = 16,
+    align = 8,
+    comp_mask = 0,
+    wr_set_processing_hints = 8
+);
+
+// ---------------------------------------------------------------------------------------------
+// Completion queues (EFA_1.2, EFA_1.4)
+// ---------------------------------------------------------------------------------------------
+
+/// `efadv_cq_init_attr.wc_flags` bit: completions can report the sender GID ([`efadv_wc_read_sgid`]).
+pub const EFADV_WC_EX_WITH_SGID: u64 = 1 << 0;
+/// `efadv_cq_init_attr.wc_flags` bit: completions can report [`efadv_wc_is_unsolicited`].
+pub const EFADV_WC_EX_WITH_IS_UNSOLICITED: u64 = 1 << 1;
+
+/// `efadv_cq_init_attr.flags` bit: use `ext_mem_dmabuf` as the CQ ring.
+pub const EFADV_CQ_INIT_FLAGS_EXT_MEM_DMABUF: u64 = 1 << 0;
+
+/// The anonymous `ext_mem_dmabuf` member of `struct efadv_cq_init_attr`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct efadv_cq_init_attr_ext_mem_dmabuf {
+    /// Virtual address of the ring (if mapped), else NULL.
+    pub buffer: *mut u8,
+    /// Ring length in bytes.
+    pub length: u64,
+    /// Offset of the ring inside the dmabuf.
+    pub offset: u64,
+    /// dmabuf file descriptor.
+    pub fd: i32,
+    /// Reserved, must be 0.
+    pub reserved: [u8; 4],
+}
+assert_layout!(
+    efadv_cq_init_attr_ext_mem_dmabuf,
+    size = 32,
+    align = 8,
+    buffer = 0,
+    length = 8,
+    offset = 16,
+    fd = 24,
+    reserved = 28
+);
+
+impl Default for efadv_cq_init_attr_ext_mem_dmabuf {
+    fn default() -> Self {
+        Self {
+            buffer: core::ptr::null_mut(),
+            length: 0,
+            offset: 0,
+            fd: 0,
+            reserved: [0; 4],
+        }
+    }
+}
+
+/// `struct efadv_cq_init_attr`: EFA-specific input of [`efadv_create_cq`].
+///
+/// rdma-core 44 has only `comp_mask` and `wc_flags` (16 bytes).
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct efadv_cq_init_attr {
+    /// Compatibility mask; must be 0.
+    pub comp_mask: u64,
+    /// Bitmask of `EFADV_WC_EX_WITH_*`.
+    pub wc_flags: u64,
+    /// Bitmask of `EFADV_CQ_INIT_FLAGS_*`.
+    pub flags: u64,
+    /// External ring memory, used with [`EFADV_CQ_INIT_FLAGS_EXT_MEM_DMABUF`].
+    pub ext_mem_dmabuf: efadv_cq_init_attr_ext_mem_dmabuf,
+}
+assert_layout!(
+    efadv_cq_init_attr,
+    size = 56,
+    align = 8,
+    comp_mask = 0,
+    wc_flags = 8,
+    flags = 16,
+    ext_mem_dmabuf = 24
+);
+
+/// `struct efadv_cq_attr`: raw completion-ring description, filled by [`efadv_query_cq`].
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct efadv_cq_attr {
+    /// Compatibility mask; output, always 0.
+    pub comp_mask: u64,
+    /// Start of the ring.
+    pub buffer: *mut u8,
+    /// Size of one completion entry in bytes.
+    pub entry_size: u32,
+    /// Number of ring entries.
+    pub num_entries: u32,
+    /// Doorbell register (rdma-core 60), or NULL.
+    pub doorbell: *mut u32,
+}
+assert_layout!(
+    efadv_cq_attr,
+    size = 32,
+    align = 8,
+    comp_mask = 0,
+    buffer = 8,
+    entry_size = 16,
+    num_entries = 20,
+    doorbell = 24
+);
+
+impl Default for efadv_cq_attr {
+    fn default() -> Self {
+        Self {
+            comp_mask: 0,
+            buffer: core::ptr::null_mut(),
+            entry_size: 0,
+            num_entries: 0,
+            doorbell: core::ptr::null_mut(),
+        }
+    }
+}
+
+/// Type of `efadv_cq.wc_read_sgid`.
+pub type efadv_wc_read_sgid_fn =
+    unsafe extern "C" fn(efadv_cq: *mut efadv_cq, sgid: *mut ibv_gid) -> c_int;
+/// Type of `efadv_cq.wc_is_unsolicited` (C `bool` has the ABI of Rust `bool`).
+pub type efadv_wc_is_unsolicited_fn = unsafe extern "C" fn(efadv_cq: *mut efadv_cq) -> bool;
+
+/// `struct efadv_cq`: EFA extensions of an extended CQ, from [`efadv_cq_from_ibv_cq_ex`].
+///
+/// rdma-core 43..51 have only `comp_mask` and `wc_read_sgid` (16 bytes).
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct efadv_cq {
+    /// Compatibility mask.
+    pub comp_mask: u64,
+    /// Set only if the CQ was created with [`EFADV_WC_EX_WITH_SGID`].
+    pub wc_read_sgid: Option<efadv_wc_read_sgid_fn>,
+    /// Set only if the CQ was created with [`EFADV_WC_EX_WITH_IS_UNSOLICITED`].
+    pub wc_is_unsolicited: Option<efadv_wc_is_unsolicited_fn>,
+}
+assert_layout!(
+    efadv_cq,
+    size = 24,
+    align = 8,
+    comp_mask = 0,
+    wc_read_sgid = 8,
+    wc_is_unsolicited = 16
+);
+
+// ---------------------------------------------------------------------------------------------
+// Memory regions (EFA_1.3)
+// ---------------------------------------------------------------------------------------------
+
+/// `efadv_mr_attr.ic_id_validity` bit: `recv_ic_id` is valid.
+pub const EFADV_MR_ATTR_VALIDITY_RECV_IC_ID: u16 = 1 << 0;
+/// `efadv_mr_attr.ic_id_validity` bit: `rdma_read_ic_id` is valid.
+pub const EFADV_MR_ATTR_VALIDITY_RDMA_READ_IC_ID: u16 = 1 << 1;
+/// `efadv_mr_attr.ic_id_validity` bit: `rdma_recv_ic_id` is valid.
+pub const EFADV_MR_ATTR_VALIDITY_RDMA_RECV_IC_ID: u16 = 1 << 2;
+
+/// `struct efadv_mr_attr`: filled by [`efadv_query_mr`].
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct efadv_mr_attr {
+    /// Compatibility mask; output, always 0.
+    pub comp_mask: u64,
+    /// Bitmask of `EFADV_MR_ATTR_VALIDITY_*`.
+    pub ic_id_validity: u16,
+    /// Interconnect id used to reach the MR for receives.
+    pub recv_ic_id: u16,
+    /// Interconnect id used to reach the MR for RDMA read.
+    pub rdma_read_ic_id: u16,
+    /// Interconnect id used to reach the MR for incoming RDMA write.
+    pub rdma_recv_ic_id: u16,
+}
+assert_layout!(
+    efadv_mr_attr,
+    size = 16,
+    align = 8,
+    comp_mask = 0,
+    ic_id_validity = 8,
+    recv_ic_id = 10,
+    rdma_read_ic_id = 12,
+    rdma_recv_ic_id = 14
+);
+
+// ---------------------------------------------------------------------------------------------
+// Completion counters (EFA_1.7)
+// ---------------------------------------------------------------------------------------------
+
+/// `efadv_memory_location.type`: the memory is a virtual address (`ptr`).
+pub const EFADV_MEMORY_LOCATION_VA: u8 = 0;
+/// `efadv_memory_location.type`: the memory is a dmabuf (`dmabuf`).
+pub const EFADV_MEMORY_LOCATION_DMABUF: u8 = 1;
+
+/// The anonymous `dmabuf` member of `struct efadv_memory_location`.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct efadv_memory_location_dmabuf {
+    /// Offset inside the dmabuf.
+    pub offset: u64,
+    /// dmabuf file descriptor.
+    pub fd: i32,
+    /// Reserved, must be 0.
+    pub reserved: u32,
+}
+assert_layout!(
+    efadv_memory_location_dmabuf,
+    size = 16,
+    align = 8,
+    offset = 0,
+    fd = 8,
+    reserved = 12
+);
+
+/// `struct efadv_memory_location`: where a completion counter lives.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct efadv_memory_location {
+    /// Virtual address (with [`EFADV_MEMORY_LOCATION_VA`]).
+    pub ptr: *mut u8,
+    /// dmabuf location (with [`EFADV_MEMORY_LOCATION_DMABUF`]).
+    pub dmabuf: efadv_memory_location_dmabuf,
+    /// `EFADV_MEMORY_LOCATION_*` (the C field is named `type`).
+    pub type_: u8,
+    /// Reserved, must be 0.
+    pub reserved: [u8; 7],
+}
+assert_layout!(
+    efadv_memory_location,
+    size = 32,
+    align = 8,
+    ptr = 0,
+    dmabuf = 8,
+    type_ = 24,
+    reserved = 25
+);
+
+impl Default for efadv_memory_location {
+    fn default() -> Self {
+        Self {
+            ptr: core::ptr::null_mut(),
+            dmabuf: efadv_memory_location_dmabuf::default(),
+            type_: 0,
+            reserved: [0; 7],
+        }
+    }
+}
+
+/// `efadv_comp_cntr_init_attr.flags` bit: the completion count lives in `comp_cntr_ext_mem`.
+pub const EFADV_COMP_CNTR_INIT_WITH_COMP_EXTERNAL_MEM: u32 = 1 << 0;
+/// `efadv_comp_cntr_init_attr.flags` bit: the error count lives in `err_cntr_ext_mem`.
+pub const EFADV_COMP_CNTR_INIT_WITH_ERR_EXTERNAL_MEM: u32 = 1 << 1;
+
+/// `struct efadv_comp_cntr_init_attr`: EFA-specific input of [`efadv_create_comp_cntr`].
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct efadv_comp_cntr_init_attr {
+    /// Compatibility mask; must be 0.
+    pub comp_mask: u64,
+    /// Bitmask of `EFADV_COMP_CNTR_INIT_WITH_*`.
+    pub flags: u32,
+    /// Reserved, must be 0.
+    pub reserved: u32,
+    /// External memory of the completion count.
+    pub comp_cntr_ext_mem: efadv_memory_location,
+    /// External memory of the error count.
+    pub err_cntr_ext_mem: efadv_memory_location,
+}
+assert_layout!(
+    efadv_comp_cntr_init_attr,
+    size = 80,
+    align = 8,
+    comp_mask = 0,
+    flags = 8,
+    reserved = 12,
+    comp_cntr_ext_mem = 16,
+    err_cntr_ext_mem = 48
+);
+
+// ---------------------------------------------------------------------------------------------
+// Linked entry points (EFA_1.0 .. EFA_1.2; present in every libefa this crate supports)
+// ---------------------------------------------------------------------------------------------
+
+#[link(name = "efa")]
+extern "C" {
+    /// Creates an SRD QP from a legacy `ibv_qp_init_attr` (`qp_type` must be
+    /// `IBV_QPT_DRIVER`). Node `EFA_1.0`. Returns NULL and sets `errno` on failure.
+    pub fn efadv_create_driver_qp(
+        ibvpd: *mut ibv_pd,
+        attr: *mut ibv_qp_init_attr,
+        driver_qp_type: u32,
+    ) -> *mut ibv_qp;
+
+    /// Creates an SRD QP with extended attributes (`attr_ex.qp_type` must be
+    /// `IBV_QPT_DRIVER`). Node `EFA_1.1`. Returns NULL and sets `errno` on failure.
+    pub fn efadv_create_qp_ex(
+        ibvctx: *mut ibv_context,
+        attr_ex: *mut ibv_qp_init_attr_ex,
+        efa_attr: *mut efadv_qp_init_attr,
+        inlen: u32,
+    ) -> *mut ibv_qp;
+
+    /// Reads the device AH number of `ibvah`. Node `EFA_1.1`. Returns 0 or a positive errno.
+    pub fn efadv_query_ah(ibvah: *mut ibv_ah, attr: *mut efadv_ah_attr, inlen: u32) -> c_int;
+
+    /// Reads EFA device limits and capabilities. Node `EFA_1.1`. Returns 0 or a positive errno
+    /// (`EOPNOTSUPP` if the context is not an EFA device).
+    pub fn efadv_query_device(
+        ibvctx: *mut ibv_context,
+        attr: *mut efadv_device_attr,
+        inlen: u32,
+    ) -> c_int;
+
+    /// Creates an extended CQ with EFA extensions. Node `EFA_1.2`. Returns NULL and sets
+    /// `errno` on failure.
+    pub fn efadv_create_cq(
+        ibvctx: *mut ibv_context,
+        attr_ex: *mut ibv_cq_init_attr_ex,
+        efa_attr: *mut efadv_cq_init_attr,
+        inlen: u32,
+    ) -> *mut ibv_cq_ex;
+
+    /// Returns the `efadv_cq` embedded in an EFA CQ. Node `EFA_1.2`.
+    pub fn efadv_cq_from_ibv_cq_ex(ibvcqx: *mut ibv_cq_ex) -> *mut efadv_cq;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Header-only helpers
+// ---------------------------------------------------------------------------------------------
+
+/// Copies the source GID of the current receive completion into `*sgid`.
+///
+/// Returns 0 on success, `-ENOENT` when the sender is known by an AH (no GID reported), and
+/// `-EOPNOTSUPP` when the CQ was not created with [`EFADV_WC_EX_WITH_SGID`] (the C inline would
+/// call a NULL pointer instead).
+///
+/// # Safety
+/// `efadv_cq` must come from [`efadv_cq_from_ibv_cq_ex`] on a live CQ that is inside a poll
+/// (after a successful `ibv_start_poll`/`ibv_next_poll`, before the next poll call), and
+/// `sgid` must be valid for a 16-byte write.
+#[inline]
+pub unsafe fn efadv_wc_read_sgid(efadv_cq: *mut efadv_cq, sgid: *mut ibv_gid) -> c_int {
+    // SAFETY: the caller guarantees `efadv_cq` points to a live `efadv_cq`.
+    match unsafe { (*efadv_cq).wc_read_sgid } {
+        // SAFETY: the provider installed this pointer for this CQ; arguments as promised by the caller.
+        Some(read_sgid) => unsafe { read_sgid(efadv_cq, sgid) },
+        None => -libc::EOPNOTSUPP,
+    }
+}
+
+/// Whether the current completion is an unsolicited write-with-immediate (one that consumed no
+/// receive WR). Returns `false` when the CQ was not created with
+/// [`EFADV_WC_EX_WITH_IS_UNSOLICITED`].
+///
+/// # Safety
+/// `efadv_cq` must come from [`efadv_cq_from_ibv_cq_ex`] on a live CQ that is inside a poll.
+#[inline]
+pub unsafe fn efadv_wc_is_unsolicited(efadv_cq: *mut efadv_cq) -> bool {
+    // SAFETY: the caller guarantees `efadv_cq` points to a live `efadv_cq`.
+    match unsafe { (*efadv_cq).wc_is_unsolicited } {
+        // SAFETY: the provider installed this pointer for this CQ.
+        Some(is_unsolicited) => unsafe { is_unsolicited(efadv_cq) },
+        None => false,
+    }
+}
+
+/// Sets processing hints (`EFADV_WR_PROCESSING_HINT_*`) on the work request being built.
+///
+/// Returns `false` (and does nothing) when the QP was not created with
+/// [`EFADV_WR_EX_WITH_PROCESSING_HINTS`] (the C inline would call a NULL pointer instead).
+/// Hints never change what data arrives, so ignoring them is safe.
+///
+/// # Safety
+/// `efadv_qp` must come from [`efadv_qp_from_ibv_qp_ex`] on a live QP, between
+/// `ibv_wr_start` and `ibv_wr_complete`/`ibv_wr_abort`, after the opcode call of the WR.
+#[inline]
+pub unsafe fn efadv_wr_set_processing_hints(efadv_qp: *mut efadv_qp, hints: u32) -> bool {
+    // SAFETY: the caller guarantees `efadv_qp` points to a live `efadv_qp`.
+    match unsafe { (*efadv_qp).wr_set_processing_hints } {
+        Some(set_hints) => {
+            // SAFETY: the provider installed this pointer for this QP.
+            unsafe { set_hints(efadv_qp, hints) };
+            true
+        }
+        None => false,
+    }
+}
