@@ -672,3 +672,112 @@ pub unsafe fn efadv_wr_set_processing_hints(efadv_qp: *mut efadv_qp, hints: u32)
         None => false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::sync::atomic::{AtomicU32, Ordering};
+
+    unsafe extern "C" fn read_sgid_known_sender(_cq: *mut efadv_cq, _sgid: *mut ibv_gid) -> c_int {
+        -libc::ENOENT
+    }
+
+    unsafe extern "C" fn read_sgid_unknown_sender(_cq: *mut efadv_cq, sgid: *mut ibv_gid) -> c_int {
+        // SAFETY: the helper under test forwards the caller's valid `sgid`.
+        unsafe { (*sgid).raw = [0xfe; 16] };
+        0
+    }
+
+    unsafe extern "C" fn unsolicited(cq: *mut efadv_cq) -> bool {
+        // SAFETY: the helper under test forwards the caller's valid `cq`.
+        unsafe { (*cq).comp_mask == 7 }
+    }
+
+    static LAST_HINTS: AtomicU32 = AtomicU32::new(0);
+    unsafe extern "C" fn record_hints(_qp: *mut efadv_qp, hints: u32) {
+        LAST_HINTS.store(hints, Ordering::SeqCst);
+    }
+
+    #[test]
+    fn wc_read_sgid_forwards_result_and_reports_missing_pointer() {
+        let mut gid = ibv_gid { raw: [0; 16] };
+        let mut cq = efadv_cq {
+            wc_read_sgid: Some(read_sgid_unknown_sender),
+            ..Default::default()
+        };
+        // SAFETY: `cq` and `gid` are live locals.
+        assert_eq!(unsafe { efadv_wc_read_sgid(&mut cq, &mut gid) }, 0);
+        // SAFETY: `raw` is the plain-bytes view of the union.
+        assert_eq!(unsafe { gid.raw }, [0xfe; 16]);
+        cq.wc_read_sgid = Some(read_sgid_known_sender);
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { efadv_wc_read_sgid(&mut cq, &mut gid) },
+            -libc::ENOENT
+        );
+        cq.wc_read_sgid = None;
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { efadv_wc_read_sgid(&mut cq, &mut gid) },
+            -libc::EOPNOTSUPP
+        );
+    }
+
+    #[test]
+    fn wc_is_unsolicited_calls_through_and_defaults_to_false() {
+        let mut cq = efadv_cq {
+            comp_mask: 7,
+            wc_is_unsolicited: Some(unsolicited),
+            ..Default::default()
+        };
+        // SAFETY: `cq` is a live local.
+        assert!(unsafe { efadv_wc_is_unsolicited(&mut cq) });
+        cq.comp_mask = 0;
+        // SAFETY: as above.
+        assert!(!unsafe { efadv_wc_is_unsolicited(&mut cq) });
+        cq.wc_is_unsolicited = None;
+        cq.comp_mask = 7;
+        // SAFETY: as above.
+        assert!(!unsafe { efadv_wc_is_unsolicited(&mut cq) });
+    }
+
+    #[test]
+    fn wr_set_processing_hints_calls_through_or_reports_disabled() {
+        let mut qp = efadv_qp {
+            comp_mask: 0,
+            wr_set_processing_hints: Some(record_hints),
+        };
+        // SAFETY: `qp` is a live local.
+        assert!(unsafe {
+            efadv_wr_set_processing_hints(&mut qp, EFADV_WR_PROCESSING_HINT_BURST_PPS_SENSITIVE)
+        });
+        assert_eq!(
+            LAST_HINTS.load(Ordering::SeqCst),
+            EFADV_WR_PROCESSING_HINT_BURST_PPS_SENSITIVE
+        );
+        qp.wr_set_processing_hints = None;
+        // SAFETY: as above.
+        assert!(!unsafe { efadv_wr_set_processing_hints(&mut qp, 0) });
+    }
+
+    #[test]
+    fn defaults_are_all_zero_bytes() {
+        fn zeroed<T: Copy>(value: T) -> bool {
+            // SAFETY: reading the bytes of a plain `repr(C)` value without padding.
+            let bytes = unsafe {
+                core::slice::from_raw_parts(
+                    (&value as *const T).cast::<u8>(),
+                    core::mem::size_of::<T>(),
+                )
+            };
+            bytes.iter().all(|&b| b == 0)
+        }
+        assert!(zeroed(efadv_device_attr::default()));
+        assert!(zeroed(efadv_qp_init_attr::default()));
+        assert!(zeroed(efadv_cq_init_attr::default()));
+        assert!(zeroed(efadv_wq_attr::default()));
+        assert!(zeroed(efadv_cq_attr::default()));
+        assert!(zeroed(efadv_comp_cntr_init_attr::default()));
+        assert!(zeroed(efadv_mr_attr::default()));
+    }
+}

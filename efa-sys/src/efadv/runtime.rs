@@ -23,7 +23,7 @@ use crate::verbs_ext::{ibv_comp_cntr, ibv_comp_cntr_init_attr};
 use core::ffi::{c_char, c_int, c_void};
 use core::fmt;
 use core::marker::PhantomData;
-use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicUsize, Ordering};
 use rdma_sys::{ibv_context, ibv_cq, ibv_mr, ibv_qp, ibv_qp_ex};
 
 /// Why a run-time resolved libefa function is unavailable.
@@ -75,6 +75,8 @@ const SYMBOL_ABSENT: usize = 2;
 
 /// A libefa function looked up once at run time; `F` is its `unsafe extern "C" fn` type.
 pub struct RuntimeSymbol<F> {
+    /// NUL-terminated soname of the library that exports it.
+    library: &'static str,
     /// NUL-terminated C name.
     name: &'static str,
     /// NUL-terminated version node.
@@ -86,13 +88,17 @@ pub struct RuntimeSymbol<F> {
 impl<F: Copy> RuntimeSymbol<F> {
     /// # Safety
     /// `F` must be the exact `unsafe extern "C" fn` type of the C function `name`.
-    /// `name` and `version_node` must end with a NUL byte (checked at compile time for statics).
-    pub(crate) const unsafe fn new(name: &'static str, version_node: &'static str) -> Self {
+    /// `library`, `name` and `version_node` must end with a NUL byte (checked at compile time
+    /// for statics).
+    pub(crate) const unsafe fn new(
+        library: &'static str,
+        name: &'static str,
+        version_node: &'static str,
+    ) -> Self {
         assert!(core::mem::size_of::<F>() == core::mem::size_of::<usize>());
-        let (n, v) = (name.as_bytes(), version_node.as_bytes());
-        assert!(!n.is_empty() && n[n.len() - 1] == 0);
-        assert!(!v.is_empty() && v[v.len() - 1] == 0);
+        assert!(ends_with_nul(library) && ends_with_nul(name) && ends_with_nul(version_node));
         Self {
+            library,
             name,
             version_node,
             cache: AtomicUsize::new(UNRESOLVED),
@@ -146,7 +152,7 @@ impl<F: Copy> RuntimeSymbol<F> {
     }
 
     fn look_up(&self) -> usize {
-        let Some(handle) = libefa_handle() else {
+        let Some(handle) = open_library(self.library) else {
             return LIBRARY_UNAVAILABLE;
         };
         let name = self.name.as_ptr().cast::<c_char>();
@@ -183,27 +189,26 @@ impl<F> fmt::Debug for RuntimeSymbol<F> {
     }
 }
 
-/// Handle of `libefa.so.1`, opened once and never closed.
-fn libefa_handle() -> Option<*mut c_void> {
-    static HANDLE: AtomicPtr<c_void> = AtomicPtr::new(core::ptr::null_mut());
-    let cached = HANDLE.load(Ordering::Acquire);
-    if !cached.is_null() {
-        return Some(cached);
-    }
-    let soname = c"libefa.so.1".as_ptr();
+const fn ends_with_nul(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty() && b[b.len() - 1] == 0
+}
+
+/// Handle of `soname` (NUL-terminated), never closed. Called once per symbol, on its first
+/// resolution only.
+fn open_library(soname: &'static str) -> Option<*mut c_void> {
+    let soname = soname.as_ptr().cast::<c_char>();
     // SAFETY: `soname` is NUL-terminated; RTLD_NOLOAD only returns an already loaded library.
     let mut handle = unsafe { libc::dlopen(soname, libc::RTLD_NOW | libc::RTLD_NOLOAD) };
     if handle.is_null() {
-        // SAFETY: as above; loading libefa runs only its own initialisers.
+        // SAFETY: as above; loading the library runs only its own initialisers.
         handle = unsafe { libc::dlopen(soname, libc::RTLD_NOW | libc::RTLD_LOCAL) };
     }
-    if handle.is_null() {
-        return None;
-    }
-    // A racing thread may store its own handle for the same library: both stay valid forever.
-    HANDLE.store(handle, Ordering::Release);
-    Some(handle)
+    (!handle.is_null()).then_some(handle)
 }
+
+/// Soname of libefa, NUL-terminated.
+const LIBEFA: &str = "libefa.so.1\0";
 
 /// Type of `efadv_query_mr` (node `EFA_1.3`).
 pub type efadv_query_mr_fn =
@@ -245,7 +250,7 @@ macro_rules! runtime_symbols {
         $(#[$doc])*
         // SAFETY: `$fn_ty` is the C prototype of `$name` from efadv.h (rdma-core 65).
         pub static $stat: RuntimeSymbol<$fn_ty> =
-            unsafe { RuntimeSymbol::new(concat!($name, "\0"), concat!($node, "\0")) };
+            unsafe { RuntimeSymbol::new(LIBEFA, concat!($name, "\0"), concat!($node, "\0")) };
     )*};
 }
 
@@ -391,7 +396,7 @@ mod tests {
         ) -> c_int;
         // SAFETY: QueryDevice is efadv_query_device's prototype; names are NUL-terminated.
         let sym: RuntimeSymbol<QueryDevice> =
-            unsafe { RuntimeSymbol::new("efadv_query_device\0", "EFA_1.1\0") };
+            unsafe { RuntimeSymbol::new(LIBEFA, "efadv_query_device\0", "EFA_1.1\0") };
         let resolved = sym.resolve().expect("the system libefa exports EFA_1.1");
         let linked: QueryDevice = super::super::efadv_query_device;
         assert_eq!(resolved as usize, linked as usize);
@@ -405,7 +410,7 @@ mod tests {
         type CqFromEx = unsafe extern "C" fn(*mut ibv_qp_ex) -> *mut c_void;
         // SAFETY: only the address is compared, never called.
         let sym: RuntimeSymbol<CqFromEx> =
-            unsafe { RuntimeSymbol::new("efadv_cq_from_ibv_cq_ex\0", "EFA_9.9\0") };
+            unsafe { RuntimeSymbol::new(LIBEFA, "efadv_cq_from_ibv_cq_ex\0", "EFA_9.9\0") };
         assert!(sym.resolve().is_ok());
     }
 
@@ -414,7 +419,7 @@ mod tests {
         type Nothing = unsafe extern "C" fn();
         // SAFETY: the symbol does not exist, so nothing is ever called.
         let sym: RuntimeSymbol<Nothing> =
-            unsafe { RuntimeSymbol::new("efadv_no_such_function\0", "EFA_1.99\0") };
+            unsafe { RuntimeSymbol::new(LIBEFA, "efadv_no_such_function\0", "EFA_1.99\0") };
         let err = sym.resolve().unwrap_err();
         assert_eq!(
             err,
@@ -429,6 +434,30 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "efadv_no_such_function@EFA_1.99 is not provided by this libefa.so.1 (it predates EFA_1.99)"
+        );
+    }
+
+    #[test]
+    fn missing_library_is_reported_as_library_unavailable() {
+        type Nothing = unsafe extern "C" fn();
+        // SAFETY: the library does not exist, so nothing is ever called.
+        let sym: RuntimeSymbol<Nothing> = unsafe {
+            RuntimeSymbol::new(
+                "libefa-sys-no-such-library.so.9\0",
+                "efadv_query_mr\0",
+                "EFA_1.3\0",
+            )
+        };
+        let err = sym.resolve().unwrap_err();
+        assert_eq!(err.reason, NotProvidedReason::LibraryUnavailable);
+        assert_eq!(
+            (err.function, err.version_node),
+            ("efadv_query_mr", "EFA_1.3")
+        );
+        assert_eq!(sym.resolve().unwrap_err(), err);
+        assert_eq!(
+            err.to_string(),
+            "efadv_query_mr@EFA_1.3 is not provided: libefa.so.1 could not be loaded"
         );
     }
 
