@@ -39,9 +39,21 @@
 
 #![allow(missing_docs, dead_code, unused_variables)] // removed once the model is complete
 
-use std::sync::{Arc, OnceLock};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
+mod cq;
+pub(crate) mod mem;
 pub mod profile;
+mod qp;
+mod runtime;
+#[path = "../transport/mod.rs"]
+pub mod transport;
+
+use cq::CqEntry;
+use runtime::Runtime;
+pub use runtime::Stats;
 
 /// Positive errno (EINVAL, ENOMEM, EOPNOTSUPP, ...), as rdma-core reports it.
 pub type Errno = i32;
@@ -209,6 +221,7 @@ pub struct Device {
     pub profile: Profile,
     /// IPv4 address the device's endpoint binds to (encoded in the GID).
     pub addr: std::net::Ipv4Addr,
+    rt: OnceLock<Result<Arc<Runtime>, String>>,
 }
 
 impl std::fmt::Debug for Device {
@@ -228,7 +241,23 @@ impl Device {
             gid: gid_for(addr, index),
             profile,
             addr,
+            rt: OnceLock::new(),
         }
+    }
+
+    /// A device outside [`Sim::get`]'s list (tests with special profiles).
+    /// Opening two devices with the same `index` in one process fails with
+    /// ENODEV (they would share a UDP port); pick indices above `EFA_SIM_DEVICES`.
+    pub fn standalone(
+        index: u32,
+        addr: std::net::Ipv4Addr,
+        profile: Profile,
+    ) -> Result<Arc<Device>, String> {
+        profile::validate(&profile)?;
+        if index >= MAX_DEVICES {
+            return Err(format!("device index {index} must be < {MAX_DEVICES}"));
+        }
+        Ok(Arc::new(Device::new(index, addr, profile)))
     }
 }
 
@@ -258,27 +287,141 @@ pub fn gid_endpoint(g: &Gid) -> Option<(std::net::Ipv4Addr, u32)> {
 // Objects. The ABI layer keeps one Arc per rdma-core object it hands out.
 // ---------------------------------------------------------------------------
 
-pub struct Pd {/* model-private */}
-pub struct Mr {/* model-private */}
+/// Protection domain.
+pub struct Pd {
+    rt: Arc<Runtime>,
+    number: u16,
+    users: AtomicU32,
+    dead: AtomicBool,
+    /// (GID → (AH number, use count)) of this PD: the device's address book.
+    ahs: Mutex<HashMap<Gid, (u16, u32)>>,
+}
+
+/// Memory region.
+pub struct Mr {
+    pd: Arc<Pd>,
+    key: u32,
+    /// Host address of the first byte (0 for an unmappable dma-buf).
+    host: usize,
+    len: usize,
+    iova: u64,
+    access: AccessFlags,
+    dmabuf: Option<DmaBuf>,
+    dead: AtomicBool,
+}
+
+/// What a dma-buf MR was registered with.
 #[derive(Debug)]
-pub struct Ah {/* model-private */}
-pub struct Cq {/* model-private */}
-pub struct Qp {/* model-private */}
+pub struct DmaBuf {
+    pub fd: i32,
+    pub offset: u64,
+    /// Whether the model could mmap the fd (else its data path fails, see module docs).
+    pub mapped: bool,
+}
+
+/// Address handle: a (PD, GID) pair with a device AH number.
+#[derive(Debug)]
+pub struct Ah {
+    pd_number: u16,
+    pd: Weak<Pd>,
+    gid: Gid,
+    number: u16,
+    dead: AtomicBool,
+}
+
+/// Completion queue.
+pub struct Cq {
+    rt: Arc<Runtime>,
+    depth: u32,
+    opts: CqOptions,
+    ring: Mutex<VecDeque<CqEntry>>,
+    armed: AtomicBool,
+    notifier: Mutex<Option<Arc<dyn Fn() + Send + Sync>>>,
+    users: AtomicU32,
+    dead: AtomicBool,
+}
+
+/// Queue pair.
+pub struct Qp {
+    me: Weak<Qp>,
+    pd: Arc<Pd>,
+    qpn: u32,
+    qp_type: QpType,
+    send_cq: Arc<Cq>,
+    recv_cq: Arc<Cq>,
+    caps: QpCaps,
+    sq_sig_all: bool,
+    send_ops_flags: Option<u64>,
+    efa_flags: u16,
+    state: AtomicU32,
+    qkey: AtomicU32,
+    sq_psn: AtomicU32,
+    rnr_retry: AtomicU8,
+    sq_inflight: AtomicU32,
+    rq_inflight: AtomicU32,
+    rq: Mutex<VecDeque<RecvWr>>,
+    /// Serialises posters so "room for N" and "take N" are one step.
+    post_lock: Mutex<()>,
+    dead: AtomicBool,
+}
 
 /// IBV_ACCESS_* bits as given by the caller (the model applies model §3.7 rules).
 pub type AccessFlags = u32;
 
+/// `IBV_ACCESS_LOCAL_WRITE`.
+pub const ACCESS_LOCAL_WRITE: u32 = 1;
+/// `IBV_ACCESS_REMOTE_WRITE`.
+pub const ACCESS_REMOTE_WRITE: u32 = 2;
+/// `IBV_ACCESS_REMOTE_READ`.
+pub const ACCESS_REMOTE_READ: u32 = 4;
+/// `IBV_ACCESS_OPTIONAL_RANGE` (silently dropped, like rdma-core).
+pub const ACCESS_OPTIONAL_RANGE: u32 = 0x3ff0_0000;
+
 impl Device {
-    pub fn alloc_pd(self: &Arc<Self>) -> Result<Arc<Pd>, Errno> {
-        todo!()
+    /// This device's runtime (endpoint + engine thread), started on first use.
+    fn runtime(self: &Arc<Self>) -> Result<Arc<Runtime>, Errno> {
+        let rt = self.rt.get_or_init(|| {
+            Runtime::start(self).map_err(|m| {
+                eprintln!("efa-sim: {}: cannot start: {m}", self.name);
+                m
+            })
+        });
+        rt.as_ref().cloned().map_err(|_| libc::ENODEV)
     }
+
+    /// Counters of this device in this process (zero before first use).
+    pub fn stats(self: &Arc<Self>) -> Stats {
+        match self.rt.get() {
+            Some(Ok(rt)) => rt.stats.snapshot(),
+            _ => Stats::default(),
+        }
+    }
+
+    pub fn alloc_pd(self: &Arc<Self>) -> Result<Arc<Pd>, Errno> {
+        let rt = self.runtime()?;
+        let n = rt.pd_count.fetch_add(1, Ordering::AcqRel);
+        if n >= self.profile.max_pd {
+            rt.pd_count.fetch_sub(1, Ordering::AcqRel);
+            return Err(libc::ENOMEM);
+        }
+        let number = (rt.next_pd.fetch_add(1, Ordering::Relaxed) & 0xffff) as u16;
+        Ok(Arc::new(Pd {
+            rt,
+            number,
+            users: AtomicU32::new(0),
+            dead: AtomicBool::new(false),
+            ahs: Mutex::new(HashMap::new()),
+        }))
+    }
+
     /// `depth` = requested cqe; returns the CQ and the granted depth (power of two).
     pub fn create_cq(
         self: &Arc<Self>,
         depth: u32,
         opts: CqOptions,
     ) -> Result<(Arc<Cq>, u32), Errno> {
-        todo!()
+        let rt = self.runtime()?;
+        Cq::create(rt, depth, opts)
     }
 }
 
@@ -291,17 +434,81 @@ pub struct CqOptions {
 }
 
 impl Pd {
+    /// Checks and normalises MR access flags (model §3.7).
+    fn mr_access(&self, access: AccessFlags) -> Result<AccessFlags, Errno> {
+        let caps = self.rt.profile.device_caps;
+        let access = access & !ACCESS_OPTIONAL_RANGE;
+        let mut allowed = ACCESS_LOCAL_WRITE;
+        if caps & profile::CAP_RDMA_READ != 0 {
+            allowed |= ACCESS_REMOTE_READ;
+        }
+        if caps & profile::CAP_RDMA_WRITE != 0 {
+            allowed |= ACCESS_REMOTE_WRITE;
+        }
+        if access & !allowed != 0 {
+            return Err(libc::EOPNOTSUPP);
+        }
+        Ok(access)
+    }
+
+    fn add_mr(
+        self: &Arc<Self>,
+        host: usize,
+        len: usize,
+        iova: u64,
+        access: AccessFlags,
+        dmabuf: Option<DmaBuf>,
+    ) -> Result<Arc<Mr>, Errno> {
+        if self.dead.load(Ordering::Acquire) {
+            return Err(libc::EINVAL);
+        }
+        if len as u64 > self.rt.profile.max_mr_size || iova.checked_add(len as u64).is_none() {
+            return Err(libc::EINVAL);
+        }
+        let mut mrs = self.rt.mrs.write().unwrap_or_else(|e| e.into_inner());
+        if mrs.len() >= self.rt.profile.max_mr as usize {
+            return Err(libc::ENOMEM);
+        }
+        let key = self.rt.alloc_key(&mrs);
+        let mr = Arc::new(Mr {
+            pd: self.clone(),
+            key,
+            host,
+            len,
+            iova,
+            access,
+            dmabuf,
+            dead: AtomicBool::new(false),
+        });
+        mrs.insert(key, mr.clone());
+        self.users.fetch_add(1, Ordering::AcqRel);
+        Ok(mr)
+    }
+
     /// Host memory `[addr, addr+len)` addressed by the peer as `[iova, iova+len)`.
-    pub fn reg_mr(
+    ///
+    /// # Safety
+    /// `[addr, addr+len)` must stay valid, readable and (if any write access is
+    /// granted) writable memory until [`Mr::dereg`] returns; peers and the device
+    /// read and write it at any time in between (like DMA).
+    pub unsafe fn reg_mr(
         self: &Arc<Self>,
         addr: usize,
         len: usize,
         iova: u64,
         access: AccessFlags,
     ) -> Result<Arc<Mr>, Errno> {
-        todo!()
+        let access = self.mr_access(access)?;
+        if addr.checked_add(len).is_none() || (addr == 0 && len != 0) {
+            return Err(libc::EINVAL);
+        }
+        self.add_mr(addr, len, iova, access, None)
     }
-    /// dma-buf registration: records fd/offset/len/iova (data path maps it if it can).
+
+    /// dma-buf registration: records fd/offset/len/iova. The model mmaps
+    /// `[offset, offset+len)` of the fd (shared, read/write); if that fails the MR
+    /// still registers but every data-path access to it fails (local side:
+    /// status 5 LOC_PROT, remote side: status 7 REM_ACCESS).
     pub fn reg_dmabuf_mr(
         self: &Arc<Self>,
         offset: u64,
@@ -310,39 +517,192 @@ impl Pd {
         fd: i32,
         access: AccessFlags,
     ) -> Result<Arc<Mr>, Errno> {
-        todo!()
+        let access = self.mr_access(access)?;
+        if fd < 0 {
+            return Err(libc::EINVAL);
+        }
+        let mut host = 0usize;
+        if len > 0 {
+            // SAFETY: mmap of a caller-owned fd into fresh address space; no existing
+            // memory is touched; failure is reported as MAP_FAILED.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    fd,
+                    offset as libc::off_t,
+                )
+            };
+            if p != libc::MAP_FAILED {
+                host = p as usize;
+            }
+        }
+        let mapped = host != 0 || len == 0;
+        self.add_mr(host, len, iova, access, Some(DmaBuf { fd, offset, mapped }))
     }
+
     /// Same (PD, GID) gives the same AH number (model §3.7).
     pub fn create_ah(self: &Arc<Self>, gid: &Gid) -> Result<Arc<Ah>, Errno> {
-        todo!()
+        if self.dead.load(Ordering::Acquire) {
+            return Err(libc::EINVAL);
+        }
+        let mut ahs = self.ahs.lock().unwrap_or_else(|e| e.into_inner());
+        let number = match ahs.get_mut(gid) {
+            Some((n, uses)) => {
+                *uses += 1;
+                *n
+            }
+            None => {
+                let n = self.rt.alloc_ah_number()?;
+                ahs.insert(*gid, (n, 1));
+                n
+            }
+        };
+        self.users.fetch_add(1, Ordering::AcqRel);
+        Ok(Arc::new(Ah {
+            pd_number: self.number,
+            pd: Arc::downgrade(self),
+            gid: *gid,
+            number,
+            dead: AtomicBool::new(false),
+        }))
     }
+
     pub fn create_qp(self: &Arc<Self>, init: &QpInit) -> Result<(Arc<Qp>, QpCaps), Errno> {
-        todo!()
+        Qp::create(self, init)
     }
+
     /// EBUSY while MRs/AHs/QPs use it.
     pub fn dealloc(&self) -> Result<(), Errno> {
-        todo!()
+        if self.users.load(Ordering::Acquire) != 0 {
+            return Err(libc::EBUSY);
+        }
+        if !self.dead.swap(true, Ordering::AcqRel) {
+            self.rt.pd_count.fetch_sub(1, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+
+    /// The device PD number.
+    pub fn number(&self) -> u16 {
+        self.number
+    }
+
+    /// The receiver-side AH number of `gid` in this PD, or 0xFFFF.
+    fn ah_number_of(&self, gid: &Gid) -> u16 {
+        self.ahs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(gid)
+            .map(|(n, _)| *n)
+            .unwrap_or(0xffff)
     }
 }
 
 impl Mr {
     pub fn lkey(&self) -> u32 {
-        todo!()
+        self.key
     }
     pub fn rkey(&self) -> u32 {
-        todo!()
+        self.key
+    }
+    /// Registered length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether the MR is zero-length.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// IOVA of the first byte.
+    pub fn iova(&self) -> u64 {
+        self.iova
+    }
+    /// Normalised access flags.
+    pub fn access(&self) -> AccessFlags {
+        self.access
+    }
+    /// dma-buf registration facts, if this is a dma-buf MR.
+    pub fn dmabuf(&self) -> Option<&DmaBuf> {
+        self.dmabuf.as_ref()
     }
     pub fn dereg(&self) -> Result<(), Errno> {
-        todo!()
+        if self.dead.swap(true, Ordering::AcqRel) {
+            return Err(libc::EINVAL);
+        }
+        self.pd
+            .rt
+            .mrs
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.key);
+        self.pd.users.fetch_sub(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Host address of `[iova, iova+len)` if it lies inside this live MR and
+    /// the MR has `need` access bits.
+    fn host_range(&self, iova: u64, len: u64, need: AccessFlags) -> Option<usize> {
+        if self.dead.load(Ordering::Acquire) || self.access & need != need {
+            return None;
+        }
+        let off = iova.checked_sub(self.iova)?;
+        let end = off.checked_add(len)?;
+        if end > self.len as u64 {
+            return None;
+        }
+        if self.host == 0 {
+            // Unmappable dma-buf (or zero-length MR): only empty accesses succeed.
+            return if len == 0 { Some(0) } else { None };
+        }
+        Some(self.host + off as usize)
+    }
+}
+
+impl Drop for Mr {
+    fn drop(&mut self) {
+        if let Some(d) = &self.dmabuf {
+            if d.mapped && self.host != 0 {
+                // SAFETY: we mapped exactly [host, host+len) in reg_dmabuf_mr and nothing
+                // references it any more (the MR is being dropped).
+                unsafe { libc::munmap(self.host as *mut libc::c_void, self.len) };
+            }
+        }
     }
 }
 
 impl Ah {
     pub fn number(&self) -> u16 {
-        todo!()
+        self.number
     }
+    /// Destination GID.
+    pub fn gid(&self) -> &Gid {
+        &self.gid
+    }
+    /// Releases this handle; the AH number lives on while other handles of the
+    /// same (PD, GID) exist. Send WRs still outstanding through this handle
+    /// complete with status 1 (FLUSHED).
     pub fn destroy(&self) -> Result<(), Errno> {
-        todo!()
+        if self.dead.swap(true, Ordering::AcqRel) {
+            return Err(libc::EINVAL);
+        }
+        if let Some(pd) = self.pd.upgrade() {
+            let mut ahs = pd.ahs.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((n, uses)) = ahs.get_mut(&self.gid) {
+                *uses -= 1;
+                if *uses == 0 {
+                    let n = *n;
+                    ahs.remove(&self.gid);
+                    pd.rt.free_ah_number(n);
+                }
+            }
+            drop(ahs);
+            pd.users.fetch_sub(1, Ordering::AcqRel);
+            pd.rt.flush_ah(self);
+        }
+        Ok(())
     }
 }
 
@@ -463,37 +823,7 @@ pub struct RecvWr {
     pub sges: arrayvec::ArrayVec<Sge, MAX_RECV_SGE>,
 }
 
-impl Qp {
-    pub fn qpn(&self) -> u32 {
-        todo!()
-    }
-    pub fn qp_type(&self) -> QpType {
-        todo!()
-    }
-    pub fn modify(&self, m: &ModifyQp) -> Result<(), Errno> {
-        todo!()
-    }
-    pub fn query(&self) -> QpAttrs {
-        todo!()
-    }
-    /// Checks one WR against model §3.3 rules 1–4 (state, signaled, flags, room for
-    /// `already_staged + 1` WRs) plus the opcode rules, without posting it.
-    pub fn check_send(&self, wr: &SendWr, already_staged: usize) -> Result<(), Errno> {
-        todo!()
-    }
-    /// Posts all WRs or none (an `ibv_wr_complete` session or one legacy WR).
-    pub fn post_send_batch(&self, wrs: &[SendWr]) -> Result<(), Errno> {
-        todo!()
-    }
-    /// Posts one receive (model §3.4); EINVAL in RESET/ERR or too many SGEs, ENOMEM when full.
-    pub fn post_recv(&self, wr: &RecvWr) -> Result<(), Errno> {
-        todo!()
-    }
-    /// Flushes outstanding WRs (status FLUSHED) and unregisters the QP number.
-    pub fn destroy(&self) -> Result<(), Errno> {
-        todo!()
-    }
-}
+// `impl Qp` lives in qp.rs (creation, state machine, posting).
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CompletionKind {
@@ -523,28 +853,7 @@ pub struct Completion {
     pub sgid: Option<Gid>,
 }
 
-impl Cq {
-    /// Oldest unretired completion, or None. Does not retire it.
-    pub fn peek(&self) -> Option<Completion> {
-        todo!()
-    }
-    /// Retires the completion returned by the last `peek` (frees its SQ/RQ slot).
-    pub fn retire(&self) {
-        todo!()
-    }
-    /// Arms a one-shot notification (ibv_req_notify_cq with solicited_only = 0).
-    pub fn arm(&self) {
-        todo!()
-    }
-    /// Called (from any thread) once per arm when a completion is added.
-    pub fn set_notifier(&self, f: Box<dyn Fn() + Send + Sync>) {
-        todo!()
-    }
-    /// EBUSY while a QP uses it.
-    pub fn destroy(&self) -> Result<(), Errno> {
-        todo!()
-    }
-}
+// `impl Cq` lives in cq.rs.
 
 #[cfg(test)]
 mod sim_tests {

@@ -1,0 +1,994 @@
+//! The per-process runtime of one device: its UDP endpoint, object tables,
+//! the requester's outstanding WRs (retransmission, timeouts) and the engine
+//! thread that executes incoming requests against local QPs and MRs, so
+//! one-sided RDMA progresses without the target polling.
+//!
+//! # Protocol (SRD)
+//!
+//! Every send WR becomes one request datagram with a per-endpoint `req_id`.
+//! The responder executes it once (duplicates are suppressed by
+//! `(requester address, epoch, req_id)`; reads are idempotent and simply
+//! re-executed) and answers with a response carrying the EFA status (and the
+//! data of a small RDMA read). The requester completes the WR only on that
+//! response (SRD: success only after the responder acked). No response within
+//! [`RTO`] → retransmit. An RNR response is retried after [`RNR_DELAY`],
+//! `rnr_retry` times (7 = forever), then completes with status 10.
+//! Nothing heard for [`PEER_TIMEOUT`] → status 13 if that peer address ever
+//! answered this device, else 15. This bounds every WR towards a dead peer
+//! (killed process, destroyed QP's process, qkey mismatch) to ≈ 1 s.
+//!
+//! Bulk RDMA (> [`INLINE_RDMA`] bytes) between processes uses a fast path:
+//! the request names the requester's pid and buffer address (which the
+//! requester validated through its lkey) and the responder, after validating
+//! its own rkey/range, copies with `process_vm_readv`/`process_vm_writev`.
+//! If that fails (other host, EPERM, ESRCH) the responder answers
+//! `STATUS_FALLBACK` and the requester completes the WR with status 12
+//! (REMOTE_ERROR_BAD_STATUS): chunked data-in-datagram transfer for bulk
+//! RDMA is NOT implemented. Within one process the requester range is
+//! additionally checked against a live MR of this process, so a forged packet
+//! can never make us read or write our own memory outside registered MRs.
+//!
+//! # Choices where the hardware is unspecified (model §7)
+//!
+//! * Receive buffer too small for a SEND: sender status 11; the receiver gets
+//!   no completion and its receive WR stays posted (at the head of the RQ).
+//! * Receive SGE with a bad lkey / no LOCAL_WRITE at the responder: the
+//!   receive completes with status 5 (WQE consumed), the sender with status 7.
+//! * Q_Key mismatch: the datagram is dropped and counted
+//!   ([`Stats::qkey_violations`]); the sender therefore times out: status 13
+//!   (or 15 if the peer never answered) after ≈ 1 s.
+//! * RDMA longer than `max_rdma_size`: status 6 at the requester, nothing sent.
+//! * Unknown peer (responder PD has no AH for the requester's GID): status 14
+//!   for RDMA read, write and write-with-imm.
+//! * Unsolicited write-with-imm: decided by the *responder* QP's
+//!   `EFADV_QP_FLAGS_UNSOLICITED_WRITE_RECV` flag alone (the requester's flags
+//!   play no part, as on hardware where the flag changes only receive-side
+//!   RQ consumption).
+//! * UD: unreliable, no response, sender completes OK once sent; the receiver
+//!   drops the datagram (counted in [`Stats::ud_drops`]) when no receive is
+//!   posted or the buffer is too small; the first 40 bytes of the receive
+//!   buffer are left as they were (GRH area, content undefined).
+
+use super::cq::Slot;
+use super::transport::wire::{self, Header, Op};
+use super::transport::{Endpoint, Faults};
+use super::*;
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::net::SocketAddrV4;
+use std::sync::atomic::AtomicU64;
+use std::sync::RwLock;
+use std::time::{Duration, Instant};
+
+/// Retransmission timeout.
+pub const RTO: Duration = Duration::from_millis(10);
+/// Wait before retrying after an RNR response.
+pub const RNR_DELAY: Duration = Duration::from_millis(1);
+/// A WR whose peer stays silent this long completes with status 13/15.
+pub const PEER_TIMEOUT: Duration = Duration::from_millis(1000);
+/// RDMA up to this many bytes carries its data in the datagram.
+pub const INLINE_RDMA: usize = 16 * 1024;
+
+const STATUS_RNR: u8 = 10;
+
+/// Counters of one device in one process.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Requests dropped because their Q_Key did not match the QP's.
+    pub qkey_violations: u64,
+    /// Datagrams that were not well-formed efa-sim packets.
+    pub malformed: u64,
+    /// Duplicate requests answered from the cache without re-executing.
+    pub duplicates: u64,
+    /// Requests sent again after [`RTO`].
+    pub retransmits: u64,
+    /// RNR responses sent.
+    pub rnr_naks: u64,
+    /// UD datagrams dropped (no receive posted, buffer too small, bad QP).
+    pub ud_drops: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct StatsInner {
+    qkey_violations: AtomicU64,
+    malformed: AtomicU64,
+    duplicates: AtomicU64,
+    retransmits: AtomicU64,
+    rnr_naks: AtomicU64,
+    ud_drops: AtomicU64,
+}
+
+impl StatsInner {
+    pub(crate) fn snapshot(&self) -> Stats {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Stats {
+            qkey_violations: l(&self.qkey_violations),
+            malformed: l(&self.malformed),
+            duplicates: l(&self.duplicates),
+            retransmits: l(&self.retransmits),
+            rnr_naks: l(&self.rnr_naks),
+            ud_drops: l(&self.ud_drops),
+        }
+    }
+}
+
+fn bump(a: &AtomicU64) {
+    a.fetch_add(1, Ordering::Relaxed);
+}
+
+/// What a request carries, kept so it can be rebuilt for retransmission.
+#[derive(Clone)]
+struct Spec {
+    header: Header,
+    /// Local segments (lkey, iova, len), re-validated at every use.
+    sges: arrayvec::ArrayVec<Sge, MAX_SEND_SGE>,
+    inline: arrayvec::ArrayVec<u8, MAX_INLINE>,
+    /// Whether the data travels in the datagram (SEND, small WRITE).
+    carries_data: bool,
+}
+
+struct Pending {
+    qp: Arc<Qp>,
+    wr_id: u64,
+    kind: CompletionKind,
+    dest: SocketAddrV4,
+    ah: Arc<Ah>,
+    spec: Spec,
+    next_tx: Instant,
+    last_heard: Instant,
+    rnr_left: u8,
+}
+
+struct AhAlloc {
+    next: u16,
+    free: Vec<u16>,
+    live: u32,
+}
+
+/// Duplicate-suppression state for one requester incarnation.
+#[derive(Default)]
+struct PeerDedup {
+    watermark: u64,
+    done: HashMap<u64, u8>,
+}
+
+/// Every runtime started in this process (for same-process range checks).
+static RUNTIMES: Mutex<Vec<Weak<Runtime>>> = Mutex::new(Vec::new());
+
+pub(crate) struct Runtime {
+    pub dev_index: u32,
+    pub gid: Gid,
+    pub profile: Profile,
+    pid: u32,
+    epoch: u64,
+    pub ep: Endpoint,
+    pub pd_count: AtomicU32,
+    pub next_pd: AtomicU32,
+    pub cq_count: AtomicU32,
+    pub next_qp_index: AtomicU32,
+    pub mrs: RwLock<HashMap<u32, Arc<Mr>>>,
+    next_key: AtomicU32,
+    pub qps: RwLock<Vec<Option<Arc<Qp>>>>,
+    ahs: Mutex<AhAlloc>,
+    pending: Mutex<HashMap<u64, Pending>>,
+    next_req: AtomicU64,
+    low_water: AtomicU64,
+    heard: Mutex<HashSet<SocketAddrV4>>,
+    pub stats: StatsInner,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<u8>> = RefCell::new(vec![0u8; wire::MAX_DATAGRAM]);
+}
+
+fn completion(qp: &Qp, wr_id: u64, kind: CompletionKind, status: u8) -> Completion {
+    Completion {
+        wr_id,
+        status,
+        kind,
+        byte_len: 0,
+        imm_be: None,
+        qp_num: qp.qpn,
+        src_qp: 0,
+        slid: 0xffff,
+        unsolicited: false,
+        sgid: None,
+    }
+}
+
+impl Runtime {
+    pub(crate) fn start(dev: &Arc<Device>) -> Result<Arc<Runtime>, String> {
+        let faults = Faults::from_env()?;
+        let ep = Endpoint::bind(dev.addr, dev.index, faults)?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        let pid = std::process::id();
+        let rt = Arc::new(Runtime {
+            dev_index: dev.index,
+            gid: dev.gid,
+            profile: dev.profile.clone(),
+            pid,
+            epoch: now ^ ((pid as u64) << 32) ^ dev.index as u64,
+            ep,
+            pd_count: AtomicU32::new(0),
+            next_pd: AtomicU32::new(1),
+            cq_count: AtomicU32::new(0),
+            next_qp_index: AtomicU32::new(0),
+            mrs: RwLock::new(HashMap::new()),
+            next_key: AtomicU32::new(1),
+            qps: RwLock::new(vec![None; MAX_QPS_PER_PROCESS as usize + 1]),
+            ahs: Mutex::new(AhAlloc {
+                next: 1,
+                free: Vec::new(),
+                live: 0,
+            }),
+            pending: Mutex::new(HashMap::with_capacity(8192)),
+            next_req: AtomicU64::new(1),
+            low_water: AtomicU64::new(1),
+            heard: Mutex::new(HashSet::new()),
+            stats: StatsInner::default(),
+        });
+        RUNTIMES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Arc::downgrade(&rt));
+        let engine_rt = rt.clone();
+        std::thread::Builder::new()
+            .name(format!("efa-sim-{}", dev.name))
+            .spawn(move || Engine::new(engine_rt).run())
+            .map_err(|e| format!("cannot spawn engine thread: {e}"))?;
+        Ok(rt)
+    }
+
+    /// A fresh 24-bit key (never 0, not in use).
+    pub(crate) fn alloc_key(&self, mrs: &HashMap<u32, Arc<Mr>>) -> u32 {
+        loop {
+            let k = self.next_key.fetch_add(1, Ordering::Relaxed) & 0xff_ffff;
+            if k != 0 && !mrs.contains_key(&k) {
+                return k;
+            }
+        }
+    }
+
+    pub(crate) fn alloc_ah_number(&self) -> Result<u16, Errno> {
+        let mut a = self.ahs.lock().unwrap_or_else(|e| e.into_inner());
+        if a.live >= self.profile.max_ah.min(0xfffe) {
+            return Err(libc::ENOMEM);
+        }
+        let n = match a.free.pop() {
+            Some(n) => n,
+            None => {
+                let n = a.next;
+                a.next = a.next.wrapping_add(1);
+                n
+            }
+        };
+        a.live += 1;
+        Ok(n)
+    }
+
+    pub(crate) fn free_ah_number(&self, n: u16) {
+        let mut a = self.ahs.lock().unwrap_or_else(|e| e.into_inner());
+        a.live -= 1;
+        a.free.push(n);
+    }
+
+    fn qp_by_qpn(&self, qpn: u32) -> Option<Arc<Qp>> {
+        if transport::slot_of_qpn(qpn) != self.ep.slot() {
+            return None;
+        }
+        let idx = (qpn & ((1 << transport::QP_INDEX_BITS) - 1)) as usize;
+        let qps = self.qps.read().unwrap_or_else(|e| e.into_inner());
+        qps.get(idx)
+            .and_then(|q| q.clone())
+            .filter(|q| q.qpn == qpn && !q.dead.load(Ordering::Acquire))
+    }
+
+    /// Local range of `sge` inside a live MR of `pd` with `need` access.
+    fn local_range(
+        mrs: &HashMap<u32, Arc<Mr>>,
+        pd: &Arc<Pd>,
+        sge: &Sge,
+        need: AccessFlags,
+    ) -> Option<usize> {
+        let mr = mrs.get(&sge.lkey)?;
+        if !Arc::ptr_eq(&mr.pd, pd) {
+            return None;
+        }
+        mr.host_range(sge.addr, sge.length as u64, need)
+    }
+
+    // -----------------------------------------------------------------
+    // Requester side
+    // -----------------------------------------------------------------
+
+    /// Executes one posted send WR (its SQ slot is already taken).
+    pub(crate) fn start_send(self: &Arc<Self>, qp: &Arc<Qp>, wr: &SendWr) {
+        let kind = match wr.op {
+            SendOp::Send | SendOp::SendImm => CompletionKind::Send,
+            SendOp::RdmaRead => CompletionKind::RdmaRead,
+            SendOp::RdmaWrite | SendOp::RdmaWriteImm => CompletionKind::RdmaWrite,
+        };
+        let fail = |status: u8| {
+            qp.send_cq
+                .push(completion(qp, wr.wr_id, kind, status), Slot::Sq(qp.clone()))
+        };
+        // The AH must be live and belong to the QP's PD.
+        if wr.ah.dead.load(Ordering::Acquire) || std::ptr::addr_of!(*qp.pd) != wr.ah.pd.as_ptr() {
+            return fail(4);
+        }
+        let Some((ip, dev)) = gid_endpoint(&wr.ah.gid) else {
+            return fail(4);
+        };
+        let Some(dest) = transport::addr_of(ip, dev, wr.remote_qpn) else {
+            return fail(4);
+        };
+        let (sges, inline, total) = match &wr.payload {
+            Payload::Sges(s) => {
+                let total: u64 = s.iter().map(|g| g.length as u64).sum();
+                (s.clone(), arrayvec::ArrayVec::new(), total)
+            }
+            Payload::Inline(d) => (arrayvec::ArrayVec::new(), d.clone(), d.len() as u64),
+        };
+        // Local keys: every SGE in a live MR of this PD (LOCAL_WRITE for a read target).
+        let need = if wr.op == SendOp::RdmaRead {
+            ACCESS_LOCAL_WRITE
+        } else {
+            0
+        };
+        {
+            let mrs = self.mrs.read().unwrap_or_else(|e| e.into_inner());
+            if sges
+                .iter()
+                .any(|g| Self::local_range(&mrs, &qp.pd, g, need).is_none())
+            {
+                return fail(5);
+            }
+        }
+        let rdma = kind != CompletionKind::Send;
+        if (!rdma && total > self.profile.mtu_bytes as u64)
+            || (rdma && total > self.profile.max_rdma_size as u64)
+        {
+            return fail(6);
+        }
+        let mut h = Header::new(
+            wire::KIND_REQ,
+            match wr.op {
+                SendOp::Send | SendOp::SendImm => Op::Send,
+                SendOp::RdmaRead => Op::Read,
+                _ => Op::Write,
+            },
+        );
+        h.epoch = self.epoch;
+        h.src_gid = self.gid;
+        h.src_qpn = qp.qpn as u16;
+        h.dst_qpn = wr.remote_qpn as u16;
+        h.qkey = wr.remote_qkey;
+        h.total_len = total as u32;
+        if matches!(wr.op, SendOp::SendImm | SendOp::RdmaWriteImm) {
+            h.flags |= wire::FLAG_IMM;
+            h.imm = wr.imm_be;
+        }
+        if let Some((addr, rkey)) = wr.remote {
+            h.remote_addr = addr;
+            h.rkey = rkey;
+        }
+        let bulk = rdma && total as usize > INLINE_RDMA;
+        if bulk {
+            // One SGE (check_send enforces it); its host address for the peer's copy.
+            let mrs = self.mrs.read().unwrap_or_else(|e| e.into_inner());
+            let host = sges
+                .first()
+                .and_then(|g| Self::local_range(&mrs, &qp.pd, g, need))
+                .unwrap_or(0);
+            h.flags |= wire::FLAG_FAST;
+            h.pid = self.pid;
+            h.local_addr = host as u64;
+        }
+        let carries_data = !bulk && wr.op != SendOp::RdmaRead;
+        let spec = Spec {
+            header: h,
+            sges,
+            inline,
+            carries_data,
+        };
+        if qp.qp_type == QpType::Ud {
+            h.flags |= wire::FLAG_UD;
+            let spec = Spec { header: h, ..spec };
+            let sent = self.transmit(&qp.pd, &spec, dest);
+            return fail(if sent { 0 } else { 5 });
+        }
+        let now = Instant::now();
+        let req_id = self.next_req.fetch_add(1, Ordering::Relaxed);
+        let mut spec = spec;
+        spec.header.req_id = req_id;
+        let pending = Pending {
+            qp: qp.clone(),
+            wr_id: wr.wr_id,
+            kind,
+            dest,
+            ah: wr.ah.clone(),
+            spec: spec.clone(),
+            next_tx: now + RTO,
+            last_heard: now,
+            rnr_left: qp.rnr_retry.load(Ordering::Acquire),
+        };
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(req_id, pending);
+        if !self.transmit(&qp.pd, &spec, dest) {
+            self.finish(req_id, 5);
+        }
+    }
+
+    /// Builds and sends the datagram of `spec`; false if a local key went
+    /// away (MR deregistered while the WR was outstanding).
+    fn transmit(&self, pd: &Arc<Pd>, spec: &Spec, dest: SocketAddrV4) -> bool {
+        SCRATCH.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            let mut len = wire::HEADER;
+            if spec.carries_data {
+                if !spec.inline.is_empty() {
+                    buf[len..len + spec.inline.len()].copy_from_slice(&spec.inline);
+                    len += spec.inline.len();
+                } else {
+                    let mrs = self.mrs.read().unwrap_or_else(|e| e.into_inner());
+                    for g in &spec.sges {
+                        let Some(host) = Self::local_range(&mrs, pd, g, 0) else {
+                            return false;
+                        };
+                        let l = g.length as usize;
+                        if len + l > wire::MAX_DATAGRAM {
+                            return false;
+                        }
+                        // SAFETY: host..host+l lies in a live MR (checked under the read lock we hold).
+                        unsafe { mem::read_registered(host, &mut buf[len..len + l]) };
+                        len += l;
+                    }
+                }
+            }
+            let mut h = spec.header;
+            h.data_len = (len - wire::HEADER) as u32;
+            h.watermark = self.low_water.load(Ordering::Relaxed);
+            h.encode(&mut buf[..]);
+            self.ep.send(&buf[..len], dest);
+            true
+        })
+    }
+
+    /// Completes pending request `req_id` with `status` (if still pending).
+    fn finish(&self, req_id: u64, status: u8) {
+        let p = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&req_id);
+        if let Some(p) = p {
+            p.qp.send_cq.push(
+                completion(&p.qp, p.wr_id, p.kind, status),
+                Slot::Sq(p.qp.clone()),
+            );
+        }
+    }
+
+    /// Drops outstanding requests of QP `qpn` without completions.
+    pub(crate) fn purge_pending(&self, qpn: u32) {
+        let gone: Vec<Pending> = {
+            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let ids: Vec<u64> = p
+                .iter()
+                .filter(|(_, v)| v.qp.qpn == qpn)
+                .map(|(k, _)| *k)
+                .collect();
+            ids.into_iter().filter_map(|k| p.remove(&k)).collect()
+        };
+        drop(gone);
+    }
+
+    /// Completes outstanding requests of QP `qpn` with `status`.
+    pub(crate) fn flush_pending(&self, qpn: u32, status: u8) {
+        self.flush_where(|p| p.qp.qpn == qpn, status);
+    }
+
+    /// Completes outstanding requests sent through `ah` with FLUSHED.
+    pub(crate) fn flush_ah(&self, ah: &Ah) {
+        self.flush_where(|p| std::ptr::eq(Arc::as_ptr(&p.ah), ah), 1);
+    }
+
+    fn flush_where(&self, f: impl Fn(&Pending) -> bool, status: u8) {
+        let gone: Vec<Pending> = {
+            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let ids: Vec<u64> = p.iter().filter(|(_, v)| f(v)).map(|(k, _)| *k).collect();
+            ids.into_iter().filter_map(|k| p.remove(&k)).collect()
+        };
+        for p in gone {
+            p.qp.send_cq.push(
+                completion(&p.qp, p.wr_id, p.kind, status),
+                Slot::Sq(p.qp.clone()),
+            );
+        }
+    }
+
+    fn handle_response(&self, h: &Header, data: &[u8], from: SocketAddrV4) {
+        if h.epoch != self.epoch {
+            return;
+        }
+        let now = Instant::now();
+        let mut status = h.status;
+        let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(p) = pend.get_mut(&h.req_id) else {
+            return;
+        };
+        if p.dest != from {
+            return;
+        }
+        p.last_heard = now;
+        if status == STATUS_RNR {
+            if p.rnr_left > 0 {
+                if p.rnr_left != qp::RNR_RETRY_INFINITE {
+                    p.rnr_left -= 1;
+                }
+                p.next_tx = now + RNR_DELAY;
+                drop(pend);
+                self.mark_heard(from);
+                return;
+            }
+        } else if status == wire::STATUS_FALLBACK {
+            status = 12;
+        } else if status == 0
+            && p.kind == CompletionKind::RdmaRead
+            && p.spec.header.flags & wire::FLAG_FAST == 0
+        {
+            // Small read: the data came with the response.
+            if data.len() != p.spec.header.total_len as usize {
+                return; // malformed; keep waiting (retransmission re-reads)
+            }
+            let mrs = self.mrs.read().unwrap_or_else(|e| e.into_inner());
+            let target = p
+                .spec
+                .sges
+                .first()
+                .and_then(|g| Self::local_range(&mrs, &p.qp.pd, g, ACCESS_LOCAL_WRITE));
+            match target {
+                // SAFETY: the range is inside a live MR with LOCAL_WRITE (read lock held).
+                Some(host) => unsafe { mem::write_registered(host, data) },
+                None if data.is_empty() => {}
+                None => status = 5,
+            }
+        }
+        let p = pend.remove(&h.req_id);
+        drop(pend);
+        self.mark_heard(from);
+        if let Some(p) = p {
+            p.qp.send_cq.push(
+                completion(&p.qp, p.wr_id, p.kind, status),
+                Slot::Sq(p.qp.clone()),
+            );
+        }
+    }
+
+    fn mark_heard(&self, from: SocketAddrV4) {
+        let mut heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
+        if !heard.contains(&from) {
+            heard.insert(from);
+        }
+    }
+
+    /// Retransmissions, RNR retries and peer timeouts; updates the watermark.
+    fn timers(&self) {
+        let now = Instant::now();
+        let mut resend: Vec<(Arc<Pd>, Spec, SocketAddrV4)> = Vec::new();
+        let mut expired: Vec<(u64, SocketAddrV4)> = Vec::new();
+        {
+            let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let mut low = self.next_req.load(Ordering::Relaxed);
+            for (id, p) in pend.iter_mut() {
+                low = low.min(*id);
+                if now.duration_since(p.last_heard) > PEER_TIMEOUT {
+                    expired.push((*id, p.dest));
+                } else if now >= p.next_tx {
+                    p.next_tx = now + RTO;
+                    resend.push((p.qp.pd.clone(), p.spec.clone(), p.dest));
+                }
+            }
+            self.low_water.store(low, Ordering::Relaxed);
+        }
+        for (pd, spec, dest) in &resend {
+            bump(&self.stats.retransmits);
+            if !self.transmit(pd, spec, *dest) {
+                self.finish(spec.header.req_id, 5);
+            }
+        }
+        for (id, dest) in expired {
+            let answered = self
+                .heard
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&dest);
+            self.finish(id, if answered { 13 } else { 15 });
+        }
+    }
+
+    fn has_pending(&self) -> bool {
+        !self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+
+    // -----------------------------------------------------------------
+    // Responder side
+    // -----------------------------------------------------------------
+
+    /// Checks that `[addr, addr+len)` of this process lies in a live MR of
+    /// some device of this process (with `need` access). Used before copying
+    /// on behalf of a same-process requester named by a packet.
+    fn own_range_registered(addr: u64, len: u64, need: AccessFlags) -> bool {
+        let rts: Vec<Arc<Runtime>> = RUNTIMES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        rts.iter().any(|rt| {
+            let mrs = rt.mrs.read().unwrap_or_else(|e| e.into_inner());
+            mrs.values().any(|mr| {
+                !mr.dead.load(Ordering::Acquire)
+                    && mr.host != 0
+                    && mr.access & need == need
+                    && addr >= mr.host as u64
+                    && addr
+                        .checked_add(len)
+                        .is_some_and(|end| end <= (mr.host + mr.len) as u64)
+            })
+        })
+    }
+}
+
+/// What the responder does with a request.
+enum Outcome {
+    Respond(u8),
+    Drop,
+}
+
+/// The engine thread's private state.
+struct Engine {
+    rt: Arc<Runtime>,
+    peers: HashMap<(SocketAddrV4, u64), PeerDedup>,
+    out: Vec<u8>,
+}
+
+impl Engine {
+    fn new(rt: Arc<Runtime>) -> Engine {
+        Engine {
+            rt,
+            peers: HashMap::new(),
+            out: vec![0u8; wire::MAX_DATAGRAM],
+        }
+    }
+
+    fn run(mut self) {
+        let mut bufs: Vec<Vec<u8>> = (0..32)
+            .map(|_| vec![0u8; wire::MAX_DATAGRAM + 64])
+            .collect();
+        let mut got = Vec::with_capacity(32);
+        let mut last_timer = Instant::now();
+        loop {
+            let busy = self.rt.has_pending() || self.rt.ep.flush_delayed();
+            self.rt
+                .ep
+                .wait_readable(Duration::from_millis(if busy { 1 } else { 20 }));
+            loop {
+                if self.rt.ep.recv_batch(&mut bufs, &mut got).is_err() || got.is_empty() {
+                    break;
+                }
+                for i in 0..got.len() {
+                    let (len, from) = got[i];
+                    self.handle(&bufs[i][..len], from);
+                }
+                if Instant::now().duration_since(last_timer) >= Duration::from_millis(1) {
+                    break;
+                }
+            }
+            self.rt.ep.flush_delayed();
+            if Instant::now().duration_since(last_timer) >= Duration::from_millis(1) {
+                last_timer = Instant::now();
+                self.rt.timers();
+            }
+        }
+    }
+
+    fn handle(&mut self, pkt: &[u8], from: SocketAddrV4) {
+        let Some((h, data)) = Header::decode(pkt) else {
+            bump(&self.rt.stats.malformed);
+            return;
+        };
+        if h.kind == wire::KIND_RESP {
+            self.rt.handle_response(&h, data, from);
+            return;
+        }
+        if h.flags & wire::FLAG_UD != 0 {
+            self.ud_receive(&h, data);
+            return;
+        }
+        let dedup = h.op != Op::Read;
+        if dedup {
+            let peer = self.peers.entry((from, h.epoch)).or_default();
+            if h.watermark > peer.watermark {
+                peer.watermark = h.watermark;
+                if peer.done.len() > 1024 {
+                    let wm = peer.watermark;
+                    peer.done.retain(|k, _| *k >= wm);
+                }
+            }
+            if h.req_id < peer.watermark {
+                bump(&self.rt.stats.duplicates);
+                return;
+            }
+            if let Some(st) = peer.done.get(&h.req_id).copied() {
+                bump(&self.rt.stats.duplicates);
+                self.respond(&h, st, 0, from);
+                return;
+            }
+        }
+        let mut resp_len = 0usize;
+        match self.execute(&h, data, &mut resp_len) {
+            Outcome::Drop => {}
+            Outcome::Respond(st) => {
+                if st == STATUS_RNR {
+                    bump(&self.rt.stats.rnr_naks);
+                } else if dedup && st != wire::STATUS_FALLBACK {
+                    self.peers
+                        .entry((from, h.epoch))
+                        .or_default()
+                        .done
+                        .insert(h.req_id, st);
+                }
+                self.respond(&h, st, resp_len, from);
+            }
+        }
+    }
+
+    /// Sends a response; `self.out[HEADER..HEADER+data_len]` holds read data.
+    fn respond(&mut self, req: &Header, status: u8, data_len: usize, to: SocketAddrV4) {
+        let mut h = Header::new(wire::KIND_RESP, req.op);
+        h.status = status;
+        h.epoch = req.epoch;
+        h.req_id = req.req_id;
+        h.src_gid = self.rt.gid;
+        h.src_qpn = req.dst_qpn;
+        h.dst_qpn = req.src_qpn;
+        let data_len = if status == 0 { data_len } else { 0 };
+        h.data_len = data_len as u32;
+        h.encode(&mut self.out);
+        self.rt.ep.send(&self.out[..wire::HEADER + data_len], to);
+    }
+
+    fn receiver_info(qp: &Qp, h: &Header) -> (u16, Option<Gid>) {
+        let slid = qp.pd.ah_number_of(&h.src_gid);
+        let sgid = (slid == 0xffff && qp.recv_cq.opts.with_sgid).then_some(h.src_gid);
+        (slid, sgid)
+    }
+
+    fn execute(&mut self, h: &Header, data: &[u8], resp_len: &mut usize) -> Outcome {
+        let rt = self.rt.clone();
+        let Some(qp) = rt.qp_by_qpn(h.dst_qpn as u32) else {
+            return Outcome::Respond(9);
+        };
+        if qp.qp_type != QpType::Srd
+            || !matches!(
+                qp.state(),
+                QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+            )
+        {
+            return Outcome::Respond(9);
+        }
+        if h.qkey != qp.qkey.load(Ordering::Acquire) {
+            bump(&rt.stats.qkey_violations);
+            return Outcome::Drop;
+        }
+        let imm = (h.flags & wire::FLAG_IMM != 0).then_some(h.imm);
+        match h.op {
+            Op::Send => {
+                if data.len() != h.total_len as usize || h.flags & wire::FLAG_FAST != 0 {
+                    bump(&rt.stats.malformed);
+                    return Outcome::Drop;
+                }
+                self.deliver_send(&qp, h, data, imm, 0)
+            }
+            Op::Write | Op::Read => {
+                if qp.pd.ah_number_of(&h.src_gid) == 0xffff {
+                    return Outcome::Respond(14);
+                }
+                let len = h.total_len as usize;
+                let (need, write) = if h.op == Op::Write {
+                    (ACCESS_REMOTE_WRITE, true)
+                } else {
+                    (ACCESS_REMOTE_READ, false)
+                };
+                let fast = h.flags & wire::FLAG_FAST != 0;
+                if (!fast && write && data.len() != len)
+                    || (!fast && !write && len > wire::MAX_DATA)
+                    || (!write && imm.is_some())
+                {
+                    bump(&rt.stats.malformed);
+                    return Outcome::Drop;
+                }
+                // Solicited write-with-imm needs a posted receive (checked before any byte moves).
+                let unsolicited = qp.efa_flags & qp::QP_FLAG_UNSOLICITED_WRITE_RECV != 0;
+                if imm.is_some()
+                    && !unsolicited
+                    && qp.rq.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+                {
+                    return Outcome::Respond(STATUS_RNR);
+                }
+                let mrs = rt.mrs.read().unwrap_or_else(|e| e.into_inner());
+                let target = mrs
+                    .get(&h.rkey)
+                    .filter(|mr| Arc::ptr_eq(&mr.pd, &qp.pd))
+                    .and_then(|mr| mr.host_range(h.remote_addr, len as u64, need));
+                let Some(host) = target else {
+                    return Outcome::Respond(7);
+                };
+                if fast {
+                    let same = h.pid == rt.pid;
+                    let local_need = if write { 0 } else { ACCESS_LOCAL_WRITE };
+                    if same && !Runtime::own_range_registered(h.local_addr, len as u64, local_need)
+                    {
+                        bump(&rt.stats.malformed);
+                        return Outcome::Drop;
+                    }
+                    let r = if write {
+                        // SAFETY: host..host+len is inside our live MR (read lock held).
+                        unsafe { mem::pull_from_process(h.pid, h.local_addr, host, len) }
+                    } else {
+                        // SAFETY: as above.
+                        unsafe { mem::push_to_process(h.pid, h.local_addr, host, len) }
+                    };
+                    if r.is_err() {
+                        return Outcome::Respond(wire::STATUS_FALLBACK);
+                    }
+                } else if write {
+                    // SAFETY: host..host+len is inside our live MR with REMOTE_WRITE (read lock held).
+                    unsafe { mem::write_registered(host, data) };
+                } else {
+                    // SAFETY: host..host+len is inside our live MR with REMOTE_READ (read lock held).
+                    unsafe {
+                        mem::read_registered(host, &mut self.out[wire::HEADER..wire::HEADER + len])
+                    };
+                    *resp_len = len;
+                }
+                drop(mrs);
+                if let Some(imm) = imm {
+                    let (slid, sgid) = Self::receiver_info(&qp, h);
+                    let mut c = completion(&qp, 0, CompletionKind::RecvRdmaWithImm, 0);
+                    c.byte_len = h.total_len;
+                    c.imm_be = Some(imm);
+                    c.src_qp = h.src_qpn as u32;
+                    c.slid = slid;
+                    c.sgid = sgid;
+                    if unsolicited {
+                        c.unsolicited = true;
+                        qp.recv_cq.push(c, Slot::None);
+                    } else {
+                        let wr = qp.rq.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+                        match wr {
+                            Some(wr) => {
+                                c.wr_id = wr.wr_id;
+                                qp.recv_cq.push(c, Slot::Rq(qp.clone()));
+                            }
+                            // Raced with a QP reset: the data landed, nobody to tell.
+                            None => return Outcome::Respond(STATUS_RNR),
+                        }
+                    }
+                }
+                Outcome::Respond(0)
+            }
+        }
+    }
+
+    /// SEND into the head receive WR: scatter, complete, answer.
+    fn deliver_send(
+        &mut self,
+        qp: &Arc<Qp>,
+        h: &Header,
+        data: &[u8],
+        imm: Option<u32>,
+        skip: usize,
+    ) -> Outcome {
+        let rt = &self.rt;
+        let mut rq = qp.rq.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(wr) = rq.front() else {
+            return Outcome::Respond(STATUS_RNR);
+        };
+        let room: u64 = wr.sges.iter().map(|s| s.length as u64).sum();
+        if room < (skip + data.len()) as u64 {
+            return Outcome::Respond(11);
+        }
+        let Some(wr) = rq.pop_front() else {
+            return Outcome::Respond(STATUS_RNR);
+        };
+        drop(rq);
+        let (slid, sgid) = Self::receiver_info(qp, h);
+        let mut c = completion(qp, wr.wr_id, CompletionKind::Recv, 0);
+        c.src_qp = h.src_qpn as u32;
+        c.slid = slid;
+        c.sgid = sgid;
+        c.imm_be = imm;
+        c.byte_len = (skip + data.len()) as u32;
+        let mut ok = true;
+        {
+            let mrs = rt.mrs.read().unwrap_or_else(|e| e.into_inner());
+            // Bytes [0, skip) are the UD GRH area: left untouched.
+            let mut pos = 0usize; // position in the virtual stream skip + data
+            let end = skip + data.len();
+            for s in &wr.sges {
+                if pos >= end {
+                    break;
+                }
+                let take = (s.length as usize).min(end - pos);
+                let seg = Sge {
+                    addr: s.addr,
+                    length: take as u32,
+                    lkey: s.lkey,
+                };
+                let Some(host) = Runtime::local_range(&mrs, &qp.pd, &seg, ACCESS_LOCAL_WRITE)
+                else {
+                    ok = false;
+                    break;
+                };
+                // Part of this segment that holds payload bytes.
+                let from = pos.max(skip);
+                let to = pos + take;
+                if to > from {
+                    let src = &data[from - skip..to - skip];
+                    // SAFETY: host..host+take is in a live MR with LOCAL_WRITE (read lock held).
+                    unsafe { mem::write_registered(host + (from - pos), src) };
+                }
+                pos += take;
+            }
+        }
+        if !ok {
+            c.status = 5;
+            c.byte_len = 0;
+        }
+        qp.recv_cq.push(c, Slot::Rq(qp.clone()));
+        Outcome::Respond(if ok { 0 } else { 7 })
+    }
+
+    fn ud_receive(&mut self, h: &Header, data: &[u8]) {
+        let rt = self.rt.clone();
+        let qp = match rt.qp_by_qpn(h.dst_qpn as u32) {
+            Some(qp)
+                if qp.qp_type == QpType::Ud
+                    && h.op == Op::Send
+                    && data.len() == h.total_len as usize
+                    && matches!(
+                        qp.state(),
+                        QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+                    ) =>
+            {
+                qp
+            }
+            _ => {
+                bump(&rt.stats.ud_drops);
+                return;
+            }
+        };
+        if h.qkey != qp.qkey.load(Ordering::Acquire) {
+            bump(&rt.stats.qkey_violations);
+            return;
+        }
+        let imm = (h.flags & wire::FLAG_IMM != 0).then_some(h.imm);
+        if !matches!(
+            self.deliver_send(&qp, h, data, imm, 40),
+            Outcome::Respond(0)
+        ) {
+            bump(&rt.stats.ud_drops);
+        }
+    }
+}

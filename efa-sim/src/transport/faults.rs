@@ -1,0 +1,115 @@
+//! Fault injection knobs (`EFA_SIM_FAULTS`), see the transport module docs.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Parsed fault configuration plus its random stream.
+#[derive(Debug, Default)]
+pub struct Faults {
+    /// Probability a datagram is dropped.
+    pub loss: f64,
+    /// Probability a datagram is sent twice.
+    pub dup: f64,
+    /// Probability a datagram is held back 0..=1 ms.
+    pub reorder: f64,
+    /// Fixed extra delay of every datagram.
+    pub delay_us: u64,
+    state: AtomicU64,
+    active: bool,
+}
+
+impl Faults {
+    /// No faults.
+    pub fn none() -> Faults {
+        Faults::default()
+    }
+
+    /// Parses `seed=42,reorder=0.2,delay_us=50,loss=0.05,dup=0.05`.
+    pub fn parse(text: &str) -> Result<Faults, String> {
+        let mut f = Faults::default();
+        let mut seed = 0x5eed_u64;
+        for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (k, v) = item
+                .split_once('=')
+                .ok_or_else(|| format!("`{item}` is not key=value"))?;
+            let prob = |v: &str| -> Result<f64, String> {
+                v.trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|p| (0.0..=1.0).contains(p))
+                    .ok_or_else(|| format!("{k}: `{v}` is not a probability 0..=1"))
+            };
+            match k.trim() {
+                "seed" => {
+                    seed = v
+                        .trim()
+                        .parse()
+                        .map_err(|_| format!("seed: `{v}` is not a number"))?
+                }
+                "loss" => f.loss = prob(v)?,
+                "dup" => f.dup = prob(v)?,
+                "reorder" => f.reorder = prob(v)?,
+                "delay_us" => {
+                    f.delay_us = v
+                        .trim()
+                        .parse()
+                        .map_err(|_| format!("delay_us: `{v}` is not a number"))?
+                }
+                other => {
+                    return Err(format!(
+                        "unknown fault `{other}` (seed, loss, dup, reorder, delay_us)"
+                    ))
+                }
+            }
+        }
+        f.state = AtomicU64::new(seed);
+        f.active = f.loss > 0.0 || f.dup > 0.0 || f.reorder > 0.0 || f.delay_us > 0;
+        Ok(f)
+    }
+
+    /// From `EFA_SIM_FAULTS` (unset = none).
+    pub fn from_env() -> Result<Faults, String> {
+        match std::env::var("EFA_SIM_FAULTS") {
+            Ok(v) if !v.trim().is_empty() => {
+                Faults::parse(&v).map_err(|m| format!("EFA_SIM_FAULTS: {m}"))
+            }
+            _ => Ok(Faults::none()),
+        }
+    }
+
+    /// Whether any fault is configured.
+    pub fn active(&self) -> bool {
+        self.active
+    }
+
+    /// Next pseudo-random number (splitmix64 over an atomic counter).
+    pub fn next(&self) -> u64 {
+        let mut z = self
+            .state
+            .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
+            .wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// True with probability `p`.
+    pub fn roll(&self, p: f64) -> bool {
+        p > 0.0 && (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_and_roll() {
+        let f = Faults::parse("seed=1,loss=0.5").unwrap();
+        assert!(f.active());
+        let hits = (0..10_000).filter(|_| f.roll(f.loss)).count();
+        assert!((4000..6000).contains(&hits), "{hits}");
+        assert!(Faults::parse("loss=2").is_err());
+        assert!(Faults::parse("chaos=1").unwrap_err().contains("chaos"));
+        assert!(!Faults::parse("").unwrap().active());
+    }
+}

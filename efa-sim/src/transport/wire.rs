@@ -1,0 +1,227 @@
+//! Datagram format (little-endian, fixed 96-byte header, then data).
+//!
+//! ```text
+//!  0 magic u32 "EFAS"   4 kind u8  5 op u8  6 status u8  7 flags u8
+//!  8 epoch u64 (requester incarnation)    16 req_id u64
+//! 24 watermark u64 (requester: every req_id below it is finished)
+//! 32 src_gid [16]
+//! 48 src_qpn u16  50 dst_qpn u16  52 qkey u32
+//! 56 imm (network order as given) u32   60 total_len u32
+//! 64 remote_addr u64   72 rkey u32   76 pid u32 (requester, fast path)
+//! 80 local_addr u64 (requester buffer, fast path)   88 reserved u32   92 data_len u32
+//! ```
+
+/// Header size.
+pub const HEADER: usize = 96;
+/// Largest datagram we send or accept.
+pub const MAX_DATAGRAM: usize = 65000;
+/// Largest payload in one datagram.
+pub const MAX_DATA: usize = MAX_DATAGRAM - HEADER;
+const MAGIC: u32 = 0x5341_4645; // "EFAS"
+
+/// Request (requester → responder).
+pub const KIND_REQ: u8 = 1;
+/// Response (responder → requester).
+pub const KIND_RESP: u8 = 2;
+
+/// Flag: the request carries an immediate.
+pub const FLAG_IMM: u8 = 1;
+/// Flag: data is not in the datagram; the responder copies it with
+/// process_vm_readv/writev from/to `(pid, local_addr)`.
+pub const FLAG_FAST: u8 = 2;
+/// Flag: UD datagram (no response).
+pub const FLAG_UD: u8 = 4;
+
+/// Response status: the fast path failed; resend with data in datagrams.
+pub const STATUS_FALLBACK: u8 = 0xf0;
+
+/// Operation codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Op {
+    /// Two-sided send.
+    Send = 0,
+    /// RDMA read.
+    Read = 1,
+    /// RDMA write (with or without immediate, see `FLAG_IMM`).
+    Write = 2,
+}
+
+impl Op {
+    fn from_u8(v: u8) -> Option<Op> {
+        match v {
+            0 => Some(Op::Send),
+            1 => Some(Op::Read),
+            2 => Some(Op::Write),
+            _ => None,
+        }
+    }
+}
+
+/// Decoded header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// KIND_REQ or KIND_RESP.
+    pub kind: u8,
+    /// Operation.
+    pub op: Op,
+    /// Response status (raw EFA status or STATUS_FALLBACK).
+    pub status: u8,
+    /// FLAG_* bits.
+    pub flags: u8,
+    /// Requester incarnation.
+    pub epoch: u64,
+    /// Request id (per requester endpoint).
+    pub req_id: u64,
+    /// Requester low watermark.
+    pub watermark: u64,
+    /// Requester GID.
+    pub src_gid: [u8; 16],
+    /// Requester QPN.
+    pub src_qpn: u16,
+    /// Destination QPN.
+    pub dst_qpn: u16,
+    /// Q_Key the requester used.
+    pub qkey: u32,
+    /// Immediate (network order).
+    pub imm: u32,
+    /// Message length.
+    pub total_len: u32,
+    /// Remote IOVA (RDMA).
+    pub remote_addr: u64,
+    /// Remote key (RDMA).
+    pub rkey: u32,
+    /// Requester pid (fast path).
+    pub pid: u32,
+    /// Requester buffer (fast path).
+    pub local_addr: u64,
+    /// Bytes following the header.
+    pub data_len: u32,
+}
+
+impl Header {
+    /// An empty request header for `op`.
+    pub fn new(kind: u8, op: Op) -> Header {
+        Header {
+            kind,
+            op,
+            status: 0,
+            flags: 0,
+            epoch: 0,
+            req_id: 0,
+            watermark: 0,
+            src_gid: [0; 16],
+            src_qpn: 0,
+            dst_qpn: 0,
+            qkey: 0,
+            imm: 0,
+            total_len: 0,
+            remote_addr: 0,
+            rkey: 0,
+            pid: 0,
+            local_addr: 0,
+            data_len: 0,
+        }
+    }
+
+    /// Writes the header into `buf[..HEADER]`.
+    pub fn encode(&self, buf: &mut [u8]) {
+        let b = &mut buf[..HEADER];
+        b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+        b[4] = self.kind;
+        b[5] = self.op as u8;
+        b[6] = self.status;
+        b[7] = self.flags;
+        b[8..16].copy_from_slice(&self.epoch.to_le_bytes());
+        b[16..24].copy_from_slice(&self.req_id.to_le_bytes());
+        b[24..32].copy_from_slice(&self.watermark.to_le_bytes());
+        b[32..48].copy_from_slice(&self.src_gid);
+        b[48..50].copy_from_slice(&self.src_qpn.to_le_bytes());
+        b[50..52].copy_from_slice(&self.dst_qpn.to_le_bytes());
+        b[52..56].copy_from_slice(&self.qkey.to_le_bytes());
+        b[56..60].copy_from_slice(&self.imm.to_le_bytes());
+        b[60..64].copy_from_slice(&self.total_len.to_le_bytes());
+        b[64..72].copy_from_slice(&self.remote_addr.to_le_bytes());
+        b[72..76].copy_from_slice(&self.rkey.to_le_bytes());
+        b[76..80].copy_from_slice(&self.pid.to_le_bytes());
+        b[80..88].copy_from_slice(&self.local_addr.to_le_bytes());
+        b[88..92].copy_from_slice(&0u32.to_le_bytes());
+        b[92..96].copy_from_slice(&self.data_len.to_le_bytes());
+    }
+
+    /// Parses a datagram; `None` if it is not a well-formed efa-sim packet
+    /// (wrong magic, unknown kind/op, data length not matching the datagram).
+    pub fn decode(buf: &[u8]) -> Option<(Header, &[u8])> {
+        if buf.len() < HEADER {
+            return None;
+        }
+        let u32_at = |o: usize| u32::from_le_bytes(buf[o..o + 4].try_into().unwrap_or([0; 4]));
+        let u64_at = |o: usize| u64::from_le_bytes(buf[o..o + 8].try_into().unwrap_or([0; 8]));
+        let u16_at = |o: usize| u16::from_le_bytes(buf[o..o + 2].try_into().unwrap_or([0; 2]));
+        if u32_at(0) != MAGIC {
+            return None;
+        }
+        let kind = buf[4];
+        if kind != KIND_REQ && kind != KIND_RESP {
+            return None;
+        }
+        let op = Op::from_u8(buf[5])?;
+        let data_len = u32_at(92);
+        if data_len as usize != buf.len() - HEADER {
+            return None;
+        }
+        let mut src_gid = [0u8; 16];
+        src_gid.copy_from_slice(&buf[32..48]);
+        let h = Header {
+            kind,
+            op,
+            status: buf[6],
+            flags: buf[7],
+            epoch: u64_at(8),
+            req_id: u64_at(16),
+            watermark: u64_at(24),
+            src_gid,
+            src_qpn: u16_at(48),
+            dst_qpn: u16_at(50),
+            qkey: u32_at(52),
+            imm: u32_at(56),
+            total_len: u32_at(60),
+            remote_addr: u64_at(64),
+            rkey: u32_at(72),
+            pid: u32_at(76),
+            local_addr: u64_at(80),
+            data_len,
+        };
+        Some((h, &buf[HEADER..]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roundtrip_and_rejects() {
+        let mut h = Header::new(KIND_REQ, Op::Write);
+        h.req_id = 7;
+        h.imm = 0xdead_beef;
+        h.src_gid[3] = 9;
+        h.data_len = 3;
+        let mut buf = vec![0u8; HEADER + 3];
+        h.encode(&mut buf);
+        buf[HEADER..].copy_from_slice(b"abc");
+        let (d, data) = Header::decode(&buf).unwrap();
+        assert_eq!(d, h);
+        assert_eq!(data, b"abc");
+        assert!(
+            Header::decode(&buf[..HEADER + 2]).is_none(),
+            "length mismatch"
+        );
+        assert!(Header::decode(&buf[..10]).is_none());
+        buf[5] = 99;
+        assert!(Header::decode(&buf).is_none(), "unknown op");
+        buf[5] = 2;
+        buf[0] = 0;
+        assert!(Header::decode(&buf).is_none(), "bad magic");
+    }
+}
