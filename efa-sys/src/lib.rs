@@ -2,7 +2,8 @@
 //!
 //! * [`verbs`]: everything of `rdma-sys` 0.3 (libibverbs types, functions and its Rust
 //!   versions of the header-only helpers, generated from rdma-core 44 headers) plus the few
-//!   verbs items it lacks ([`verbs_ext`]).
+//!   verbs items it lacks ([`verbs_ext`]) and correct extended-verbs dispatch ([`verbs_ctx`]:
+//!   rdma-sys 0.3 checks `abi_compat` against `u32::MAX` instead of `UINTPTR_MAX`).
 //! * [`efadv`]: hand-written `efadv.h` bindings at the rdma-core 65 layout, also re-exported
 //!   at the crate root. Functions of libefa nodes newer than `EFA_1.2` are resolved at run time
 //!   and return [`NotProvided`] when the loaded libefa lacks them.
@@ -13,6 +14,7 @@
 //! size/alignment/offset assertions; `tests/layout.rs` compares them with the C headers.
 #![no_std]
 #![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
 
 #[cfg(feature = "std")]
 extern crate std;
@@ -20,10 +22,21 @@ extern crate std;
 pub mod efadv;
 pub mod layout;
 pub mod vendor;
+pub mod verbs_ctx;
 pub mod verbs_ext;
 
-/// libibverbs: all of `rdma-sys` plus [`verbs_ext`].
+/// libibverbs: all of `rdma-sys` plus [`verbs_ext`], with the [`verbs_ctx`] versions of the
+/// extended-verbs helpers replacing rdma-sys's (which never find the extended ops on 64-bit).
+///
+/// rdma-sys's other header-only helpers (`ibv_wr_*`, `ibv_start_poll`, `ibv_wc_read_*`,
+/// `ibv_post_send`, ...) are correct but `unwrap()` the provider's function pointer on every
+/// call; a zero-overhead layer validates the pointers once and calls them directly.
 pub mod verbs {
+    pub use crate::verbs_ctx::{
+        ___ibv_query_port, ibv_alloc_parent_domain, ibv_alloc_td, ibv_create_cq_ex,
+        ibv_create_qp_ex, ibv_dealloc_td, ibv_modify_cq, ibv_query_device_ex, ibv_query_port,
+        verbs_get_ctx, VERBS_ABI_IS_EXTENDED,
+    };
     pub use crate::verbs_ext::*;
     pub use rdma_sys::*;
 }
