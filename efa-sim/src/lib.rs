@@ -1,3 +1,4 @@
 //! A software EFA device. Being built for issue 3.
 #![deny(missing_docs)]
+mod abi;
 pub mod model;

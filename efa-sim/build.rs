@@ -1,0 +1,58 @@
+//! Links the cdylib as the stand-in `libibverbs.so.1` (also exposed as `libefa.so.1`):
+//! sets the soname and hands the linker a version script that declares the rdma-core
+//! version nodes. Which symbol belongs to which node is decided by the `.symver`
+//! trampolines in `src/abi/export.rs`; this script only makes the nodes exist.
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+/// libibverbs.so.1 nodes, oldest first (rdma-core libibverbs.map.in).
+const IBVERBS_NODES: &[&str] = &[
+    "IBVERBS_1.0",
+    "IBVERBS_1.1",
+    "IBVERBS_1.5",
+    "IBVERBS_1.6",
+    "IBVERBS_1.7",
+    "IBVERBS_1.8",
+    "IBVERBS_1.9",
+    "IBVERBS_1.10",
+    "IBVERBS_1.11",
+    "IBVERBS_1.12",
+    "IBVERBS_1.13",
+    "IBVERBS_1.14",
+    "IBVERBS_1.15",
+    "IBVERBS_1.16",
+    "IBVERBS_1.17",
+    "IBVERBS_1.18",
+];
+/// The provider-private node of the system rdma-core (v44). Debian's `ibv_devinfo`
+/// imports `ibv_query_gid_type@IBVERBS_PRIVATE_34`, so it must exist for that tool to load.
+const PRIVATE_NODES: &[&str] = &["IBVERBS_PRIVATE_34"];
+/// libefa.so.1 nodes (providers/efa/libefa.map).
+const EFA_NODES: &[&str] = &[
+    "EFA_1.0", "EFA_1.1", "EFA_1.2", "EFA_1.3", "EFA_1.4", "EFA_1.5", "EFA_1.6", "EFA_1.7",
+];
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    let mut script = String::new();
+    for nodes in [IBVERBS_NODES, PRIVATE_NODES, EFA_NODES] {
+        let mut prev: Option<&str> = None;
+        for node in nodes {
+            match prev {
+                None => writeln!(script, "{node} {{ }};").unwrap(),
+                Some(p) => writeln!(script, "{node} {{ }} {p};").unwrap(),
+            }
+            prev = Some(node);
+        }
+    }
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let path = out.join("efa_sim_nodes.map");
+    std::fs::write(&path, script).expect("write version script");
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libibverbs.so.1");
+    // The trampolines carry versioned names, so every binary that links this crate's
+    // code (the cdylib, the CLI, tests) must know the nodes.
+    println!(
+        "cargo:rustc-link-arg=-Wl,--version-script={}",
+        path.display()
+    );
+}

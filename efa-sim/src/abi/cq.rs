@@ -1,0 +1,603 @@
+//! Completion queues (legacy and extended), completion channels, both poll protocols.
+
+use super::layout::{EfadvCq, EfadvCqInitAttr, Wc};
+use super::objects::{PdKind, SessionLock, SimChannel, SimContext, SimCq, SimPd};
+use super::{leak, null_with};
+use crate::model::{Completion, CompletionKind, CqOptions, EfaStatus};
+use core::cell::UnsafeCell;
+use core::ffi::{c_int, c_void};
+use core::ptr;
+use core::sync::atomic::{AtomicU32, Ordering};
+use efa_sys::verbs as v;
+use libc::{EBUSY, EINVAL, ENOENT, EOPNOTSUPP};
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+/// IBV_WC_EX_WITH_* bits EFA supports (IBV_WC_STANDARD_FLAGS).
+const WC_STANDARD_FLAGS: u64 = 0x7f;
+const WC_EX_WITH_BYTE_LEN: u64 = 1 << 0;
+const WC_EX_WITH_IMM: u64 = 1 << 1;
+const WC_EX_WITH_QP_NUM: u64 = 1 << 2;
+const WC_EX_WITH_SRC_QP: u64 = 1 << 3;
+const WC_EX_WITH_SLID: u64 = 1 << 4;
+const WC_EX_WITH_SL: u64 = 1 << 5;
+const WC_EX_WITH_DLID_PATH_BITS: u64 = 1 << 6;
+const CQ_INIT_ATTR_MASK_FLAGS: u32 = 1 << 0;
+const CQ_INIT_ATTR_MASK_PD: u32 = 1 << 1;
+const CREATE_CQ_ATTR_SINGLE_THREADED: u32 = 1 << 0;
+const EFADV_WC_EX_WITH_SGID: u64 = 1 << 0;
+const EFADV_WC_EX_WITH_IS_UNSOLICITED: u64 = 1 << 1;
+const CAP_CQ_WITH_SGID: u32 = 1 << 2;
+const CAP_UNSOLICITED_WRITE_RECV: u32 = 1 << 4;
+const IBV_WC_WITH_IMM: u32 = 2;
+
+/// `ibv_wc_status` for a raw EFA status (model §4).
+#[inline]
+pub fn wc_status(s: EfaStatus) -> u32 {
+    match s {
+        0 => 0,
+        1 => 5,
+        2..=4 => 2,
+        5 => 4,
+        6 => 1,
+        7 => 10,
+        8 => 16,
+        9 => 15,
+        10 => 13,
+        11 => 9,
+        12 => 7,
+        13 | 15 => 20,
+        14 => 11,
+        18 => 9,
+        _ => 21,
+    }
+}
+
+/// `ibv_wc_opcode` of a completion.
+#[inline]
+fn wc_opcode(c: &Completion, read_as_send: bool) -> u32 {
+    match c.kind {
+        CompletionKind::Send => 0,
+        CompletionKind::RdmaRead => {
+            if read_as_send {
+                0
+            } else {
+                2
+            }
+        }
+        CompletionKind::RdmaWrite => 1,
+        CompletionKind::Recv => 128,
+        CompletionKind::RecvRdmaWithImm => 129,
+    }
+}
+
+#[inline]
+fn is_recv(c: &Completion) -> bool {
+    matches!(
+        c.kind,
+        CompletionKind::Recv | CompletionKind::RecvRdmaWithImm
+    )
+}
+
+unsafe fn create(
+    ctx: *mut v::ibv_context,
+    attr: &v::ibv_cq_init_attr_ex,
+    efa: &EfadvCqInitAttr,
+) -> *mut v::ibv_cq_ex {
+    // SAFETY: ctx is ours (caller contract).
+    let sim = unsafe { SimContext::from_ibv(ctx) };
+    let profile = &sim.device.profile;
+    if attr.wc_flags & !WC_STANDARD_FLAGS != 0 {
+        return null_with(EOPNOTSUPP);
+    }
+    if attr.comp_mask & !(CQ_INIT_ATTR_MASK_FLAGS | CQ_INIT_ATTR_MASK_PD) != 0 {
+        return null_with(EOPNOTSUPP);
+    }
+    if attr.comp_mask & CQ_INIT_ATTR_MASK_FLAGS != 0
+        && attr.flags & !CREATE_CQ_ATTR_SINGLE_THREADED != 0
+    {
+        return null_with(EOPNOTSUPP);
+    }
+    if attr.comp_mask & CQ_INIT_ATTR_MASK_PD != 0 {
+        let pd = attr.parent_domain as *mut SimPd;
+        // SAFETY: a non-NULL pd is ours.
+        if pd.is_null() || !matches!(unsafe { &(*pd).kind }, PdKind::Parent { .. }) {
+            return null_with(EINVAL);
+        }
+    }
+    if !attr.channel.is_null() && !profile.cq_notifications {
+        return null_with(EOPNOTSUPP);
+    }
+    if attr.comp_vector >= profile.num_comp_vectors.max(1) {
+        return null_with(EINVAL);
+    }
+    let opts = CqOptions {
+        with_sgid: efa.wc_flags & EFADV_WC_EX_WITH_SGID != 0,
+        with_unsolicited: efa.wc_flags & EFADV_WC_EX_WITH_IS_UNSOLICITED != 0,
+    };
+    let (model, depth) = match sim.device.create_cq(attr.cqe, opts) {
+        Ok(x) => x,
+        Err(e) => return null_with(e),
+    };
+    // SAFETY: plain data; zeroed pthread mutex/cond are the static initialisers.
+    let mut ex: v::ibv_cq_ex = unsafe { core::mem::zeroed() };
+    ex.context = ctx;
+    ex.channel = attr.channel;
+    ex.cq_context = attr.cq_context;
+    ex.cqe = depth as c_int;
+    let wf = attr.wc_flags;
+    ex.start_poll = Some(start_poll);
+    ex.next_poll = Some(next_poll);
+    ex.end_poll = Some(end_poll);
+    ex.read_opcode = Some(read_opcode);
+    ex.read_vendor_err = Some(read_vendor_err);
+    ex.read_wc_flags = Some(read_wc_flags);
+    ex.read_byte_len = (wf & WC_EX_WITH_BYTE_LEN != 0).then_some(read_byte_len as _);
+    ex.read_imm_data = (wf & WC_EX_WITH_IMM != 0).then_some(read_imm_data as _);
+    ex.read_qp_num = (wf & WC_EX_WITH_QP_NUM != 0).then_some(read_qp_num as _);
+    ex.read_src_qp = (wf & WC_EX_WITH_SRC_QP != 0).then_some(read_src_qp as _);
+    ex.read_slid = (wf & WC_EX_WITH_SLID != 0).then_some(read_slid as _);
+    ex.read_sl = (wf & WC_EX_WITH_SL != 0).then_some(read_sl as _);
+    ex.read_dlid_path_bits =
+        (wf & WC_EX_WITH_DLID_PATH_BITS != 0).then_some(read_dlid_path_bits as _);
+    let channel = attr.channel as *mut SimChannel;
+    let cq = leak(SimCq {
+        ex,
+        efa: EfadvCq {
+            comp_mask: 0,
+            wc_read_sgid: opts.with_sgid.then_some(wc_read_sgid as _),
+            wc_is_unsolicited: opts.with_unsolicited.then_some(wc_is_unsolicited as _),
+        },
+        model,
+        channel,
+        cur: UnsafeCell::new(None),
+        poll_lock: SessionLock::new(),
+        read_as_send: profile.read_completes_as_send,
+    });
+    if !channel.is_null() {
+        // SAFETY: channel is ours; it outlives the CQ (destroy_comp_channel is EBUSY while used).
+        unsafe {
+            (*channel).users.fetch_add(1, Ordering::AcqRel);
+            (*channel).ibv.refcnt += 1;
+        }
+        let (cq_addr, ch_addr) = (cq as usize, channel as usize);
+        // SAFETY: cq is alive until destroy_cq, which destroys the model CQ (dropping
+        // this notifier) before freeing.
+        unsafe { &*cq }.model.set_notifier(Box::new(move || {
+            // SAFETY: see above; the channel outlives the CQ.
+            let ch = unsafe { &*(ch_addr as *const SimChannel) };
+            if let Ok(mut q) = ch.fired.lock() {
+                q.push_back(cq_addr);
+            }
+            let one = 1u64;
+            // SAFETY: write 8 bytes to the channel's eventfd.
+            unsafe { libc::write(ch.ibv.fd, &one as *const u64 as *const c_void, 8) };
+        }));
+    }
+    cq as *mut v::ibv_cq_ex
+}
+
+/// `verbs_context->create_cq_ex`.
+pub unsafe extern "C" fn create_cq_ex_op(
+    ctx: *mut v::ibv_context,
+    attr: *mut v::ibv_cq_init_attr_ex,
+) -> *mut v::ibv_cq_ex {
+    if ctx.is_null() || attr.is_null() {
+        return null_with(EINVAL);
+    }
+    // SAFETY: attr is a caller struct.
+    unsafe { create(ctx, &*attr, &EfadvCqInitAttr::default()) }
+}
+
+unsafe extern "C" fn create_cq(
+    ctx: *mut v::ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut v::ibv_comp_channel,
+    comp_vector: c_int,
+) -> *mut v::ibv_cq {
+    if ctx.is_null() || cqe < 0 || comp_vector < 0 {
+        return null_with(EINVAL);
+    }
+    // SAFETY: plain data.
+    let mut attr: v::ibv_cq_init_attr_ex = unsafe { core::mem::zeroed() };
+    attr.cqe = cqe as u32;
+    attr.cq_context = cq_context;
+    attr.channel = channel;
+    attr.comp_vector = comp_vector as u32;
+    attr.wc_flags = WC_STANDARD_FLAGS;
+    // SAFETY: ctx is ours.
+    unsafe { create(ctx, &attr, &EfadvCqInitAttr::default()) as *mut v::ibv_cq }
+}
+export!("IBVERBS_1.1", ibv_create_cq => create_cq);
+
+unsafe extern "C" fn efadv_create_cq(
+    ctx: *mut v::ibv_context,
+    attr: *mut v::ibv_cq_init_attr_ex,
+    efa_attr: *mut EfadvCqInitAttr,
+    inlen: u32,
+) -> *mut v::ibv_cq_ex {
+    if ctx.is_null() || attr.is_null() || efa_attr.is_null() {
+        return null_with(EINVAL);
+    }
+    let inlen = inlen as usize;
+    let ours = core::mem::size_of::<EfadvCqInitAttr>();
+    if inlen <= core::mem::offset_of!(EfadvCqInitAttr, wc_flags) {
+        return null_with(EINVAL);
+    }
+    // SAFETY: efa_attr holds inlen bytes.
+    let bytes = unsafe { core::slice::from_raw_parts(efa_attr as *const u8, inlen) };
+    if inlen > ours && bytes[ours..].iter().any(|b| *b != 0) {
+        return null_with(EINVAL);
+    }
+    let mut efa = EfadvCqInitAttr::default();
+    // SAFETY: copy the caller's min(inlen, ours) bytes into a zeroed struct.
+    unsafe {
+        ptr::copy_nonoverlapping(
+            efa_attr as *const u8,
+            &mut efa as *mut _ as *mut u8,
+            inlen.min(ours),
+        )
+    };
+    if efa.comp_mask != 0 {
+        return null_with(EINVAL);
+    }
+    // SAFETY: ctx is ours.
+    let caps = unsafe { SimContext::from_ibv(ctx) }
+        .device
+        .profile
+        .device_caps;
+    let mut supported = 0;
+    if caps & CAP_CQ_WITH_SGID != 0 {
+        supported |= EFADV_WC_EX_WITH_SGID;
+    }
+    if caps & CAP_UNSOLICITED_WRITE_RECV != 0 {
+        supported |= EFADV_WC_EX_WITH_IS_UNSOLICITED;
+    }
+    if efa.wc_flags & !supported != 0 {
+        return null_with(EOPNOTSUPP);
+    }
+    if efa.flags != 0 {
+        // EXT_MEM_DMABUF: CQ rings are not emulated.
+        return null_with(EOPNOTSUPP);
+    }
+    // SAFETY: attr is a caller struct.
+    unsafe { create(ctx, &*attr, &efa) }
+}
+export!("EFA_1.2", efadv_create_cq => efadv_create_cq);
+
+unsafe extern "C" fn efadv_cq_from_ibv_cq_ex(cq: *mut v::ibv_cq_ex) -> *mut EfadvCq {
+    // SAFETY: cq is ours.
+    unsafe { &(*(cq as *mut SimCq)).efa as *const EfadvCq as *mut EfadvCq }
+}
+export!("EFA_1.2", efadv_cq_from_ibv_cq_ex => efadv_cq_from_ibv_cq_ex);
+
+unsafe extern "C" fn destroy_cq(cq: *mut v::ibv_cq) -> c_int {
+    if cq.is_null() {
+        return EINVAL;
+    }
+    let sim = cq as *mut SimCq;
+    // SAFETY: cq came from create; we own it.
+    unsafe {
+        if let Err(e) = (*sim).model.destroy() {
+            return e;
+        }
+        let ch = (*sim).channel;
+        if !ch.is_null() {
+            if let Ok(mut q) = (*ch).fired.lock() {
+                q.retain(|c| *c != sim as usize);
+            }
+            (*ch).users.fetch_sub(1, Ordering::AcqRel);
+            (*ch).ibv.refcnt -= 1;
+        }
+        drop(Box::from_raw(sim));
+    }
+    0
+}
+export!("IBVERBS_1.1", ibv_destroy_cq => destroy_cq);
+
+unsafe extern "C" fn create_comp_channel(ctx: *mut v::ibv_context) -> *mut v::ibv_comp_channel {
+    if ctx.is_null() {
+        return null_with(EINVAL);
+    }
+    // SAFETY: plain syscall. Semaphore mode: one read = one CQ event.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
+    if fd < 0 {
+        return ptr::null_mut();
+    }
+    leak(SimChannel {
+        ibv: v::ibv_comp_channel {
+            context: ctx,
+            fd,
+            refcnt: 0,
+        },
+        fired: Mutex::new(VecDeque::new()),
+        users: AtomicU32::new(0),
+    }) as *mut v::ibv_comp_channel
+}
+export!("IBVERBS_1.0", ibv_create_comp_channel => create_comp_channel);
+
+unsafe extern "C" fn destroy_comp_channel(ch: *mut v::ibv_comp_channel) -> c_int {
+    if ch.is_null() {
+        return EINVAL;
+    }
+    let sim = ch as *mut SimChannel;
+    // SAFETY: ch came from create_comp_channel.
+    unsafe {
+        if (*sim).users.load(Ordering::Acquire) != 0 {
+            return EBUSY;
+        }
+        libc::close((*sim).ibv.fd);
+        drop(Box::from_raw(sim));
+    }
+    0
+}
+export!("IBVERBS_1.0", ibv_destroy_comp_channel => destroy_comp_channel);
+
+unsafe extern "C" fn get_cq_event(
+    ch: *mut v::ibv_comp_channel,
+    cq_out: *mut *mut v::ibv_cq,
+    ctx_out: *mut *mut c_void,
+) -> c_int {
+    if ch.is_null() {
+        super::set_errno(EINVAL);
+        return -1;
+    }
+    let sim = ch as *mut SimChannel;
+    let mut n = 0u64;
+    // SAFETY: blocking (or O_NONBLOCK, as the caller set) read of our eventfd.
+    if unsafe { libc::read((*sim).ibv.fd, &mut n as *mut u64 as *mut c_void, 8) } != 8 {
+        return -1;
+    }
+    // SAFETY: sim is ours.
+    let cq = match unsafe { (*sim).fired.lock() } {
+        Ok(mut q) => q.pop_front(),
+        Err(_) => None,
+    };
+    let Some(cq) = cq else {
+        super::set_errno(libc::EAGAIN);
+        return -1;
+    };
+    let cq = cq as *mut v::ibv_cq;
+    // SAFETY: out pointers from the caller; cq is alive (destroy purges the queue).
+    unsafe {
+        if !cq_out.is_null() {
+            *cq_out = cq;
+        }
+        if !ctx_out.is_null() {
+            *ctx_out = (*cq).cq_context;
+        }
+    }
+    0
+}
+export!("IBVERBS_1.1", ibv_get_cq_event => get_cq_event);
+
+unsafe extern "C" fn ack_cq_events(cq: *mut v::ibv_cq, nevents: u32) {
+    if cq.is_null() {
+        return;
+    }
+    // SAFETY: cq is ours; the counter is only written here (consumer-serialised in rdma-core
+    // under cq->mutex; we use an atomic view of the same u32).
+    unsafe {
+        let p = &(*cq).comp_events_completed as *const u32 as *const AtomicU32;
+        (*p).fetch_add(nevents, Ordering::AcqRel);
+    }
+}
+export!("IBVERBS_1.1", ibv_ack_cq_events => ack_cq_events);
+
+/// `ibv_context_ops.req_notify_cq`.
+pub unsafe extern "C" fn req_notify_cq(cq: *mut v::ibv_cq, solicited_only: c_int) -> c_int {
+    if solicited_only != 0 {
+        return EOPNOTSUPP;
+    }
+    // SAFETY: cq is ours.
+    unsafe { SimCq::from_ibv(cq) }.model.arm();
+    0
+}
+
+/// `ibv_context_ops.poll_cq`: legacy `ibv_wc` fill rules (model §1.4).
+pub unsafe extern "C" fn poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut v::ibv_wc) -> c_int {
+    // SAFETY: cq is ours.
+    let sim = unsafe { SimCq::from_ibv(cq) };
+    let wc = wc as *mut Wc;
+    sim.poll_lock.lock();
+    let mut i = 0;
+    while i < n {
+        let Some(c) = sim.model.peek() else { break };
+        // SAFETY: the caller's array holds n entries; only the fields EFA writes are touched.
+        let w = unsafe { &mut *wc.add(i as usize) };
+        w.wr_id = c.wr_id;
+        w.status = wc_status(c.status);
+        w.opcode = wc_opcode(&c, sim.read_as_send);
+        w.vendor_err = u32::from(c.status);
+        w.qp_num = c.qp_num;
+        w.wc_flags = 0;
+        if is_recv(&c) {
+            w.byte_len = c.byte_len;
+            w.src_qp = c.src_qp;
+            w.sl = 0;
+            w.slid = c.slid;
+            if let Some(imm) = c.imm_be {
+                w.imm_data = imm;
+                w.wc_flags = IBV_WC_WITH_IMM;
+            }
+        }
+        sim.model.retire();
+        i += 1;
+    }
+    sim.poll_lock.unlock();
+    i
+}
+
+#[inline]
+unsafe fn set_current(sim: &SimCq, c: Option<Completion>) -> c_int {
+    // SAFETY: the poll lock is held by this thread (session protocol).
+    unsafe { *sim.cur.get() = c };
+    match c {
+        Some(c) => {
+            let ex = &sim.ex as *const v::ibv_cq_ex as *mut v::ibv_cq_ex;
+            // SAFETY: status/wr_id are plain fields of our CQ, written only under the poll lock.
+            unsafe {
+                (*ex).status = wc_status(c.status);
+                (*ex).wr_id = c.wr_id;
+            }
+            0
+        }
+        None => ENOENT,
+    }
+}
+
+unsafe extern "C" fn start_poll(cq: *mut v::ibv_cq_ex, attr: *mut v::ibv_poll_cq_attr) -> c_int {
+    // SAFETY: attr is NULL or a caller struct.
+    if !attr.is_null() && unsafe { (*attr).comp_mask } != 0 {
+        return EINVAL;
+    }
+    // SAFETY: cq is ours.
+    let sim = unsafe { SimCq::from_ex(cq) };
+    sim.poll_lock.lock();
+    let c = sim.model.peek();
+    if c.is_none() {
+        sim.poll_lock.unlock();
+        return ENOENT;
+    }
+    // SAFETY: poll lock held.
+    unsafe { set_current(sim, c) }
+}
+
+unsafe extern "C" fn next_poll(cq: *mut v::ibv_cq_ex) -> c_int {
+    // SAFETY: cq is ours; the caller holds the session from start_poll.
+    let sim = unsafe { SimCq::from_ex(cq) };
+    // SAFETY: poll lock held by the caller's session.
+    if unsafe { (*sim.cur.get()).is_some() } {
+        sim.model.retire();
+    }
+    let c = sim.model.peek();
+    // SAFETY: as above.
+    unsafe { set_current(sim, c) }
+}
+
+unsafe extern "C" fn end_poll(cq: *mut v::ibv_cq_ex) {
+    // SAFETY: cq is ours; session held.
+    let sim = unsafe { SimCq::from_ex(cq) };
+    // SAFETY: poll lock held by the caller's session.
+    unsafe {
+        if (*sim.cur.get()).take().is_some() {
+            sim.model.retire();
+        }
+    }
+    sim.poll_lock.unlock();
+}
+
+/// The completion under the cursor (valid between a successful start/next_poll and the next call).
+#[inline]
+unsafe fn cur<'a>(cq: *mut v::ibv_cq_ex) -> (&'a SimCq, Completion) {
+    // SAFETY: cq is ours; the caller is inside a successful poll session.
+    unsafe {
+        let sim = SimCq::from_ex(cq);
+        let c = (*sim.cur.get()).unwrap_or(EMPTY);
+        (sim, c)
+    }
+}
+
+/// Read outside a session (a consumer bug): report zeros rather than crash.
+const EMPTY: Completion = Completion {
+    wr_id: 0,
+    status: 0,
+    kind: CompletionKind::Send,
+    byte_len: 0,
+    imm_be: None,
+    qp_num: 0,
+    src_qp: 0,
+    slid: 0,
+    unsolicited: false,
+    sgid: None,
+};
+
+unsafe extern "C" fn read_opcode(cq: *mut v::ibv_cq_ex) -> u32 {
+    // SAFETY: forwarded contract.
+    let (sim, c) = unsafe { cur(cq) };
+    wc_opcode(&c, sim.read_as_send)
+}
+unsafe extern "C" fn read_vendor_err(cq: *mut v::ibv_cq_ex) -> u32 {
+    // SAFETY: forwarded contract.
+    u32::from(unsafe { cur(cq) }.1.status)
+}
+unsafe extern "C" fn read_byte_len(cq: *mut v::ibv_cq_ex) -> u32 {
+    // SAFETY: forwarded contract.
+    let c = unsafe { cur(cq) }.1;
+    if is_recv(&c) {
+        c.byte_len
+    } else {
+        0
+    }
+}
+unsafe extern "C" fn read_imm_data(cq: *mut v::ibv_cq_ex) -> u32 {
+    // SAFETY: forwarded contract.
+    unsafe { cur(cq) }.1.imm_be.unwrap_or(0)
+}
+unsafe extern "C" fn read_qp_num(cq: *mut v::ibv_cq_ex) -> u32 {
+    // SAFETY: forwarded contract.
+    unsafe { cur(cq) }.1.qp_num
+}
+unsafe extern "C" fn read_src_qp(cq: *mut v::ibv_cq_ex) -> u32 {
+    // SAFETY: forwarded contract.
+    let c = unsafe { cur(cq) }.1;
+    if is_recv(&c) {
+        c.src_qp
+    } else {
+        0
+    }
+}
+unsafe extern "C" fn read_wc_flags(cq: *mut v::ibv_cq_ex) -> u32 {
+    // SAFETY: forwarded contract.
+    let c = unsafe { cur(cq) }.1;
+    if is_recv(&c) && c.imm_be.is_some() {
+        IBV_WC_WITH_IMM
+    } else {
+        0
+    }
+}
+unsafe extern "C" fn read_slid(cq: *mut v::ibv_cq_ex) -> u32 {
+    // SAFETY: forwarded contract.
+    let c = unsafe { cur(cq) }.1;
+    if is_recv(&c) {
+        u32::from(c.slid)
+    } else {
+        0
+    }
+}
+unsafe extern "C" fn read_sl(_cq: *mut v::ibv_cq_ex) -> u8 {
+    0
+}
+unsafe extern "C" fn read_dlid_path_bits(_cq: *mut v::ibv_cq_ex) -> u8 {
+    0
+}
+
+#[inline]
+unsafe fn cq_of_efa<'a>(efa: *mut EfadvCq) -> &'a SimCq {
+    // SAFETY: efa is the `efa` member of a SimCq (handed out by efadv_cq_from_ibv_cq_ex).
+    unsafe { &*((efa as *mut u8).sub(core::mem::offset_of!(SimCq, efa)) as *const SimCq) }
+}
+
+unsafe extern "C" fn wc_read_sgid(efa: *mut EfadvCq, sgid: *mut v::ibv_gid) -> c_int {
+    // SAFETY: efa is ours; inside a poll session.
+    let sim = unsafe { cq_of_efa(efa) };
+    // SAFETY: poll lock held by the caller's session.
+    match unsafe { *sim.cur.get() }.and_then(|c| c.sgid) {
+        Some(g) if !sgid.is_null() => {
+            // SAFETY: sgid points to 16 bytes.
+            unsafe { ptr::copy_nonoverlapping(g.as_ptr(), sgid as *mut u8, 16) };
+            0
+        }
+        _ => -ENOENT,
+    }
+}
+
+unsafe extern "C" fn wc_is_unsolicited(efa: *mut EfadvCq) -> bool {
+    // SAFETY: efa is ours; inside a poll session.
+    let sim = unsafe { cq_of_efa(efa) };
+    // SAFETY: poll lock held by the caller's session.
+    unsafe { *sim.cur.get() }
+        .map(|c| c.unsolicited)
+        .unwrap_or(false)
+}

@@ -1,0 +1,31 @@
+//! Versioned exports. rustc cannot give a symbol an ELF version, so each exported
+//! rdma-core function is a tiny assembly trampoline named e.g. `ibv_open_device@@IBVERBS_1.1`
+//! (via `.symver`) that jumps to the Rust implementation. The nodes themselves are
+//! declared by the version script written in `build.rs`.
+
+/// `export!(NODE, c_name => rust_fn)`: makes `c_name@@NODE` a global function that
+/// tail-jumps to `rust_fn` (which must have the C signature of `c_name`).
+macro_rules! export {
+    ($node:literal, $name:ident => $imp:path) => {
+        export!(@emit "@@", $node, $name => $imp);
+    };
+    // Non-default (compat-only) version, like `ibv_register_driver@IBVERBS_1.1`:
+    // old binaries bind to it, new links cannot.
+    (compat $node:literal, $name:ident => $imp:path) => {
+        export!(@emit "@", $node, $name => $imp);
+    };
+    (@emit $at:literal, $node:literal, $name:ident => $imp:path) => {
+        ::core::arch::global_asm!(
+            ".pushsection .text.efa_sim_export,\"ax\",@progbits",
+            concat!(".globl efa_sim_export_", stringify!($name)),
+            concat!(".type efa_sim_export_", stringify!($name), ",@function"),
+            ".p2align 4",
+            concat!("efa_sim_export_", stringify!($name), ":"),
+            "jmp {f}",
+            concat!(".size efa_sim_export_", stringify!($name), ", . - efa_sim_export_", stringify!($name)),
+            concat!(".symver efa_sim_export_", stringify!($name), ",", stringify!($name), $at, $node),
+            ".popsection",
+            f = sym $imp,
+        );
+    };
+}
