@@ -1,0 +1,712 @@
+//! Data path between devices of one process: every opcode with its bytes,
+//! completion fields, and every error status of model §3.5/§4.
+
+#[path = "model_helpers.rs"]
+mod helpers;
+use efa_sim::model::*;
+use helpers::*;
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn pair(flags_b: u16) -> (Side, Side) {
+    (Side::new(&dev(0), 0), Side::new(&dev(1), flags_b))
+}
+
+fn rdma(
+    ah: &std::sync::Arc<Ah>,
+    qpn: u32,
+    id: u64,
+    op: SendOp,
+    local: Sge,
+    remote: (u64, u32),
+) -> SendWr {
+    let mut w = wr(ah, qpn, id, op, &[local]);
+    w.remote = Some(remote);
+    w
+}
+
+#[test]
+fn send_and_send_imm_scatter_into_two_sges() {
+    let (a, b) = pair(0);
+    let ah = a.ah_to(&b);
+    let src = Region::new(&a.pd, 4096, ALL_ACCESS);
+    let dst = Region::new(&b.pd, 4096, ALL_ACCESS);
+    let data = pattern(3000, 7);
+    src.fill(0, &data);
+    b.qp.post_recv(&recv(11, &[dst.sge(0, 1000), dst.sge(2000, 2000)]))
+        .unwrap();
+    a.qp.post_send_batch(&[wr(
+        &ah,
+        b.qp.qpn(),
+        1,
+        SendOp::Send,
+        &[src.sge(0, 1500), src.sge(1500, 1500)],
+    )])
+    .unwrap();
+    let s = next(&a.cq, 2);
+    assert_eq!(
+        (s.wr_id, s.status, s.kind, s.qp_num),
+        (1, 0, CompletionKind::Send, a.qp.qpn())
+    );
+    let r = next(&b.cq, 2);
+    assert_eq!(
+        (r.wr_id, r.status, r.kind, r.byte_len),
+        (11, 0, CompletionKind::Recv, 3000)
+    );
+    assert_eq!(
+        (r.src_qp, r.slid, r.imm_be, r.unsolicited),
+        (a.qp.qpn(), 0xffff, None, false)
+    );
+    assert_eq!(r.qp_num, b.qp.qpn());
+    assert_eq!(r.sgid, None, "CQ without with_sgid");
+    assert_eq!(dst.bytes(0, 1000), data[..1000]);
+    assert_eq!(dst.bytes(2000, 2000), data[1000..]);
+    assert_eq!(dst.bytes(1000, 1000), vec![0; 1000], "gap untouched");
+    // SEND_IMM: imm bit-exact; receiver now knows the sender (AH) → slid.
+    let back = b.ah_to(&a);
+    b.qp.post_recv(&recv(12, &[dst.sge(0, 64)])).unwrap();
+    let mut w = wr(&ah, b.qp.qpn(), 2, SendOp::SendImm, &[src.sge(0, 10)]);
+    w.imm_be = 0x0102_0304u32.to_be();
+    a.qp.post_send_batch(&[w]).unwrap();
+    assert_eq!(next(&a.cq, 2).status, 0);
+    let r = next(&b.cq, 2);
+    assert_eq!(
+        (r.wr_id, r.byte_len, r.imm_be),
+        (12, 10, Some(0x0102_0304u32.to_be()))
+    );
+    assert_eq!(r.slid, back.number());
+}
+
+#[test]
+fn inline_zero_length_and_loopback() {
+    let d = dev(0);
+    let a = Side::new(&d, 0);
+    let b = Side::new(&d, 0); // same device: loopback through the device's own endpoint
+    let ah = a.ah_to(&b);
+    let dst = Region::new(&b.pd, 64, ALL_ACCESS);
+    b.qp.post_recv(&recv(1, &[dst.sge(0, 64)])).unwrap();
+    b.qp.post_recv(&recv(2, &[dst.sge(0, 64)])).unwrap();
+    let mut w = wr(&ah, b.qp.qpn(), 1, SendOp::Send, &[]);
+    w.payload = Payload::Inline(b"inline-hello".iter().copied().collect());
+    a.qp.post_send_batch(&[w]).unwrap();
+    assert_eq!(next(&a.cq, 2).status, 0);
+    let r = next(&b.cq, 2);
+    assert_eq!(r.byte_len, 12);
+    assert_eq!(dst.bytes(0, 12), b"inline-hello");
+    a.qp.post_send_batch(&[wr(&ah, b.qp.qpn(), 2, SendOp::Send, &[])])
+        .unwrap();
+    assert_eq!(next(&a.cq, 2).status, 0);
+    let r = next(&b.cq, 2);
+    assert_eq!((r.wr_id, r.byte_len, r.status), (2, 0, 0));
+}
+
+#[test]
+fn sgid_reported_only_for_unknown_sender_on_sgid_cq() {
+    let a = Side::new(&dev(0), 0);
+    let opts = CqOptions {
+        with_sgid: true,
+        with_unsolicited: false,
+    };
+    let b = Side::with_opts(&dev(1), 0, opts, QpType::Srd);
+    let ah = a.ah_to(&b);
+    let dst = Region::new(&b.pd, 64, ALL_ACCESS);
+    b.qp.post_recv(&recv(1, &[dst.sge(0, 64)])).unwrap();
+    a.qp.post_send_batch(&[wr(&ah, b.qp.qpn(), 1, SendOp::Send, &[])])
+        .unwrap();
+    next(&a.cq, 2);
+    let r = next(&b.cq, 2);
+    assert_eq!((r.slid, r.sgid), (0xffff, Some(dev(0).gid)));
+    let back = b.ah_to(&a);
+    b.qp.post_recv(&recv(2, &[dst.sge(0, 64)])).unwrap();
+    a.qp.post_send_batch(&[wr(&ah, b.qp.qpn(), 2, SendOp::Send, &[])])
+        .unwrap();
+    next(&a.cq, 2);
+    let r = next(&b.cq, 2);
+    assert_eq!((r.slid, r.sgid), (back.number(), None));
+}
+
+#[test]
+fn rdma_write_write_imm_and_read() {
+    let (a, b) = pair(0);
+    let ah = a.ah_to(&b);
+    let _known = b.ah_to(&a); // responder must know the requester for RDMA
+    let local = Region::new(&a.pd, 8192, ALL_ACCESS);
+    let remote = Region::new(&b.pd, 8192, ALL_ACCESS);
+    let data = pattern(5000, 3);
+    local.fill(0, &data);
+    let rk = (remote.addr() + 100, remote.mr.rkey());
+    a.qp.post_send_batch(&[rdma(
+        &ah,
+        b.qp.qpn(),
+        1,
+        SendOp::RdmaWrite,
+        local.sge(0, 5000),
+        rk,
+    )])
+    .unwrap();
+    let c = next(&a.cq, 2);
+    assert_eq!(
+        (c.wr_id, c.status, c.kind),
+        (1, 0, CompletionKind::RdmaWrite)
+    );
+    assert_eq!(remote.bytes(100, 5000), data);
+    none_within(&b.cq, 20); // no responder completion for plain write
+                            // Write with imm consumes a receive WR (its wr_id), byte_len = write length.
+    b.qp.post_recv(&recv(77, &[])).unwrap();
+    let mut w = rdma(
+        &ah,
+        b.qp.qpn(),
+        2,
+        SendOp::RdmaWriteImm,
+        local.sge(0, 300),
+        (remote.addr() + 4000, remote.mr.rkey()),
+    );
+    w.imm_be = 0xa1b2_c3d4;
+    a.qp.post_send_batch(&[w]).unwrap();
+    assert_eq!(next(&a.cq, 2).kind, CompletionKind::RdmaWrite);
+    let r = next(&b.cq, 2);
+    assert_eq!(
+        (r.wr_id, r.kind, r.byte_len, r.imm_be, r.unsolicited),
+        (
+            77,
+            CompletionKind::RecvRdmaWithImm,
+            300,
+            Some(0xa1b2_c3d4),
+            false
+        )
+    );
+    assert_eq!(r.src_qp, a.qp.qpn());
+    assert_eq!(remote.bytes(4000, 300), data[..300]);
+    // Read back into another place.
+    a.qp.post_send_batch(&[rdma(
+        &ah,
+        b.qp.qpn(),
+        3,
+        SendOp::RdmaRead,
+        local.sge(6000, 2000),
+        (remote.addr() + 100, remote.mr.rkey()),
+    )])
+    .unwrap();
+    let c = next(&a.cq, 2);
+    assert_eq!(
+        (c.wr_id, c.status, c.kind),
+        (3, 0, CompletionKind::RdmaRead)
+    );
+    assert_eq!(local.bytes(6000, 2000), data[..2000]);
+}
+
+#[test]
+fn bulk_rdma_one_mib_fast_path() {
+    let (a, b) = pair(0);
+    let ah = a.ah_to(&b);
+    let _known = b.ah_to(&a);
+    const MIB: usize = 1 << 20;
+    let local = Region::new(&a.pd, 2 * MIB, ALL_ACCESS);
+    let remote = Region::new(&b.pd, MIB, ALL_ACCESS);
+    let data = pattern(MIB, 9);
+    local.fill(0, &data);
+    a.qp.post_send_batch(&[rdma(
+        &ah,
+        b.qp.qpn(),
+        1,
+        SendOp::RdmaWrite,
+        local.sge(0, MIB as u32),
+        (remote.addr(), remote.mr.rkey()),
+    )])
+    .unwrap();
+    assert_eq!(next(&a.cq, 5).status, 0);
+    assert!(remote.bytes(0, MIB) == data);
+    a.qp.post_send_batch(&[rdma(
+        &ah,
+        b.qp.qpn(),
+        2,
+        SendOp::RdmaRead,
+        local.sge(MIB, MIB as u32),
+        (remote.addr(), remote.mr.rkey()),
+    )])
+    .unwrap();
+    assert_eq!(next(&a.cq, 5).status, 0);
+    assert!(local.bytes(MIB, MIB) == data);
+}
+
+#[test]
+fn unsolicited_write_with_imm_consumes_no_receive() {
+    let a = Side::new(&dev(0), 0);
+    let opts = CqOptions {
+        with_sgid: false,
+        with_unsolicited: true,
+    };
+    let b = Side::with_opts(&dev(1), 1, opts, QpType::Srd);
+    let ah = a.ah_to(&b);
+    let _known = b.ah_to(&a);
+    let local = Region::new(&a.pd, 64, ALL_ACCESS);
+    let remote = Region::new(&b.pd, 64, ALL_ACCESS);
+    local.fill(0, b"unsolicited!");
+    b.qp.post_recv(&recv(5, &[])).unwrap();
+    let mut w = rdma(
+        &ah,
+        b.qp.qpn(),
+        1,
+        SendOp::RdmaWriteImm,
+        local.sge(0, 12),
+        (remote.addr(), remote.mr.rkey()),
+    );
+    w.imm_be = 42;
+    a.qp.post_send_batch(&[w]).unwrap();
+    assert_eq!(next(&a.cq, 2).status, 0);
+    let r = next(&b.cq, 2);
+    assert_eq!(
+        (r.wr_id, r.unsolicited, r.imm_be, r.byte_len),
+        (0, true, Some(42), 12)
+    );
+    assert_eq!(remote.bytes(0, 12), b"unsolicited!");
+    // The posted receive is still there for a SEND.
+    a.qp.post_send_batch(&[wr(&ah, b.qp.qpn(), 2, SendOp::Send, &[])])
+        .unwrap();
+    next(&a.cq, 2);
+    assert_eq!(next(&b.cq, 2).wr_id, 5);
+}
+
+#[test]
+fn local_errors_bad_lkey_other_pd_and_lengths() {
+    let (a, b) = pair(0);
+    let ah = a.ah_to(&b);
+    let _known = b.ah_to(&a);
+    let mine = Region::new(&a.pd, 16384, ALL_ACCESS);
+    let other_pd = a.dev.alloc_pd().unwrap();
+    let foreign = Region::new(&other_pd, 64, ALL_ACCESS);
+    let remote = Region::new(&b.pd, 16384, ALL_ACCESS);
+    let q = b.qp.qpn();
+    // Unknown lkey, range outside the MR, MR of another PD → 5.
+    let bad = Sge {
+        addr: mine.addr(),
+        length: 8,
+        lkey: 0xabcdef,
+    };
+    for (i, sge) in [bad, mine.sge(16380, 8), foreign.sge(0, 8)]
+        .into_iter()
+        .enumerate()
+    {
+        a.qp.post_send_batch(&[wr(&ah, q, i as u64, SendOp::Send, &[sge])])
+            .unwrap();
+        let c = next(&a.cq, 2);
+        assert_eq!((c.wr_id, c.status), (i as u64, 5), "{sge:?}");
+    }
+    // Read into memory without LOCAL_WRITE → 5.
+    let ro = Region::new(&a.pd, 64, ACCESS_REMOTE_READ);
+    a.qp.post_send_batch(&[rdma(
+        &ah,
+        q,
+        9,
+        SendOp::RdmaRead,
+        ro.sge(0, 8),
+        (remote.addr(), remote.mr.rkey()),
+    )])
+    .unwrap();
+    assert_eq!(next(&a.cq, 2).status, 5);
+    // SEND larger than the MTU → 6.
+    a.qp.post_send_batch(&[wr(&ah, q, 10, SendOp::Send, &[mine.sge(0, 8193)])])
+        .unwrap();
+    assert_eq!(next(&a.cq, 2).status, 6);
+    // AH of another PD → 4.
+    let stray = other_pd.create_ah(&b.dev.gid).unwrap();
+    a.qp.post_send_batch(&[wr(&stray, q, 11, SendOp::Send, &[])])
+        .unwrap();
+    assert_eq!(next(&a.cq, 2).status, 4);
+    none_within(&b.cq, 20);
+}
+
+#[test]
+fn rdma_above_max_rdma_size_is_loc_len_and_moves_nothing() {
+    let small = special(30, |p| p.max_rdma_size = 4096);
+    let a = Side::new(&small, 0);
+    let b = Side::new(&dev(1), 0);
+    let ah = a.ah_to(&b);
+    let _known = b.ah_to(&a);
+    let local = Region::new(&a.pd, 8192, ALL_ACCESS);
+    let remote = Region::new(&b.pd, 8192, ALL_ACCESS);
+    local.fill(0, &[0xee; 8192]);
+    a.qp.post_send_batch(&[rdma(
+        &ah,
+        b.qp.qpn(),
+        1,
+        SendOp::RdmaWrite,
+        local.sge(0, 4097),
+        (remote.addr(), remote.mr.rkey()),
+    )])
+    .unwrap();
+    assert_eq!(next(&a.cq, 2).status, 6);
+    assert_eq!(remote.bytes(0, 8192), vec![0; 8192]);
+    a.qp.post_send_batch(&[rdma(
+        &ah,
+        b.qp.qpn(),
+        2,
+        SendOp::RdmaWrite,
+        local.sge(0, 4096),
+        (remote.addr(), remote.mr.rkey()),
+    )])
+    .unwrap();
+    assert_eq!(next(&a.cq, 2).status, 0);
+    assert_eq!(remote.bytes(0, 4096), vec![0xee; 4096]);
+}
+
+#[test]
+fn remote_access_errors_touch_nothing() {
+    let (a, b) = pair(0);
+    let ah = a.ah_to(&b);
+    let _known = b.ah_to(&a);
+    let local = Region::new(&a.pd, 65536, ALL_ACCESS);
+    local.fill(0, &[0x5a; 65536]);
+    let remote = Region::new(&b.pd, 65536, ALL_ACCESS);
+    let no_write = Region::new(&b.pd, 4096, ACCESS_LOCAL_WRITE | ACCESS_REMOTE_READ);
+    let no_read = Region::new(&b.pd, 4096, ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE);
+    no_read.fill(0, &[0x11; 4096]);
+    let other_pd = b.dev.alloc_pd().unwrap();
+    let foreign = Region::new(&other_pd, 4096, ALL_ACCESS);
+    let q = b.qp.qpn();
+    let cases = [
+        (SendOp::RdmaWrite, (remote.addr(), 0xfff_fff0), 100u32), // unknown rkey
+        (
+            SendOp::RdmaWrite,
+            (remote.addr() + 65000, remote.mr.rkey()),
+            1000,
+        ), // past the end
+        (SendOp::RdmaWrite, (remote.addr() - 1, remote.mr.rkey()), 10), // before the start
+        (SendOp::RdmaWrite, (no_write.addr(), no_write.mr.rkey()), 10),
+        (SendOp::RdmaWrite, (foreign.addr(), foreign.mr.rkey()), 10), // MR of another PD
+        (SendOp::RdmaWrite, (remote.addr(), remote.mr.rkey()), 40000), // bulk, past the end
+        (SendOp::RdmaRead, (no_read.addr(), no_read.mr.rkey()), 10),
+        (
+            SendOp::RdmaRead,
+            (remote.addr() + 60000, remote.mr.rkey()),
+            40000,
+        ), // bulk read past end
+    ];
+    let remote_at = remote.addr() + 30000;
+    let cases = cases.iter().map(|(op, rk, len)| {
+        (
+            *op,
+            if *len == 40000 && *op == SendOp::RdmaWrite {
+                (remote_at, rk.1)
+            } else {
+                *rk
+            },
+            *len,
+        )
+    });
+    for (i, (op, rk, len)) in cases.enumerate() {
+        let local_off = if op == SendOp::RdmaRead { 0 } else { 0 };
+        let l = Region::new(&a.pd, len as usize, ALL_ACCESS);
+        l.fill(0, &vec![0x77; len as usize]);
+        let _ = local_off;
+        a.qp.post_send_batch(&[rdma(&ah, q, i as u64, op, l.sge(0, len), rk)])
+            .unwrap();
+        let c = next(&a.cq, 3);
+        assert_eq!(
+            (c.wr_id, c.status),
+            (i as u64, 7),
+            "case {i}: {op:?} {rk:x?} {len}"
+        );
+        if op == SendOp::RdmaRead {
+            assert_eq!(
+                l.bytes(0, len as usize),
+                vec![0x77; len as usize],
+                "read target untouched"
+            );
+        }
+    }
+    assert_eq!(
+        remote.bytes(0, 65536),
+        vec![0; 65536],
+        "not one byte written"
+    );
+    assert_eq!(no_write.bytes(0, 4096), vec![0; 4096]);
+    assert_eq!(foreign.bytes(0, 4096), vec![0; 4096]);
+    none_within(&b.cq, 20);
+}
+
+#[test]
+fn unknown_peer_for_rdma_is_status_14() {
+    let (a, b) = pair(0);
+    let ah = a.ah_to(&b); // but b has no AH for a
+    let local = Region::new(&a.pd, 64, ALL_ACCESS);
+    let remote = Region::new(&b.pd, 64, ALL_ACCESS);
+    local.fill(0, &[1; 64]);
+    for (i, op) in [SendOp::RdmaWrite, SendOp::RdmaRead, SendOp::RdmaWriteImm]
+        .into_iter()
+        .enumerate()
+    {
+        a.qp.post_send_batch(&[rdma(
+            &ah,
+            b.qp.qpn(),
+            i as u64,
+            op,
+            local.sge(0, 64),
+            (remote.addr(), remote.mr.rkey()),
+        )])
+        .unwrap();
+        assert_eq!(next(&a.cq, 2).status, 14, "{op:?}");
+    }
+    assert_eq!(remote.bytes(0, 64), vec![0; 64]);
+    // SEND does not need it.
+    b.qp.post_recv(&recv(1, &[])).unwrap();
+    a.qp.post_send_batch(&[wr(&ah, b.qp.qpn(), 9, SendOp::Send, &[])])
+        .unwrap();
+    assert_eq!(next(&a.cq, 2).status, 0);
+}
+
+#[test]
+fn rnr_retries_then_status_10_or_success_once_posted() {
+    let (a, b) = pair(0);
+    let ah = a.ah_to(&b);
+    // A QP with rnr_retry = 2.
+    let (cq, _) = a.dev.create_cq(16, CqOptions::default()).unwrap();
+    let (qp, _) = a.pd.create_qp(&srd_init(&cq, caps(8, 8), 0)).unwrap();
+    modify(&qp, 1 | 16 | 32 | 64, QpState::Init).unwrap();
+    modify(&qp, 1, QpState::Rtr).unwrap();
+    qp.modify(&ModifyQp {
+        mask: 1 | (1 << 16) | (1 << 11),
+        state: QpState::Rts as u32,
+        rnr_retry: 2,
+        ..Default::default()
+    })
+    .unwrap();
+    qp.post_send_batch(&[wr(&ah, b.qp.qpn(), 1, SendOp::Send, &[])])
+        .unwrap();
+    assert_eq!(next(&cq, 2).status, 10);
+    // Default rnr_retry 7 = forever: the send waits until a receive shows up.
+    a.qp.post_send_batch(&[wr(&ah, b.qp.qpn(), 2, SendOp::Send, &[])])
+        .unwrap();
+    none_within(&a.cq, 100);
+    b.qp.post_recv(&recv(3, &[])).unwrap();
+    assert_eq!(next(&a.cq, 2).status, 0);
+    assert_eq!(next(&b.cq, 2).wr_id, 3);
+    // Write-with-imm needs a receive too.
+    let _known = b.ah_to(&a);
+    let l = Region::new(&a.pd, 8, ALL_ACCESS);
+    let r = Region::new(&b.pd, 8, ALL_ACCESS);
+    qp.post_send_batch(&[rdma(
+        &ah,
+        b.qp.qpn(),
+        4,
+        SendOp::RdmaWriteImm,
+        l.sge(0, 8),
+        (r.addr(), r.mr.rkey()),
+    )])
+    .unwrap();
+    assert_eq!(next(&cq, 2).status, 10);
+}
+
+#[test]
+fn receive_too_small_is_11_and_keeps_the_receive() {
+    let (a, b) = pair(0);
+    let ah = a.ah_to(&b);
+    let src = Region::new(&a.pd, 256, ALL_ACCESS);
+    let dst = Region::new(&b.pd, 256, ALL_ACCESS);
+    src.fill(0, &pattern(256, 1));
+    b.qp.post_recv(&recv(1, &[dst.sge(0, 16)])).unwrap();
+    a.qp.post_send_batch(&[wr(&ah, b.qp.qpn(), 1, SendOp::Send, &[src.sge(0, 17)])])
+        .unwrap();
+    assert_eq!(next(&a.cq, 2).status, 11);
+    none_within(&b.cq, 20);
+    assert_eq!(dst.bytes(0, 16), vec![0; 16]);
+    a.qp.post_send_batch(&[wr(&ah, b.qp.qpn(), 2, SendOp::Send, &[src.sge(0, 16)])])
+        .unwrap();
+    assert_eq!(next(&a.cq, 2).status, 0);
+    let r = next(&b.cq, 2);
+    assert_eq!((r.wr_id, r.byte_len), (1, 16));
+}
+
+#[test]
+fn receive_sge_without_local_write_is_5_and_7() {
+    let (a, b) = pair(0);
+    let ah = a.ah_to(&b);
+    let ro = Region::new(&b.pd, 64, ACCESS_REMOTE_READ);
+    b.qp.post_recv(&recv(1, &[ro.sge(0, 64)])).unwrap();
+    a.qp.post_send_batch(&[wr(&ah, b.qp.qpn(), 1, SendOp::Send, &[])])
+        .unwrap();
+    // Zero bytes need no access: succeeds.
+    assert_eq!(next(&a.cq, 2).status, 0);
+    assert_eq!(next(&b.cq, 2).status, 0);
+    let src = Region::new(&a.pd, 64, ALL_ACCESS);
+    b.qp.post_recv(&recv(2, &[ro.sge(0, 64)])).unwrap();
+    a.qp.post_send_batch(&[wr(&ah, b.qp.qpn(), 2, SendOp::Send, &[src.sge(0, 8)])])
+        .unwrap();
+    assert_eq!(next(&a.cq, 2).status, 7);
+    let r = next(&b.cq, 2);
+    assert_eq!((r.wr_id, r.status), (2, 5));
+}
+
+#[test]
+fn dest_qp_missing_or_in_error_is_9() {
+    let (a, b) = pair(0);
+    let ah = a.ah_to(&b);
+    a.qp.post_send_batch(&[wr(&ah, (b.qp.qpn() & !0x1ff) | 0x1ff, 1, SendOp::Send, &[])])
+        .unwrap();
+    assert_eq!(next(&a.cq, 2).status, 9, "no such QP");
+    modify(&b.qp, 1, QpState::Err).unwrap();
+    a.qp.post_send_batch(&[wr(&ah, b.qp.qpn(), 2, SendOp::Send, &[])])
+        .unwrap();
+    assert_eq!(next(&a.cq, 2).status, 9, "QP in ERR");
+    let gone = b.qp.qpn();
+    b.qp.destroy().unwrap();
+    a.qp.post_send_batch(&[wr(&ah, gone, 3, SendOp::Send, &[])])
+        .unwrap();
+    assert_eq!(next(&a.cq, 2).status, 9, "destroyed QP");
+}
+
+#[test]
+fn qkey_mismatch_is_dropped_counted_and_times_out() {
+    let (a, b) = pair(0);
+    let ah = a.ah_to(&b);
+    b.qp.post_recv(&recv(1, &[])).unwrap();
+    let before = b.dev.stats().qkey_violations;
+    let mut w = wr(&ah, b.qp.qpn(), 1, SendOp::Send, &[]);
+    w.remote_qkey = 0xbad;
+    let t = std::time::Instant::now();
+    a.qp.post_send_batch(&[w]).unwrap();
+    let c = next(&a.cq, 3);
+    assert!(c.status == 13 || c.status == 15, "{c:?}");
+    assert!(t.elapsed() < std::time::Duration::from_millis(2500));
+    assert!(b.dev.stats().qkey_violations > before);
+    none_within(&b.cq, 10);
+}
+
+#[test]
+fn modify_to_err_flushes_outstanding_sends() {
+    let (a, b) = pair(0);
+    let ah = a.ah_to(&b);
+    a.qp.post_send_batch(&[wr(&ah, b.qp.qpn(), 1, SendOp::Send, &[])])
+        .unwrap(); // RNR forever
+    none_within(&a.cq, 20);
+    modify(&a.qp, 1, QpState::Err).unwrap();
+    let c = next(&a.cq, 2);
+    assert_eq!((c.wr_id, c.status), (1, 1));
+}
+
+#[test]
+fn ah_destroy_flushes_its_outstanding_wrs() {
+    let (a, b) = pair(0);
+    let ah = a.ah_to(&b);
+    a.qp.post_send_batch(&[wr(&ah, b.qp.qpn(), 1, SendOp::Send, &[])])
+        .unwrap(); // RNR forever
+    none_within(&a.cq, 20);
+    ah.destroy().unwrap();
+    let c = next(&a.cq, 2);
+    assert_eq!((c.wr_id, c.status), (1, 1));
+}
+
+#[test]
+fn qp_destroy_purges_outstanding_work() {
+    let (a, b) = pair(0);
+    let ah = a.ah_to(&b);
+    a.qp.post_send_batch(&[wr(&ah, b.qp.qpn(), 1, SendOp::Send, &[])])
+        .unwrap();
+    none_within(&a.cq, 20);
+    a.qp.destroy().unwrap();
+    none_within(&a.cq, 50);
+    assert!(a.cq.is_empty());
+}
+
+#[test]
+fn ud_send_has_grh_prefix_and_drops_without_receive() {
+    let a = Side::with_opts(&dev(0), 0, CqOptions::default(), QpType::Ud);
+    let b = Side::with_opts(&dev(1), 0, CqOptions::default(), QpType::Ud);
+    let ah = a.ah_to(&b);
+    let src = Region::new(&a.pd, 128, ALL_ACCESS);
+    let dst = Region::new(&b.pd, 128, ALL_ACCESS);
+    dst.fill(0, &[0xcc; 128]);
+    src.fill(0, b"ud payload");
+    // No receive posted: dropped silently, sender still succeeds.
+    let drops = b.dev.stats().ud_drops;
+    a.qp.post_send_batch(&[wr(&ah, b.qp.qpn(), 1, SendOp::Send, &[src.sge(0, 10)])])
+        .unwrap();
+    assert_eq!(next(&a.cq, 2).status, 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while b.dev.stats().ud_drops == drops {
+        assert!(std::time::Instant::now() < deadline, "drop not counted");
+        std::thread::yield_now();
+    }
+    b.qp.post_recv(&recv(7, &[dst.sge(0, 128)])).unwrap();
+    let mut w = wr(&ah, b.qp.qpn(), 2, SendOp::SendImm, &[src.sge(0, 10)]);
+    w.imm_be = 9;
+    a.qp.post_send_batch(&[w]).unwrap();
+    assert_eq!(next(&a.cq, 2).status, 0);
+    let r = next(&b.cq, 2);
+    assert_eq!(
+        (r.wr_id, r.byte_len, r.imm_be, r.src_qp),
+        (7, 50, Some(9), a.qp.qpn())
+    );
+    assert_eq!(dst.bytes(40, 10), b"ud payload");
+    // RDMA on UD is refused at post time.
+    let mut w = wr(&ah, b.qp.qpn(), 3, SendOp::RdmaWrite, &[src.sge(0, 1)]);
+    w.remote = Some((dst.addr(), dst.mr.rkey()));
+    assert_eq!(a.qp.post_send_batch(&[w]), Err(libc::EINVAL));
+}
+
+#[test]
+fn dmabuf_mr_maps_the_fd_and_carries_data() {
+    let (a, b) = pair(0);
+    let ah = a.ah_to(&b);
+    // A memfd stands in for a dma-buf: mmap-able, so the data path works.
+    // SAFETY: plain syscalls with valid arguments; the fd is closed below.
+    let fd = unsafe { libc::memfd_create(c"efa-sim-dmabuf".as_ptr(), 0) };
+    assert!(fd >= 0);
+    // SAFETY: valid fd.
+    assert_eq!(unsafe { libc::ftruncate(fd, 8192) }, 0);
+    let mr =
+        b.pd.reg_dmabuf_mr(4096, 4096, 0x10_0000, fd, ALL_ACCESS)
+            .unwrap();
+    assert!(mr.dmabuf().unwrap().mapped);
+    assert_eq!((mr.iova(), mr.len()), (0x10_0000, 4096));
+    b.qp.post_recv(&recv(
+        1,
+        &[Sge {
+            addr: 0x10_0000 + 8,
+            length: 64,
+            lkey: mr.lkey(),
+        }],
+    ))
+    .unwrap();
+    let src = Region::new(&a.pd, 64, ALL_ACCESS);
+    src.fill(0, b"into a dma-buf");
+    a.qp.post_send_batch(&[wr(&ah, b.qp.qpn(), 1, SendOp::Send, &[src.sge(0, 14)])])
+        .unwrap();
+    assert_eq!(next(&a.cq, 2).status, 0);
+    assert_eq!(next(&b.cq, 2).byte_len, 14);
+    let mut back = [0u8; 14];
+    // SAFETY: valid fd and buffer.
+    let n = unsafe { libc::pread(fd, back.as_mut_ptr().cast(), 14, 4096 + 8) };
+    assert_eq!(n, 14);
+    assert_eq!(&back, b"into a dma-buf");
+    mr.dereg().unwrap();
+    // An fd that cannot be mapped registers, but its data path fails (5 locally).
+    let mut pipe = [0i32; 2];
+    // SAFETY: valid out array.
+    assert_eq!(unsafe { libc::pipe(pipe.as_mut_ptr()) }, 0);
+    let bad = a.pd.reg_dmabuf_mr(0, 64, 0, pipe[0], ALL_ACCESS).unwrap();
+    assert!(!bad.dmabuf().unwrap().mapped);
+    a.qp.post_send_batch(&[wr(
+        &ah,
+        b.qp.qpn(),
+        2,
+        SendOp::Send,
+        &[Sge {
+            addr: 0,
+            length: 8,
+            lkey: bad.lkey(),
+        }],
+    )])
+    .unwrap();
+    assert_eq!(next(&a.cq, 2).status, 5);
+    // SAFETY: closing fds we own.
+    unsafe {
+        libc::close(fd);
+        libc::close(pipe[0]);
+        libc::close(pipe[1]);
+    }
+}
