@@ -10,6 +10,15 @@
 //! The functions here follow rdma-core's `verbs.h` and return like C (NULL with `errno`, or an
 //! errno value). [`crate::verbs`] re-exports them under the C names, shadowing rdma-sys's.
 //!
+//! rdma-sys's other helpers built on the same check always report "unsupported"
+//! (`ibv_open_xrcd`, `ibv_close_xrcd`, `ibv_advise_mr`, `ibv_alloc_dm`, `ibv_free_dm`,
+//! `ibv_reg_dm_mr`, `ibv_alloc_null_mr`, `ibv_create_flow*`, `ibv_destroy_flow*`,
+//! `ibv_create_wq`, `ibv_modify_wq`, `ibv_destroy_wq`, `ibv_post_wq_recv`,
+//! `ibv_create_rwq_ind_table`, `ibv_destroy_rwq_ind_table`, `ibv_create_srq_ex`,
+//! `ibv_get_srq_num`, `ibv_post_srq_ops`, `ibv_open_qp`, `ibv_modify_qp_rate_limit`,
+//! `ibv_query_rt_values_ex`, `ibv_*_counters`). EFA implements none of those ops, so on EFA
+//! their answer happens to match the real one; they are not re-implemented here.
+//!
 //! Only the byte distance of each op from the embedded `ibv_context` matters; it is the same in
 //! every rdma-core version (members are only ever prepended), so rdma-sys's rdma-core 44
 //! `verbs_context` is used for offsets while providers may allocate a newer, larger one.

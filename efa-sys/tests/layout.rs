@@ -8,8 +8,10 @@
 
 use efa_sys::efadv::*;
 use efa_sys::verbs::{
-    ibv_context, ibv_cq_ex, ibv_cq_init_attr_ex, ibv_gid_entry, ibv_port_attr, ibv_qp_ex,
-    ibv_qp_init_attr_ex, ibv_send_wr, ibv_wc, verbs_context,
+    ibv_ah, ibv_context, ibv_cq, ibv_cq_ex, ibv_cq_init_attr_ex, ibv_device_attr_ex, ibv_gid_entry,
+    ibv_modify_cq_attr, ibv_mr, ibv_parent_domain_init_attr, ibv_pd, ibv_port_attr, ibv_qp,
+    ibv_qp_ex, ibv_qp_init_attr, ibv_qp_init_attr_ex, ibv_query_device_ex_input, ibv_send_wr,
+    ibv_td, ibv_td_init_attr, ibv_wc, verbs_context,
 };
 use efa_sys::verbs_ext::*;
 use std::collections::{BTreeSet, HashMap};
@@ -695,61 +697,315 @@ fn exprs() -> Vec<ExprCheck> {
     checks
 }
 
-/// Every efadv function efa-sys binds, as (C name, address of the Rust item). Taking the
-/// address proves the Rust item exists; the header scan proves none is missing.
-fn functions() -> Vec<(&'static str, usize)> {
+/// Renders a Rust FFI type as the C type it must be compatible with.
+trait CType {
+    fn c_type() -> String;
+}
+
+macro_rules! c_types {
+    ($($t:ty => $c:expr),* $(,)?) => {
+        $(impl CType for $t {
+            fn c_type() -> String {
+                $c.to_string()
+            }
+        })*
+    };
+}
+
+c_types! {
+    () => "void", std::ffi::c_void => "void", bool => "bool", i32 => "int", u8 => "uint8_t",
+    u16 => "uint16_t", u32 => "uint32_t", u64 => "uint64_t", usize => "size_t",
+    isize => "ssize_t", efa_sys::verbs::ibv_gid => "union ibv_gid",
+}
+
+macro_rules! c_structs {
+    ($($t:ident),* $(,)?) => {
+        c_types! { $($t => concat!("struct ", stringify!($t))),* }
+    };
+}
+
+c_structs! {
+    efadv_device_attr, efadv_ah_attr, efadv_sq_depth_attr, efadv_rq_depth_attr,
+    efadv_qp_init_attr, efadv_wq_attr, efadv_qp, efadv_cq_init_attr, efadv_cq_attr, efadv_cq,
+    efadv_comp_cntr_init_attr, efadv_mr_attr, ibv_comp_cntr, ibv_comp_cntr_init_attr,
+    ibv_context, ibv_pd, ibv_qp, ibv_qp_ex, ibv_qp_init_attr, ibv_qp_init_attr_ex, ibv_ah, ibv_cq,
+    ibv_cq_ex, ibv_cq_init_attr_ex, ibv_mr, ibv_gid_entry, ibv_device_attr_ex,
+    ibv_query_device_ex_input, ibv_port_attr, ibv_td, ibv_td_init_attr,
+    ibv_parent_domain_init_attr, ibv_modify_cq_attr,
+}
+
+impl<T: CType> CType for *mut T {
+    fn c_type() -> String {
+        format!("{} *", T::c_type())
+    }
+}
+
+impl<T: CType> CType for *const T {
+    fn c_type() -> String {
+        format!("const {} *", T::c_type())
+    }
+}
+
+/// Function pointers, C ABI and (for the Rust versions of header-only helpers) Rust ABI.
+macro_rules! c_fns {
+    ($($a:ident),*) => {
+        impl<R: CType, $($a: CType),*> CType for unsafe extern "C" fn($($a),*) -> R {
+            fn c_type() -> String {
+                let params: Vec<String> = vec![$($a::c_type()),*];
+                let params = if params.is_empty() { "void".to_string() } else { params.join(", ") };
+                format!("{} (*)({})", R::c_type(), params)
+            }
+        }
+        impl<R: CType, $($a: CType),*> CType for unsafe fn($($a),*) -> R {
+            fn c_type() -> String {
+                <unsafe extern "C" fn($($a),*) -> R as CType>::c_type()
+            }
+        }
+    };
+}
+c_fns!();
+c_fns!(A);
+c_fns!(A, B);
+c_fns!(A, B, C);
+c_fns!(A, B, C, D);
+c_fns!(A, B, C, D, E);
+c_fns!(A, B, C, D, E, G);
+
+fn c_type_of<F: CType>(_f: F) -> String {
+    F::c_type()
+}
+
+/// A C expression whose type must be compatible with the C rendering of a Rust signature.
+struct SigCheck {
+    label: &'static str,
+    /// Identifier that must occur in the headers for the check to apply.
+    needs: &'static str,
+    c_expr: &'static str,
+    rust: String,
+}
+
+fn sig(label: &'static str, needs: &'static str, c_expr: &'static str, rust: String) -> SigCheck {
+    SigCheck {
+        label,
+        needs,
+        c_expr,
+        rust,
+    }
+}
+
+type ReadSgid = unsafe fn(*mut efadv_cq, *mut efa_sys::verbs::ibv_gid) -> i32;
+type IsUnsolicited = unsafe fn(*mut efadv_cq) -> bool;
+type SetHints = unsafe fn(*mut efadv_qp, u32) -> bool;
+type GidEx = unsafe fn(*mut ibv_context, u32, u32, *mut ibv_gid_entry, u32) -> i32;
+type GidTable = unsafe fn(*mut ibv_context, *mut ibv_gid_entry, usize, u32) -> isize;
+type CreateCqEx = unsafe fn(*mut ibv_context, *mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex;
+type CreateQpEx = unsafe fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp;
+type QueryDeviceEx =
+    unsafe fn(*mut ibv_context, *const ibv_query_device_ex_input, *mut ibv_device_attr_ex) -> i32;
+type QueryPort = unsafe fn(*mut ibv_context, u8, *mut ibv_port_attr) -> i32;
+type AllocTd = unsafe fn(*mut ibv_context, *mut ibv_td_init_attr) -> *mut ibv_td;
+type DeallocTd = unsafe fn(*mut ibv_td) -> i32;
+type AllocParentDomain =
+    unsafe fn(*mut ibv_context, *mut ibv_parent_domain_init_attr) -> *mut ibv_pd;
+type ModifyCq = unsafe fn(*mut ibv_cq, *mut ibv_modify_cq_attr) -> i32;
+
+/// Every function signature efa-sys declares or re-implements, against the C declaration.
+fn signatures() -> Vec<SigCheck> {
+    use efa_sys::efadv::runtime::*;
+    use efa_sys::verbs_ctx as ctx;
     vec![
-        (
+        // Linked efadv entry points.
+        sig(
             "efadv_create_driver_qp",
-            efadv_create_driver_qp as *const () as usize,
+            "efadv_create_driver_qp",
+            "&efadv_create_driver_qp",
+            c_type_of(efadv_create_driver_qp as unsafe extern "C" fn(_, _, _) -> _),
         ),
-        (
+        sig(
             "efadv_create_qp_ex",
-            efadv_create_qp_ex as *const () as usize,
+            "efadv_create_qp_ex",
+            "&efadv_create_qp_ex",
+            c_type_of(efadv_create_qp_ex as unsafe extern "C" fn(_, _, _, _) -> _),
         ),
-        ("efadv_query_ah", efadv_query_ah as *const () as usize),
-        (
+        sig(
+            "efadv_query_ah",
+            "efadv_query_ah",
+            "&efadv_query_ah",
+            c_type_of(efadv_query_ah as unsafe extern "C" fn(_, _, _) -> _),
+        ),
+        sig(
             "efadv_query_device",
-            efadv_query_device as *const () as usize,
+            "efadv_query_device",
+            "&efadv_query_device",
+            c_type_of(efadv_query_device as unsafe extern "C" fn(_, _, _) -> _),
         ),
-        ("efadv_create_cq", efadv_create_cq as *const () as usize),
-        (
+        sig(
+            "efadv_create_cq",
+            "efadv_create_cq",
+            "&efadv_create_cq",
+            c_type_of(efadv_create_cq as unsafe extern "C" fn(_, _, _, _) -> _),
+        ),
+        sig(
             "efadv_cq_from_ibv_cq_ex",
-            efadv_cq_from_ibv_cq_ex as *const () as usize,
+            "efadv_cq_from_ibv_cq_ex",
+            "&efadv_cq_from_ibv_cq_ex",
+            c_type_of(efadv_cq_from_ibv_cq_ex as unsafe extern "C" fn(_) -> _),
         ),
-        (
-            "efadv_wc_read_sgid",
-            efadv_wc_read_sgid as *const () as usize,
+        // Run-time resolved entry points: the pointer types they are called through.
+        sig(
+            "efadv_query_mr",
+            "efadv_query_mr",
+            "&efadv_query_mr",
+            efadv_query_mr_fn::c_type(),
         ),
-        (
-            "efadv_wc_is_unsolicited",
-            efadv_wc_is_unsolicited as *const () as usize,
-        ),
-        (
-            "efadv_wr_set_processing_hints",
-            efadv_wr_set_processing_hints as *const () as usize,
-        ),
-        ("efadv_query_mr", efadv_query_mr as *const () as usize),
-        (
+        sig(
             "efadv_query_qp_wqs",
-            efadv_query_qp_wqs as *const () as usize,
+            "efadv_query_qp_wqs",
+            "&efadv_query_qp_wqs",
+            efadv_query_qp_wqs_fn::c_type(),
         ),
-        ("efadv_query_cq", efadv_query_cq as *const () as usize),
-        (
+        sig(
+            "efadv_query_cq",
+            "efadv_query_cq",
+            "&efadv_query_cq",
+            efadv_query_cq_fn::c_type(),
+        ),
+        sig(
             "efadv_get_max_sq_depth",
-            efadv_get_max_sq_depth as *const () as usize,
+            "efadv_get_max_sq_depth",
+            "&efadv_get_max_sq_depth",
+            efadv_get_max_sq_depth_fn::c_type(),
         ),
-        (
+        sig(
             "efadv_get_max_rq_depth",
-            efadv_get_max_rq_depth as *const () as usize,
+            "efadv_get_max_rq_depth",
+            "&efadv_get_max_rq_depth",
+            efadv_get_max_rq_depth_fn::c_type(),
         ),
-        (
+        sig(
             "efadv_qp_from_ibv_qp_ex",
-            efadv_qp_from_ibv_qp_ex as *const () as usize,
+            "efadv_qp_from_ibv_qp_ex",
+            "&efadv_qp_from_ibv_qp_ex",
+            efadv_qp_from_ibv_qp_ex_fn::c_type(),
         ),
-        (
+        sig(
             "efadv_create_comp_cntr",
-            efadv_create_comp_cntr as *const () as usize,
+            "efadv_create_comp_cntr",
+            "&efadv_create_comp_cntr",
+            efadv_create_comp_cntr_fn::c_type(),
+        ),
+        // Provider function pointers the header-only helpers call through.
+        sig(
+            "efadv_cq.wc_read_sgid",
+            "wc_read_sgid",
+            "((struct efadv_cq *)0)->wc_read_sgid",
+            efadv_wc_read_sgid_fn::c_type(),
+        ),
+        sig(
+            "efadv_cq.wc_is_unsolicited",
+            "wc_is_unsolicited",
+            "((struct efadv_cq *)0)->wc_is_unsolicited",
+            efadv_wc_is_unsolicited_fn::c_type(),
+        ),
+        sig(
+            "efadv_qp.wr_set_processing_hints",
+            "wr_set_processing_hints",
+            "((struct efadv_qp *)0)->wr_set_processing_hints",
+            efadv_wr_set_processing_hints_fn::c_type(),
+        ),
+        // The Rust versions of the header-only helpers.
+        sig(
+            "efadv_wc_read_sgid",
+            "efadv_wc_read_sgid",
+            "&efadv_wc_read_sgid",
+            c_type_of(efadv_wc_read_sgid as ReadSgid),
+        ),
+        sig(
+            "efadv_wc_is_unsolicited",
+            "efadv_wc_is_unsolicited",
+            "&efadv_wc_is_unsolicited",
+            c_type_of(efadv_wc_is_unsolicited as IsUnsolicited),
+        ),
+        // Same parameters; the Rust helper returns `bool` (pointer present) where C returns void.
+        sig(
+            "efadv_wr_set_processing_hints",
+            "efadv_wr_set_processing_hints",
+            "&efadv_wr_set_processing_hints",
+            c_type_of(efadv_wr_set_processing_hints as SetHints).replacen("bool ", "void ", 1),
+        ),
+        // Verbs additions.
+        sig(
+            "_ibv_query_gid_ex",
+            "_ibv_query_gid_ex",
+            "&_ibv_query_gid_ex",
+            c_type_of(_ibv_query_gid_ex as unsafe extern "C" fn(_, _, _, _, _, _) -> _),
+        ),
+        sig(
+            "_ibv_query_gid_table",
+            "_ibv_query_gid_table",
+            "&_ibv_query_gid_table",
+            c_type_of(_ibv_query_gid_table as unsafe extern "C" fn(_, _, _, _, _) -> _),
+        ),
+        sig(
+            "ibv_query_gid_ex",
+            "ibv_query_gid_ex",
+            "&ibv_query_gid_ex",
+            c_type_of(ibv_query_gid_ex as GidEx),
+        ),
+        sig(
+            "ibv_query_gid_table",
+            "ibv_query_gid_table",
+            "&ibv_query_gid_table",
+            c_type_of(ibv_query_gid_table as GidTable),
+        ),
+        // Extended-verbs dispatch.
+        sig(
+            "ibv_create_cq_ex",
+            "ibv_create_cq_ex",
+            "&ibv_create_cq_ex",
+            c_type_of(ctx::ibv_create_cq_ex as CreateCqEx),
+        ),
+        sig(
+            "ibv_create_qp_ex",
+            "ibv_create_qp_ex",
+            "&ibv_create_qp_ex",
+            c_type_of(ctx::ibv_create_qp_ex as CreateQpEx),
+        ),
+        sig(
+            "ibv_query_device_ex",
+            "ibv_query_device_ex",
+            "&ibv_query_device_ex",
+            c_type_of(ctx::ibv_query_device_ex as QueryDeviceEx),
+        ),
+        sig(
+            "___ibv_query_port",
+            "___ibv_query_port",
+            "&___ibv_query_port",
+            c_type_of(ctx::ibv_query_port as QueryPort),
+        ),
+        sig(
+            "ibv_alloc_td",
+            "ibv_alloc_td",
+            "&ibv_alloc_td",
+            c_type_of(ctx::ibv_alloc_td as AllocTd),
+        ),
+        sig(
+            "ibv_dealloc_td",
+            "ibv_dealloc_td",
+            "&ibv_dealloc_td",
+            c_type_of(ctx::ibv_dealloc_td as DeallocTd),
+        ),
+        sig(
+            "ibv_alloc_parent_domain",
+            "ibv_alloc_parent_domain",
+            "&ibv_alloc_parent_domain",
+            c_type_of(ctx::ibv_alloc_parent_domain as AllocParentDomain),
+        ),
+        sig(
+            "ibv_modify_cq",
+            "ibv_modify_cq",
+            "&ibv_modify_cq",
+            c_type_of(ctx::ibv_modify_cq as ModifyCq),
         ),
     ]
 }
@@ -794,6 +1050,19 @@ fn c_program(version: Version, efadv_h: &str, verbs_h: &str) -> (String, Vec<Str
             skipped.push(c.c_name.to_string());
         }
     }
+    let mut asserts = String::new();
+    for g in signatures() {
+        if [efadv_h, verbs_h].iter().any(|h| contains_word(h, g.needs)) {
+            writeln!(
+                asserts,
+                "_Static_assert(__builtin_types_compatible_p(__typeof__({}), {}), \"{}: Rust has {}\");",
+                g.c_expr, g.rust, g.label, g.rust
+            )
+            .unwrap();
+        } else {
+            skipped.push(g.label.to_string());
+        }
+    }
     for e in exprs()
         .into_iter()
         .filter(|e| e.versions.contains(&version))
@@ -809,8 +1078,10 @@ fn c_program(version: Version, efadv_h: &str, verbs_h: &str) -> (String, Vec<Str
         r#"#include <stdio.h>
 #include <stddef.h>
 #include <stdalign.h>
+#include <stdbool.h>
 #include <infiniband/verbs.h>
 #include <infiniband/efadv.h>
+{asserts}
 #define S(T) printf("S %s %zu %zu\n", #T, sizeof(struct T), alignof(struct T))
 #define F(T, m) printf("F %s %s %zu %zu\n", #T, #m, offsetof(struct T, m), sizeof(((struct T *)0)->m))
 #define K(N) printf("K %s %lld\n", #N, (long long)(N))
@@ -975,7 +1246,7 @@ fn compare(version: Version, lines: &[String]) -> usize {
 /// Every `EFADV_*` constant, `efadv_*` function and `struct efadv_*` of the header is bound.
 fn assert_complete(version: Version, efadv_h: &str) {
     let known_consts: BTreeSet<&str> = constants().iter().map(|c| c.c_name).collect();
-    let known_fns: BTreeSet<&str> = functions().iter().map(|f| f.0).collect();
+    let known_fns: BTreeSet<&str> = signatures().iter().map(|f| f.label).collect();
     let known_structs: BTreeSet<&str> = structs().iter().map(|s| s.c_name).collect();
     let mut missing = Vec::new();
     for word in identifiers(efadv_h) {
@@ -1032,14 +1303,19 @@ fn check_headers(version: Version, include: Option<&Path>) -> usize {
     let (program, skipped) = c_program(version, &efadv_h, &verbs_h);
     let lines = run_c(version, include, &program);
     let checks = compare(version, &lines);
-    println!("{version:?}: {checks} comparisons passed; not in these headers: {skipped:?}");
-    checks
+    // The program compiled, so every emitted signature assertion held.
+    let signatures = program.matches("_Static_assert(").count();
+    println!(
+        "{version:?}: {checks} layout/value comparisons and {signatures} signature checks passed; \
+         not in these headers: {skipped:?}"
+    );
+    checks + signatures
 }
 
 #[test]
 fn layout_matches_system_rdma_core_44_headers() {
     let checks = check_headers(Version::V44, None);
-    assert!(checks >= 180, "only {checks} comparisons");
+    assert!(checks >= 200, "only {checks} comparisons");
 }
 
 /// `X/shared` next to the `X/main` checkout, or `$EFA_SHARED_DIR`.
@@ -1094,7 +1370,7 @@ fn layout_matches_rdma_core_65_headers() {
     match v65_headers() {
         Ok(include) => {
             let checks = check_headers(Version::V65, Some(&include));
-            assert!(checks >= 280, "only {checks} comparisons");
+            assert!(checks >= 310, "only {checks} comparisons");
         }
         // Written straight to stderr so the line shows without --nocapture.
         Err(reason) => {
@@ -1104,11 +1380,4 @@ fn layout_matches_rdma_core_65_headers() {
             );
         }
     }
-}
-
-#[test]
-fn every_bound_function_is_a_distinct_item() {
-    let fns = functions();
-    let addresses: BTreeSet<usize> = fns.iter().map(|f| f.1).collect();
-    assert_eq!(addresses.len(), fns.len());
 }
