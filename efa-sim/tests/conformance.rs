@@ -13,3 +13,8 @@ fn data_srd() {
 fn data_srd_read_opcode_rdma_read() {
     support::run_c("data_srd", &[("EFA_SIM_READ_OPCODE", "rdma_read")]);
 }
+
+#[test]
+fn api_device() {
+    support::run_c("api_device", &[]);
+}

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <infiniband/efadv.h>
 #include <infiniband/verbs.h>
+#include <dlfcn.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -23,6 +24,11 @@ struct efadv_qp_init_attr_v65 {
 	uint8_t reserved;
 	uint64_t wr_flags;
 };
+#define SIM_CAPS_RDMA_WRITE (1 << 3)
+#define SIM_CAPS_UNSOLICITED_WRITE_RECV (1 << 4)
+/* Private-but-exported helpers (rdma-core's driver.h, not installed). */
+const char *ibv_get_sysfs_path(void);
+int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t size);
 #define SIM_EFADV_QP_FLAGS_UNSOLICITED_WRITE_RECV (1 << 0)
 #define SIM_EFADV_QP_FLAGS_INLINE_WRITE (1 << 1)
 #define SIM_EFADV_WR_EX_WITH_PROCESSING_HINTS (1 << 0)
@@ -36,7 +42,6 @@ struct efadv_qp_v65 {
 	uint64_t comp_mask;
 	void (*wr_set_processing_hints)(struct efadv_qp_v65 *qp, uint32_t hints);
 };
-struct efadv_qp_v65 *efadv_qp_from_ibv_qp_ex(struct ibv_qp_ex *ibvqpx);
 struct efadv_mr_attr_v65 {
 	uint64_t comp_mask;
 	uint16_t ic_id_validity;
@@ -44,7 +49,6 @@ struct efadv_mr_attr_v65 {
 	uint16_t rdma_read_ic_id;
 	uint16_t rdma_recv_ic_id;
 };
-int efadv_query_mr(struct ibv_mr *ibvmr, struct efadv_mr_attr_v65 *attr, uint32_t inlen);
 struct efadv_sq_depth_attr {
 	uint64_t comp_mask;
 	uint32_t flags;
@@ -52,14 +56,10 @@ struct efadv_sq_depth_attr {
 	uint32_t max_rdma_sge;
 	uint32_t max_inline_data;
 };
-int efadv_get_max_sq_depth(struct ibv_context *ibvctx, struct efadv_sq_depth_attr *attr, uint32_t inlen);
 struct efadv_rq_depth_attr {
 	uint64_t comp_mask;
 	uint32_t max_recv_sge;
 };
-int efadv_get_max_rq_depth(struct ibv_context *ibvctx, struct efadv_rq_depth_attr *attr, uint32_t inlen);
-int efadv_query_cq(struct ibv_cq *ibvcq, void *attr, uint32_t inlen);
-int efadv_query_qp_wqs(struct ibv_qp *ibvqp, void *sq_attr, void *rq_attr, uint32_t inlen);
 
 static const char *g_test = "?";
 static int g_checks;
@@ -75,8 +75,13 @@ static int g_checks;
 #define CHECK(cond, ...)                                                          \
 	do {                                                                      \
 		g_checks++;                                                       \
-		if (!(cond))                                                      \
-			FAIL("check `%s` failed: " __VA_ARGS__, #cond);           \
+		if (!(cond)) {                                                    \
+			fprintf(stderr, "FAIL %s %s:%d: check `%s` failed: ", g_test, \
+				__FILE__, __LINE__, #cond);                       \
+			fprintf(stderr, __VA_ARGS__);                             \
+			fprintf(stderr, "\n");                                    \
+			exit(1);                                                  \
+		}                                                                 \
 	} while (0)
 
 #define CHECK_EQ(a, b)                                                            \
@@ -107,6 +112,28 @@ static int g_checks;
 			FAIL("%s: errno %d (%s), expected %s", #expr, errno,      \
 			     strerror(errno), #e);                                \
 	} while (0)
+
+/* Functions newer than the system libefa (v44, EFA_1.0..1.2) cannot be linked against
+ * it; consumers resolve them at run time, as we do here. */
+static void *sim_sym(const char *name)
+{
+	void *p = dlsym(RTLD_DEFAULT, name);
+	if (!p)
+		FAIL("dlsym(%s): %s", name, dlerror());
+	return p;
+}
+typedef struct efadv_qp_v65 *(*efadv_qp_from_ibv_qp_ex_fn)(struct ibv_qp_ex *);
+typedef int (*efadv_query_mr_fn)(struct ibv_mr *, struct efadv_mr_attr_v65 *, uint32_t);
+typedef int (*efadv_get_max_sq_depth_fn)(struct ibv_context *, struct efadv_sq_depth_attr *, uint32_t);
+typedef int (*efadv_get_max_rq_depth_fn)(struct ibv_context *, struct efadv_rq_depth_attr *, uint32_t);
+typedef int (*efadv_query_cq_fn)(struct ibv_cq *, void *, uint32_t);
+typedef int (*efadv_query_qp_wqs_fn)(struct ibv_qp *, void *, void *, uint32_t);
+#define efadv_qp_from_ibv_qp_ex ((efadv_qp_from_ibv_qp_ex_fn)sim_sym("efadv_qp_from_ibv_qp_ex"))
+#define efadv_query_mr ((efadv_query_mr_fn)sim_sym("efadv_query_mr"))
+#define efadv_get_max_sq_depth ((efadv_get_max_sq_depth_fn)sim_sym("efadv_get_max_sq_depth"))
+#define efadv_get_max_rq_depth ((efadv_get_max_rq_depth_fn)sim_sym("efadv_get_max_rq_depth"))
+#define efadv_query_cq ((efadv_query_cq_fn)sim_sym("efadv_query_cq"))
+#define efadv_query_qp_wqs ((efadv_query_qp_wqs_fn)sim_sym("efadv_query_qp_wqs"))
 
 static void done(void)
 {

@@ -9,7 +9,9 @@ use std::sync::OnceLock;
 /// `target/<profile>/deps` (the test binary lives there, and so does the cdylib).
 pub fn deps_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
-    exe.parent().expect("test binary has a parent dir").to_path_buf()
+    exe.parent()
+        .expect("test binary has a parent dir")
+        .to_path_buf()
 }
 
 /// Directory holding `libibverbs.so.1` and `libefa.so.1` symlinks to the stand-in.
@@ -55,9 +57,16 @@ pub fn on_sim(program: impl AsRef<std::ffi::OsStr>) -> Command {
 pub fn run_with_timeout(cmd: &mut Command, secs: u32) -> Output {
     let prog = cmd.get_program().to_owned();
     let args: Vec<_> = cmd.get_args().map(|a| a.to_owned()).collect();
-    let envs: Vec<_> = cmd.get_envs().map(|(k, v)| (k.to_owned(), v.map(|v| v.to_owned()))).collect();
+    let envs: Vec<_> = cmd
+        .get_envs()
+        .map(|(k, v)| (k.to_owned(), v.map(|v| v.to_owned())))
+        .collect();
     let mut t = Command::new("timeout");
-    t.arg("-k").arg("5").arg(secs.to_string()).arg(prog).args(args);
+    t.arg("-k")
+        .arg("5")
+        .arg(secs.to_string())
+        .arg(prog)
+        .args(args);
     for (k, v) in envs {
         match v {
             Some(v) => t.env(k, v),
@@ -74,16 +83,29 @@ pub fn assert_no_loader_warnings(what: &str, out: &Output) {
         !stderr.contains("no version information available"),
         "{what}: loader warning on stderr:\n{stderr}"
     );
-    assert!(!stderr.contains("version `"), "{what}: missing version node:\n{stderr}");
+    assert!(
+        !stderr.contains("version `"),
+        "{what}: missing version node:\n{stderr}"
+    );
 }
 
 /// Compiles `tests/conformance/<name>.c` with gcc against the system rdma-core headers
 /// (`-libverbs -lefa`) and returns the binary.
 pub fn compile_c(name: &str) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance").join(format!("{name}.c"));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/conformance")
+        .join(format!("{name}.c"));
     let bin = scratch_dir().join(name);
     let out = Command::new("gcc")
-        .args(["-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-Wno-unused-function"])
+        .args([
+            "-std=gnu11",
+            "-O1",
+            "-g",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-Wno-unused-function",
+        ])
         .arg("-Wno-missing-field-initializers")
         .arg("-o")
         .arg(&bin)
@@ -116,7 +138,10 @@ pub fn run_c(name: &str, extra_env: &[(&str, &str)]) -> String {
         "{name} failed ({}):\nstdout:\n{stdout}\nstderr:\n{stderr}",
         out.status
     );
-    assert!(stdout.contains(&format!("PASS {name}")), "{name}: no PASS line:\n{stdout}");
+    assert!(
+        stdout.contains(&format!("PASS {name}")),
+        "{name}: no PASS line:\n{stdout}"
+    );
     assert_no_loader_warnings(name, &out);
     stdout
 }
