@@ -42,3 +42,8 @@ pub mod verbs {
 }
 
 pub use efadv::*;
+
+/// The rdma-sys crate itself, e.g. for its own versions of the items [`verbs`] replaces
+/// (`rdma_sys::ibv_query_port` is the exported legacy symbol taking `_compat_ibv_port_attr`).
+#[doc(no_inline)]
+pub use rdma_sys;

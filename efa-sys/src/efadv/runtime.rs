@@ -14,6 +14,26 @@
 //! * the wrappers named like the C functions ([`efadv_query_mr`], ...) resolve and call;
 //! * the statics ([`EFADV_QUERY_MR`], ...) give the typed function pointer
 //!   ([`RuntimeSymbol::resolve`]) for callers that want to keep it.
+//!
+//! ```
+//! use efa_sys::efadv::{efadv_mr_attr, runtime::EFADV_QUERY_MR, NotProvidedReason};
+//!
+//! match EFADV_QUERY_MR.resolve() {
+//!     // `query_mr` is an `unsafe extern "C" fn(*mut ibv_mr, *mut efadv_mr_attr, u32) -> c_int`;
+//!     // call it with a live MR and `size_of::<efadv_mr_attr>() as u32`.
+//!     Ok(query_mr) => assert!(EFADV_QUERY_MR.is_provided()),
+//!     // rdma-core < 50: the error names the function and its version node.
+//!     Err(e) => {
+//!         assert_eq!((e.function, e.version_node), ("efadv_query_mr", "EFA_1.3"));
+//!         assert!(matches!(
+//!             e.reason,
+//!             NotProvidedReason::SymbolAbsent | NotProvidedReason::LibraryUnavailable
+//!         ));
+//!     }
+//! }
+//! // Or in one step (Ok holds the C return value):
+//! // let rc = unsafe { efa_sys::efadv::efadv_query_mr(mr, &mut attr, inlen) }?;
+//! ```
 
 use super::{
     efadv_comp_cntr_init_attr, efadv_cq_attr, efadv_mr_attr, efadv_qp, efadv_rq_depth_attr,
