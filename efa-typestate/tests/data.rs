@@ -1,0 +1,730 @@
+//! Data path on the software device: every opcode, error statuses, batches, channels.
+
+mod common;
+use std::time::Duration;
+
+use arrayvec::ArrayVec;
+use common::*;
+use efa_typestate::*;
+
+/// Two SRD QPs on one device, each with its own CQ, connected both ways.
+macro_rules! pair {
+    ($ctx:ident, $pd:ident, $cqa:ident, $cqb:ident, $a:ident, $b:ident, $to_b:ident, $to_a:ident) => {
+        pair!(
+            $ctx,
+            $pd,
+            $cqa,
+            $cqb,
+            $a,
+            $b,
+            $to_b,
+            $to_a,
+            QpConfig::srd(),
+            QpConfig::srd()
+        )
+    };
+    ($ctx:ident, $pd:ident, $cqa:ident, $cqb:ident, $a:ident, $b:ident, $to_b:ident, $to_a:ident, $cfga:expr, $cfgb:expr) => {
+        let $ctx = open(0);
+        let $pd = $ctx.alloc_pd().unwrap();
+        let $cqa = $ctx.create_ext_cq(CqOptions::new(256)).unwrap();
+        let $cqb = $ctx
+            .create_ext_cq(CqOptions::new(256).unsolicited_flag().sender_gid())
+            .unwrap();
+        let $a = $pd
+            .create_qp(&$cqa, &$cqa, &$cfga)
+            .unwrap()
+            .prepare(QKEY_A, None)
+            .unwrap();
+        let $b = $pd
+            .create_qp(&$cqb, &$cqb, &$cfgb)
+            .unwrap()
+            .prepare(QKEY_B, None)
+            .unwrap();
+        let $to_b = $pd.connect(&$b.endpoint()).unwrap();
+        let $to_a = $pd.connect(&$a.endpoint()).unwrap();
+    };
+}
+
+fn recv_one(qp: &Qp<'_, Rts>, wr_id: u64, sge: Sge<'_>) {
+    let mut r = RecvBatch::<1>::new();
+    r.push(wr_id, sge).unwrap();
+    // SAFETY: tests read receive buffers only after polling their completion.
+    unsafe { qp.post_recv(&r) }.unwrap();
+}
+
+#[test]
+fn send_and_receive() {
+    pair!(ctx, pd, cqa, cqb, a, b, to_b, _to_a);
+    let mut src = pd.register(vec![0u8; 256], AccessFlags::empty()).unwrap();
+    src.as_mut_slice()[..11].copy_from_slice(b"hello world");
+    let dst = pd
+        .register(vec![0u8; 256], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    recv_one(&b, 42, dst.sge(0, 256).unwrap());
+    let mut s = SendBatch::<1>::new();
+    s.send(7, &to_b, src.sge(0, 11).unwrap()).unwrap();
+    unsafe { a.post_send(&s) }.unwrap();
+
+    let sc = expect_n(&cqa, 1)[0];
+    sc.result().unwrap();
+    assert_eq!(
+        (sc.wr_id(), sc.opcode(), sc.qp_num()),
+        (7, WcOpcode::SEND, a.qpn())
+    );
+    let rc = expect_n(&cqb, 1)[0];
+    rc.result().unwrap();
+    assert_eq!(rc.wr_id(), 42);
+    assert_eq!(rc.opcode(), WcOpcode::RECV);
+    assert_eq!(rc.byte_len(), 11);
+    assert_eq!(rc.src_qp(), a.qpn());
+    assert_eq!(rc.qp_num(), b.qpn());
+    assert_eq!(rc.imm(), None);
+    assert_eq!(
+        rc.sender_ah(),
+        Some(to_a_number(&pd, &ctx)),
+        "b's PD has an AH for a's GID"
+    );
+    assert_eq!(&dst.as_slice()[..11], b"hello world");
+    assert!(
+        dst.as_slice()[11..].iter().all(|&x| x == 0),
+        "nothing written past the message"
+    );
+}
+
+fn to_a_number(pd: &Pd<'_>, ctx: &Context) -> u16 {
+    pd.create_ah(ctx.gid().unwrap()).unwrap().number()
+}
+
+#[test]
+fn send_with_immediate_arrives_in_host_order() {
+    pair!(ctx, pd, cqa, cqb, a, b, to_b, _to_a);
+    let src = pd.register(vec![5u8; 64], AccessFlags::empty()).unwrap();
+    let dst = pd
+        .register(vec![0u8; 64], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    recv_one(&b, 1, dst.sge_all().unwrap());
+    let mut s = SendBatch::<1>::new();
+    s.send_imm(2, &to_b, src.sge(0, 3).unwrap(), 0x0102_0304)
+        .unwrap();
+    unsafe { a.post_send(&s) }.unwrap();
+    expect_n(&cqa, 1)[0].result().unwrap();
+    let rc = expect_n(&cqb, 1)[0];
+    assert_eq!(rc.imm(), Some(0x0102_0304));
+    assert!(rc.flags().contains(CompletionFlags::WITH_IMM));
+    assert_eq!(rc.byte_len(), 3);
+    assert_eq!(&dst.as_slice()[..4], &[5, 5, 5, 0]);
+    let _ = &ctx;
+}
+
+#[test]
+fn rdma_write_lands_without_receiver_completion() {
+    pair!(ctx, pd, cqa, cqb, a, b, to_b, _to_a);
+    let src = pd
+        .register((0..=255u8).collect::<Vec<u8>>(), AccessFlags::empty())
+        .unwrap();
+    let target = pd
+        .register(
+            vec![0u8; 512],
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        )
+        .unwrap();
+    let mut s = SendBatch::<1>::new();
+    s.write(
+        9,
+        &to_b,
+        src.sge(16, 100).unwrap(),
+        target.remote().slice(200, 100).unwrap(),
+    )
+    .unwrap();
+    unsafe { a.post_send(&s) }.unwrap();
+    let c = expect_n(&cqa, 1)[0];
+    c.result().unwrap();
+    assert_eq!((c.wr_id(), c.opcode()), (9, WcOpcode::RDMA_WRITE));
+    assert_eq!(&target.as_slice()[200..300], &src.as_slice()[16..116]);
+    assert!(target.as_slice()[..200].iter().all(|&x| x == 0));
+    assert!(target.as_slice()[300..].iter().all(|&x| x == 0));
+    expect_none(&cqb, Duration::from_millis(50));
+    let _ = (&ctx, &b);
+}
+
+#[test]
+fn rdma_write_with_imm_consumes_a_receive() {
+    pair!(ctx, pd, cqa, cqb, a, b, to_b, _to_a);
+    let src = pd.register(vec![0xabu8; 64], AccessFlags::empty()).unwrap();
+    let target = pd
+        .register(
+            vec![0u8; 64],
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        )
+        .unwrap();
+    let rbuf = pd
+        .register(vec![0u8; 16], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    recv_one(&b, 55, rbuf.sge_all().unwrap());
+    let mut s = SendBatch::<1>::new();
+    s.write_imm(3, &to_b, src.sge(0, 40).unwrap(), target.remote(), 0xfeed)
+        .unwrap();
+    unsafe { a.post_send(&s) }.unwrap();
+    let c = expect_n(&cqa, 1)[0];
+    c.result().unwrap();
+    assert_eq!(c.opcode(), WcOpcode::RDMA_WRITE);
+    let r = expect_n(&cqb, 1)[0];
+    r.result().unwrap();
+    assert_eq!(r.opcode(), WcOpcode::RECV_RDMA_WITH_IMM);
+    assert_eq!(r.wr_id(), 55, "the posted receive was consumed");
+    assert!(!r.is_unsolicited());
+    assert_eq!(r.imm(), Some(0xfeed));
+    assert_eq!(r.byte_len(), 40);
+    assert_eq!(&target.as_slice()[..40], &[0xab; 40][..]);
+    assert!(
+        rbuf.as_slice().iter().all(|&x| x == 0),
+        "no data goes into the receive buffer"
+    );
+    let _ = &ctx;
+}
+
+#[test]
+fn unsolicited_write_with_imm_consumes_no_receive() {
+    pair!(
+        ctx,
+        pd,
+        cqa,
+        cqb,
+        a,
+        b,
+        to_b,
+        _to_a,
+        QpConfig::srd(),
+        QpConfig::srd().unsolicited_write_recv()
+    );
+    let src = pd.register(vec![7u8; 32], AccessFlags::empty()).unwrap();
+    let target = pd
+        .register(
+            vec![0u8; 32],
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        )
+        .unwrap();
+    let mut s = SendBatch::<1>::new();
+    s.write_imm(4, &to_b, src.sge_all().unwrap(), target.remote(), 99)
+        .unwrap();
+    unsafe { a.post_send(&s) }.unwrap();
+    expect_n(&cqa, 1)[0].result().unwrap();
+    let r = expect_n(&cqb, 1)[0];
+    r.result().unwrap();
+    assert_eq!(r.opcode(), WcOpcode::RECV_RDMA_WITH_IMM);
+    assert!(r.is_unsolicited());
+    assert_eq!(r.wr_id(), 0);
+    assert_eq!(r.imm(), Some(99));
+    assert_eq!(target.as_slice(), &[7u8; 32][..]);
+    let _ = &ctx;
+}
+
+#[test]
+fn rdma_read_fetches_remote_bytes() {
+    pair!(ctx, pd, cqa, cqb, a, b, to_b, _to_a);
+    let mut remote = pd
+        .register(vec![0u8; 128], AccessFlags::REMOTE_READ)
+        .unwrap();
+    remote.as_mut_slice()[32..64].copy_from_slice(&[0x5a; 32]);
+    let local = pd
+        .register(vec![0u8; 128], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    let mut s = SendBatch::<1>::new();
+    s.read(
+        11,
+        &to_b,
+        local.sge(8, 32).unwrap(),
+        remote.remote().slice(32, 32).unwrap(),
+    )
+    .unwrap();
+    unsafe { a.post_send(&s) }.unwrap();
+    let c = expect_n(&cqa, 1)[0];
+    c.result().unwrap();
+    assert_eq!(c.wr_id(), 11);
+    // rdma-core reports RDMA-read requester completions as IBV_WC_SEND.
+    assert!(
+        c.opcode() == WcOpcode::SEND || c.opcode() == WcOpcode::RDMA_READ,
+        "{:?}",
+        c.opcode()
+    );
+    assert_eq!(&local.as_slice()[8..40], &[0x5a; 32][..]);
+    assert!(local.as_slice()[..8].iter().all(|&x| x == 0));
+    expect_none(&cqb, Duration::from_millis(30));
+    let _ = (&ctx, &b);
+}
+
+#[test]
+fn inline_send_and_two_sge_gather() {
+    pair!(ctx, pd, cqa, cqb, a, b, to_b, _to_a);
+    let dst = pd
+        .register(vec![0u8; 256], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    let mut r = RecvBatch::<2>::new();
+    r.push(1, dst.sge(0, 128).unwrap()).unwrap();
+    r.push(2, dst.sge(128, 128).unwrap()).unwrap();
+    unsafe { b.post_recv(&r) }.unwrap();
+
+    let mut first = pd.register(vec![0u8; 8], AccessFlags::empty()).unwrap();
+    first.as_mut_slice().copy_from_slice(b"gather, ");
+    let mut second = pd.register(vec![0u8; 16], AccessFlags::empty()).unwrap();
+    second.as_mut_slice()[..6].copy_from_slice(b"world!");
+    let sges = [first.sge_all().unwrap(), second.sge(0, 6).unwrap()];
+    let inline = *b"inline!";
+    let mut s = SendBatch::<2>::new();
+    s.send_inline(10, &to_b, &inline).unwrap();
+    s.send(11, &to_b, &sges).unwrap();
+    unsafe { a.post_send(&s) }.unwrap();
+    let mut sc = expect_n(&cqa, 2);
+    sc.sort_by_key(|c| c.wr_id());
+    assert!(sc.iter().all(|c| c.is_ok()), "{sc:?}");
+    assert_eq!(
+        sc.iter().map(|c| c.wr_id()).collect::<Vec<_>>(),
+        vec![10, 11]
+    );
+
+    let rc = expect_n(&cqb, 2);
+    // SRD is unordered: match messages by length.
+    let mut lens: Vec<_> = rc.iter().map(|c| c.byte_len()).collect();
+    lens.sort();
+    assert_eq!(lens, vec![7, 14]);
+    let got: Vec<&[u8]> = rc
+        .iter()
+        .map(|c| {
+            let off = if c.wr_id() == 1 { 0 } else { 128 };
+            &dst.as_slice()[off..off + c.byte_len() as usize]
+        })
+        .collect();
+    assert!(got.contains(&&b"inline!"[..]), "{got:?}");
+    assert!(got.contains(&&b"gather, world!"[..]), "{got:?}");
+    let _ = &ctx;
+}
+
+#[test]
+fn oversized_send_fails_with_local_length_error() {
+    pair!(ctx, pd, cqa, cqb, a, b, to_b, _to_a);
+    let mtu = ctx.query_port(1).unwrap().max_msg_sz as usize;
+    let big = pd
+        .register(vec![1u8; mtu + 1], AccessFlags::empty())
+        .unwrap();
+    let dst = pd
+        .register(vec![0u8; mtu + 64], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    recv_one(&b, 1, dst.sge_all().unwrap());
+    let mut s = SendBatch::<1>::new();
+    s.send(5, &to_b, big.sge_all().unwrap()).unwrap();
+    unsafe { a.post_send(&s) }.unwrap();
+    let c = expect_n(&cqa, 1)[0];
+    assert_eq!(c.status(), WcStatus::LOC_LEN_ERR);
+    assert_eq!(c.efa_status(), EfaStatus::LOCAL_BAD_LENGTH);
+    let err = c.result().unwrap_err();
+    assert_eq!(err.efa_status(), Some(EfaStatus::LOCAL_BAD_LENGTH));
+    assert!(
+        err.to_string().contains("message too long (EFA status 6)"),
+        "{err}"
+    );
+    expect_none(&cqb, Duration::from_millis(30));
+    assert!(dst.as_slice().iter().all(|&x| x == 0));
+}
+
+#[test]
+fn unknown_peer_for_rdma_write_is_status_14_and_sender_gid_for_send() {
+    // Two devices: b's PD has no AH for a's GID.
+    let ctx_a = open(0);
+    let ctx_b = open(1);
+    let pd_a = ctx_a.alloc_pd().unwrap();
+    let pd_b = ctx_b.alloc_pd().unwrap();
+    let cqa = ctx_a.create_ext_cq(CqOptions::new(16)).unwrap();
+    let cqb = ctx_b
+        .create_ext_cq(CqOptions::new(16).sender_gid())
+        .unwrap();
+    let a = pd_a
+        .create_qp(&cqa, &cqa, &QpConfig::srd())
+        .unwrap()
+        .prepare(QKEY_A, None)
+        .unwrap();
+    let b = pd_b
+        .create_qp(&cqb, &cqb, &QpConfig::srd())
+        .unwrap()
+        .prepare(QKEY_B, None)
+        .unwrap();
+    let to_b = pd_a.connect(&b.endpoint()).unwrap();
+
+    let src = pd_a.register(vec![3u8; 16], AccessFlags::empty()).unwrap();
+    let target = pd_b
+        .register(
+            vec![0u8; 16],
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        )
+        .unwrap();
+    let mut s = SendBatch::<1>::new();
+    s.write(1, &to_b, src.sge_all().unwrap(), target.remote())
+        .unwrap();
+    unsafe { a.post_send(&s) }.unwrap();
+    let c = expect_n(&cqa, 1)[0];
+    assert_eq!(c.efa_status(), EfaStatus::REMOTE_UNKNOWN_PEER);
+    assert_eq!(c.status(), WcStatus::REM_OP_ERR);
+    let msg = c.into_error().unwrap().to_string();
+    assert!(
+        msg.contains("remote has no address handle for this sender (EFA status 14)"),
+        "{msg}"
+    );
+    assert!(target.as_slice().iter().all(|&x| x == 0), "nothing written");
+
+    // A two-sided send works without an AH; b learns a's GID from the CQ.
+    let dst = pd_b
+        .register(vec![0u8; 16], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    recv_one(&b, 8, dst.sge_all().unwrap());
+    s.clear();
+    s.send(2, &to_b, src.sge(0, 4).unwrap()).unwrap();
+    unsafe { a.post_send(&s) }.unwrap();
+    expect_n(&cqa, 1)[0].result().unwrap();
+    let r = expect_n(&cqb, 1)[0];
+    r.result().unwrap();
+    assert_eq!(r.slid(), AH_UNKNOWN);
+    assert_eq!(r.sender_ah(), None);
+    assert_eq!(r.sender_gid(), Some(ctx_a.gid().unwrap()));
+    assert_eq!(r.src_qp(), a.qpn());
+
+    // After b creates an AH for a, the sender is known: slid = that AH, no GID.
+    let ah = pd_b.create_ah(ctx_a.gid().unwrap()).unwrap();
+    recv_one(&b, 9, dst.sge_all().unwrap());
+    unsafe { a.post_send(&s) }.unwrap();
+    expect_n(&cqa, 1)[0].result().unwrap();
+    let r = expect_n(&cqb, 1)[0];
+    assert_eq!(r.sender_ah(), Some(ah.number()));
+    assert_eq!(r.sender_gid(), None);
+}
+
+#[test]
+fn remote_access_error_without_remote_write_right() {
+    pair!(ctx, pd, cqa, cqb, a, b, to_b, _to_a);
+    let src = pd.register(vec![1u8; 16], AccessFlags::empty()).unwrap();
+    let target = pd
+        .register(vec![0u8; 16], AccessFlags::LOCAL_WRITE)
+        .unwrap(); // no REMOTE_WRITE
+    let mut s = SendBatch::<1>::new();
+    s.write(1, &to_b, src.sge_all().unwrap(), target.remote())
+        .unwrap();
+    unsafe { a.post_send(&s) }.unwrap();
+    let c = expect_n(&cqa, 1)[0];
+    assert_eq!(c.efa_status(), EfaStatus::REMOTE_BAD_ADDRESS);
+    assert_eq!(c.status(), WcStatus::REM_ACCESS_ERR);
+    assert!(target.as_slice().iter().all(|&x| x == 0));
+    let _ = (&ctx, &b);
+}
+
+#[test]
+fn rnr_when_receiver_posts_nothing() {
+    let ctx = open(0);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_ext_cq(CqOptions::new(16)).unwrap();
+    let a = pd
+        .create_qp(&cq, &cq, &QpConfig::srd())
+        .unwrap()
+        .prepare(QKEY_A, Some(0))
+        .unwrap();
+    let b = pd
+        .create_qp(&cq, &cq, &QpConfig::srd())
+        .unwrap()
+        .prepare(QKEY_B, None)
+        .unwrap();
+    let to_b = pd.connect(&b.endpoint()).unwrap();
+    let mut s = SendBatch::<1>::new();
+    s.send_inline(77, &to_b, b"anyone?").unwrap();
+    unsafe { a.post_send(&s) }.unwrap();
+    let c = expect_n(&cq, 1)[0];
+    assert_eq!(c.wr_id(), 77);
+    assert_eq!(c.efa_status(), EfaStatus::REMOTE_RNR);
+    assert_eq!(c.status(), WcStatus::RNR_RETRY_EXC_ERR);
+}
+
+#[test]
+fn send_queue_full_is_recoverable() {
+    let ctx = open(0);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_ext_cq(CqOptions::new(256)).unwrap();
+    let a = pd
+        .create_qp(&cq, &cq, &QpConfig::srd().depth(8, 8))
+        .unwrap()
+        .prepare(QKEY_A, None)
+        .unwrap();
+    let b = pd
+        .create_qp(&cq, &cq, &QpConfig::srd().depth(64, 64))
+        .unwrap()
+        .prepare(QKEY_B, None)
+        .unwrap();
+    let to_b = pd.connect(&b.endpoint()).unwrap();
+    let depth = a.caps().max_send_wr as usize;
+    let dst = pd
+        .register(vec![0u8; 64 * 16], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    let mut r = RecvBatch::<64>::new();
+    for i in 0..64 {
+        r.push(1000 + i as u64, dst.sge(i * 16, 16).unwrap())
+            .unwrap();
+    }
+    unsafe { b.post_recv(&r) }.unwrap();
+
+    // Fill the SQ exactly; the next batch fails as a whole with SendQueueFull.
+    let mut s = SendBatch::<64>::new();
+    for i in 0..depth {
+        s.send_inline(i as u64, &to_b, b"x").unwrap();
+    }
+    unsafe { a.post_send(&s) }.unwrap();
+    let mut one = SendBatch::<1>::new();
+    one.send_inline(999, &to_b, b"y").unwrap();
+    assert_eq!(unsafe { a.post_send(&one) }, Err(Error::SendQueueFull));
+    // Polling retires completions and frees slots: the retry succeeds.
+    let got = expect_n(&cq, 2 * depth);
+    assert!(got.iter().all(|c| c.is_ok()));
+    unsafe { a.post_send(&one) }.unwrap();
+    let got = expect_n(&cq, 2);
+    assert!(got.iter().any(|c| c.wr_id() == 999));
+}
+
+#[test]
+fn recv_queue_full_reports_how_many_were_posted() {
+    let ctx = open(0);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(CqOptions::new(64)).unwrap();
+    let qp = pd
+        .create_qp(&cq, &cq, &QpConfig::srd().depth(8, 8))
+        .unwrap()
+        .init(1)
+        .unwrap();
+    let depth = qp.caps().max_recv_wr as usize;
+    let buf = pd
+        .register(vec![0u8; 64], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    let mut r = RecvBatch::<64>::new();
+    for i in 0..depth + 3 {
+        r.push(i as u64, buf.sge(0, 64).unwrap()).unwrap();
+    }
+    assert_eq!(
+        unsafe { qp.post_recv(&r) },
+        Err(Error::RecvQueueFull { posted: depth })
+    );
+}
+
+#[test]
+fn send_op_not_enabled_is_refused_before_the_device() {
+    pair!(
+        ctx,
+        pd,
+        cqa,
+        cqb,
+        a,
+        b,
+        to_b,
+        _to_a,
+        QpConfig::srd().send_ops(SendOps::SEND),
+        QpConfig::srd()
+    );
+    let src = pd.register(vec![0u8; 8], AccessFlags::empty()).unwrap();
+    let target = pd
+        .register(
+            vec![0u8; 8],
+            AccessFlags::REMOTE_WRITE | AccessFlags::LOCAL_WRITE,
+        )
+        .unwrap();
+    let mut s = SendBatch::<2>::new();
+    s.send_inline(1, &to_b, b"ok").unwrap();
+    s.write(2, &to_b, src.sge_all().unwrap(), target.remote())
+        .unwrap();
+    let err = unsafe { a.post_send(&s) }.unwrap_err();
+    assert_eq!(
+        err,
+        Error::Unsupported {
+            verb: Verb::PostSend,
+            why: Unsupported::SendOpNotEnabled
+        }
+    );
+    expect_none(&cqa, Duration::from_millis(20));
+    let _ = (&ctx, &b, &cqb);
+}
+
+#[test]
+fn ud_send_and_receive_with_grh_prefix() {
+    let ctx = open(0);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(CqOptions::new(16)).unwrap();
+    let a = pd
+        .create_qp(&cq, &cq, &QpConfig::ud())
+        .unwrap()
+        .prepare(QKEY_A, None)
+        .unwrap();
+    let b = pd
+        .create_qp(&cq, &cq, &QpConfig::ud())
+        .unwrap()
+        .prepare(QKEY_B, None)
+        .unwrap();
+    let to_b = pd.connect(&b.endpoint()).unwrap();
+    let dst = pd
+        .register(vec![0u8; 40 + 64], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    recv_one_any(&b, 5, dst.sge_all().unwrap());
+    let mut s = SendBatch::<1>::new();
+    s.send_imm(6, &to_b, Payload::Inline(b"datagram"), 12)
+        .unwrap();
+    unsafe { a.post_send(&s) }.unwrap();
+    let got = expect_n(&cq, 2);
+    let r = got
+        .iter()
+        .find(|c| c.opcode() == WcOpcode::RECV)
+        .expect("receive completion");
+    r.result().unwrap();
+    assert_eq!(r.imm(), Some(12));
+    assert_eq!(r.src_qp(), a.qpn());
+    assert_eq!(
+        r.byte_len(),
+        40 + 8,
+        "UD byte_len includes the 40-byte GRH area"
+    );
+    assert_eq!(&dst.as_slice()[40..48], b"datagram");
+}
+
+fn recv_one_any<S: RecvReady>(qp: &Qp<'_, S>, wr_id: u64, sge: Sge<'_>) {
+    let mut r = RecvBatch::<1>::new();
+    r.push(wr_id, sge).unwrap();
+    unsafe { qp.post_recv(&r) }.unwrap();
+}
+
+#[test]
+fn receives_can_be_posted_in_init_and_rtr() {
+    let ctx = open(0);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(CqOptions::new(16)).unwrap();
+    let dst = pd
+        .register(vec![0u8; 64], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    let b = pd
+        .create_qp(&cq, &cq, &QpConfig::srd())
+        .unwrap()
+        .init(QKEY_B)
+        .unwrap();
+    recv_one_any(&b, 1, dst.sge(0, 32).unwrap());
+    let b = b.rtr().unwrap();
+    recv_one_any(&b, 2, dst.sge(32, 32).unwrap());
+    let b = b.rts(RtsOptions::default()).unwrap();
+    let a = pd
+        .create_qp(&cq, &cq, &QpConfig::srd())
+        .unwrap()
+        .prepare(QKEY_A, None)
+        .unwrap();
+    let to_b = pd.connect(&b.endpoint()).unwrap();
+    let mut s = SendBatch::<2>::new();
+    s.send_inline(10, &to_b, b"one").unwrap();
+    s.send_inline(11, &to_b, b"two").unwrap();
+    unsafe { a.post_send(&s) }.unwrap();
+    let got = expect_n(&cq, 4);
+    let mut recv_ids: Vec<_> = got
+        .iter()
+        .filter(|c| c.opcode() == WcOpcode::RECV)
+        .map(|c| c.wr_id())
+        .collect();
+    recv_ids.sort();
+    assert_eq!(recv_ids, vec![1, 2]);
+}
+
+#[test]
+fn classic_cq_batch_polling_respects_capacity() {
+    let ctx = open(0);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(CqOptions::new(64)).unwrap();
+    let a = pd
+        .create_qp(&cq, &cq, &QpConfig::srd().depth(32, 32))
+        .unwrap()
+        .prepare(QKEY_A, None)
+        .unwrap();
+    let b = pd
+        .create_qp(&cq, &cq, &QpConfig::srd().depth(32, 32))
+        .unwrap()
+        .prepare(QKEY_B, None)
+        .unwrap();
+    let to_b = pd.connect(&b.endpoint()).unwrap();
+    let dst = pd
+        .register(vec![0u8; 20 * 8], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    let mut r = RecvBatch::<20>::new();
+    for i in 0..20 {
+        r.push(100 + i as u64, dst.sge(i * 8, 8).unwrap()).unwrap();
+    }
+    unsafe { b.post_recv(&r) }.unwrap();
+    let mut s = SendBatch::<20>::new();
+    for i in 0..20 {
+        s.send_inline(i, &to_b, b"abc").unwrap();
+    }
+    unsafe { a.post_send(&s) }.unwrap();
+    // Wait until all 40 completions are queued, then poll in fixed-size pieces.
+    std::thread::sleep(Duration::from_millis(100));
+    let mut small = ArrayVec::<Completion, 7>::new();
+    let n = cq.poll(&mut small).unwrap();
+    assert_eq!(n, 7);
+    assert!(small.is_full());
+    assert_eq!(
+        cq.poll(&mut small).unwrap(),
+        0,
+        "a full buffer takes nothing"
+    );
+    let rest = poll_n(&cq, 33, Duration::from_secs(10));
+    assert_eq!(rest.len(), 33);
+    expect_none(&cq, Duration::from_millis(20));
+    let mut ids: Vec<u64> = small.iter().chain(rest.iter()).map(|c| c.wr_id()).collect();
+    ids.sort();
+    let expected: Vec<u64> = (0..20).chain(100..120).collect();
+    assert_eq!(
+        ids, expected,
+        "every send and receive completed exactly once"
+    );
+}
+
+#[test]
+fn completion_channel_wakes_on_completion() {
+    let ctx = open(0);
+    let ch = ctx.create_comp_channel().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_ext_cq(CqOptions::new(16).channel(&ch)).unwrap();
+    let other = ctx.create_cq(CqOptions::new(16).channel(&ch)).unwrap();
+    let a = pd
+        .create_qp(&cq, &cq, &QpConfig::srd())
+        .unwrap()
+        .prepare(QKEY_A, None)
+        .unwrap();
+    let to_a = pd.connect(&a.endpoint()).unwrap();
+    let dst = pd
+        .register(vec![0u8; 16], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    recv_one(&a, 3, dst.sge_all().unwrap());
+
+    cq.request_notify().unwrap();
+    // Nothing happened yet: the wait times out.
+    assert_eq!(ch.wait(Some(Duration::from_millis(30))).unwrap(), None);
+
+    let t0 = std::time::Instant::now();
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            std::thread::sleep(Duration::from_millis(50));
+            let mut s = SendBatch::<1>::new();
+            s.send_inline(1, &to_a, b"wake").unwrap(); // loopback to a's own receive
+            unsafe { a.post_send(&s) }.unwrap();
+        });
+        let ev = ch
+            .wait(Some(Duration::from_secs(10)))
+            .unwrap()
+            .expect("woken by the completion");
+        assert!(ev.is_for(&cq));
+        assert!(!ev.is_for(&other));
+    });
+    assert!(t0.elapsed() >= Duration::from_millis(40));
+    let got = expect_n(&cq, 2);
+    assert!(got.iter().all(|c| c.is_ok()), "{got:?}");
+    assert_eq!(&dst.as_slice()[..4], b"wake");
+    // Not re-armed: a second event does not come.
+    assert_eq!(ch.wait(Some(Duration::from_millis(30))).unwrap(), None);
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsRawFd;
+        assert_eq!(ch.as_raw_fd(), ch.fd());
+    }
+}
