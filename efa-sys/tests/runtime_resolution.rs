@@ -117,24 +117,68 @@ fn absent_functions_return_not_provided_without_calling_anything() {
     }
 }
 
+const CHILD_ENV: &str = "EFA_SYS_SYSTEM_RDMA_CORE_CHILD";
+
+/// Tests run on the software device when it is selected; this re-runs the checks in a child
+/// process without cargo's library path, i.e. against the system's libefa.
 #[test]
-fn system_rdma_core_44_lacks_every_runtime_function() {
-    // rdma-core 44's libefa is 1.2.x: it has no node after EFA_1.2. Elsewhere this says nothing.
-    let libefa = loaded_libefa();
-    let real = std::fs::canonicalize(&libefa).unwrap();
-    if !real.to_string_lossy().ends_with("libefa.so.1.2.44.0") {
-        println!("not rdma-core 44 ({}), nothing to check", real.display());
+fn system_libefa_checks_in_a_child_process() {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "system_libefa_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env_remove("LD_LIBRARY_PATH")
+        .env(CHILD_ENV, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "child failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("1 passed") && stdout.contains("system libefa: "),
+        "the child did not run the checks:\n{stdout}"
+    );
+    println!("{stdout}");
+}
+
+#[test]
+#[ignore = "run by system_libefa_checks_in_a_child_process"]
+fn system_libefa_child() {
+    if std::env::var(CHILD_ENV).as_deref() != Ok("1") {
+        // `cargo test -- --ignored` outside the parent: the parent is what checks this.
+        println!(
+            "system_libefa_child: only meaningful under system_libefa_checks_in_a_child_process"
+        );
         return;
     }
-    for provided in [
-        EFADV_QUERY_MR.is_provided(),
-        EFADV_QUERY_QP_WQS.is_provided(),
-        EFADV_QUERY_CQ.is_provided(),
-        EFADV_GET_MAX_SQ_DEPTH.is_provided(),
-        EFADV_GET_MAX_RQ_DEPTH.is_provided(),
-        EFADV_QP_FROM_IBV_QP_EX.is_provided(),
-        EFADV_CREATE_COMP_CNTR.is_provided(),
-    ] {
-        assert!(!provided);
+    let libefa = std::fs::canonicalize(loaded_libefa()).unwrap();
+    println!("system libefa: {}", libefa.display());
+    assert!(
+        !libefa.to_string_lossy().contains("efa_sim"),
+        "child still loaded the software device: {}",
+        libefa.display()
+    );
+    resolution_agrees_with_the_loaded_libefa_symbol_table();
+    absent_functions_return_not_provided_without_calling_anything();
+    // rdma-core 44's libefa is 1.2.x: it has no node after EFA_1.2.
+    if libefa.to_string_lossy().ends_with("libefa.so.1.2.44.0") {
+        let provided = [
+            EFADV_QUERY_MR.is_provided(),
+            EFADV_QUERY_QP_WQS.is_provided(),
+            EFADV_QUERY_CQ.is_provided(),
+            EFADV_GET_MAX_SQ_DEPTH.is_provided(),
+            EFADV_GET_MAX_RQ_DEPTH.is_provided(),
+            EFADV_QP_FROM_IBV_QP_EX.is_provided(),
+            EFADV_CREATE_COMP_CNTR.is_provided(),
+        ];
+        assert_eq!(provided, [false; 7]);
+        println!("rdma-core 44 libefa: every EFA_1.3+ function reported NotProvided");
     }
 }
