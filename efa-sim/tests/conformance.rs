@@ -4,17 +4,60 @@
 
 mod support;
 
+/// Device list, context layout, queries, strings, EOPNOTSUPP verbs, efadv queries.
+#[test]
+fn api_device() {
+    support::run_c("api_device", &[]);
+}
+
+/// PD/TD/parent domain, MR, CQ and QP creation rules, state machine, query_qp.
+#[test]
+fn objects() {
+    support::run_c("objects", &[]);
+}
+
+/// SEND/SEND_IMM/WRITE/WRITE_IMM/READ/inline/zero-size over SRD with ibv_wr_* + ibv_cq_ex.
 #[test]
 fn data_srd() {
     support::run_c("data_srd", &[]);
 }
 
+/// Same traffic with RDMA-read completions reported as IBV_WC_RDMA_READ.
 #[test]
 fn data_srd_read_opcode_rdma_read() {
     support::run_c("data_srd", &[("EFA_SIM_READ_OPCODE", "rdma_read")]);
 }
 
+/// Legacy ibv_post_send/ibv_post_recv/ibv_poll_cq on UD (and posting errors).
 #[test]
-fn api_device() {
-    support::run_c("api_device", &[]);
+fn data_legacy() {
+    support::run_c("data_legacy", &[]);
+}
+
+/// Completion statuses, latched session errors, SQ full, unsolicited write, SGID, flush.
+#[test]
+fn errors() {
+    support::run_c("errors", &[]);
+}
+
+/// Completion channels and RNR retry exhaustion.
+#[test]
+fn channel() {
+    support::run_c("channel", &[]);
+}
+
+/// A C test that fails must make the harness fail (the suite can fail).
+#[test]
+fn failing_c_program_is_reported() {
+    let bin = support::compile_c("api_device");
+    // No devices: the program must notice and exit non-zero with a FAIL line.
+    let mut cmd = support::on_sim(&bin);
+    cmd.env("EFA_SIM_DEVICES", "1");
+    let out = support::run_with_timeout(&mut cmd, 60);
+    assert!(
+        !out.status.success(),
+        "api_device must fail with only one device"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("FAIL api_device"), "{stderr}");
 }

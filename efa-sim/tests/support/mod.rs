@@ -95,7 +95,10 @@ pub fn compile_c(name: &str) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/conformance")
         .join(format!("{name}.c"));
-    let bin = scratch_dir().join(name);
+    // Unique output per call: tests compile concurrently, sometimes the same source.
+    static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let bin = scratch_dir().join(format!("{name}-{n}"));
     let out = Command::new("gcc")
         .args([
             "-std=gnu11",
