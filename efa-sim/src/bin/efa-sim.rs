@@ -1,4 +1,251 @@
-fn main() {
-    eprintln!("efa-sim: not built yet");
-    std::process::exit(2);
+//! `efa-sim`: run programs on the software EFA device.
+//!
+//! * `efa-sim run -- CMD [ARGS]` runs CMD with `LD_LIBRARY_PATH` selecting the stand-in
+//!   `libibverbs.so.1` / `libefa.so.1` (one shared object, `libefa_sim.so`).
+//! * `efa-sim env` prints the shell line that selects it.
+//! * `efa-sim info` shows the software devices and their attributes (from the model).
+
+use efa_sim::model::{profile, Device, Sim};
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+const USAGE: &str = "usage:
+  efa-sim run -- CMD [ARGS...]   run CMD on the software EFA device
+  efa-sim env                    print the shell line that selects the software device
+  efa-sim info                   show the software devices and their attributes
+
+environment: EFA_SIM_LIB=/path/to/libefa_sim.so overrides where the shared object is found;
+EFA_SIM_DEVICES, EFA_SIM_PROFILE, EFA_SIM_ADDR, EFA_SIM_READ_OPCODE configure the device
+(see the efa-sim README).";
+
+/// The stand-in shared object: `$EFA_SIM_LIB`, or next to / near this executable
+/// (cargo puts it in target/<profile>/ and target/<profile>/deps/).
+fn find_library() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("EFA_SIM_LIB") {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!("EFA_SIM_LIB={} is not a file", p.display()))
+        };
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot locate this executable: {e}"))?;
+    let dir = exe.parent().ok_or("executable has no directory")?;
+    let candidates = [
+        dir.join("libefa_sim.so"),
+        dir.join("deps/libefa_sim.so"),
+        dir.join("../libefa_sim.so"),
+        dir.join("../lib/libefa_sim.so"),
+        dir.join("../lib/efa-sim/libefa_sim.so"),
+    ];
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone()))
+        .ok_or_else(|| {
+            format!(
+                "libefa_sim.so not found near {} (build it with `cargo build -p efa-sim`, or set EFA_SIM_LIB)",
+                dir.display()
+            )
+        })
+}
+
+/// A directory holding `libibverbs.so.1` and `libefa.so.1` symlinks to `so`: next to the
+/// library if writable, else in the runtime/temp directory.
+fn selection_dir(so: &Path) -> Result<PathBuf, String> {
+    let mut dirs = vec![so.parent().unwrap_or(Path::new(".")).join("efa-sim-lib")];
+    let uid = std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+        .unwrap_or(0);
+    let tmp = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    dirs.push(tmp.join(format!("efa-sim-{uid}")));
+    let mut last_err = String::new();
+    for dir in dirs {
+        match make_links(&dir, so) {
+            Ok(()) => return Ok(dir),
+            Err(e) => last_err = format!("{}: {e}", dir.display()),
+        }
+    }
+    Err(format!("cannot create the library directory ({last_err})"))
+}
+
+fn make_links(dir: &Path, so: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for name in ["libibverbs.so.1", "libefa.so.1"] {
+        let link = dir.join(name);
+        if std::fs::read_link(&link).ok().as_deref() == Some(so) {
+            continue;
+        }
+        // Replace atomically so concurrent runs never see a missing link.
+        let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(so, &tmp)?;
+        std::fs::rename(&tmp, &link)?;
+    }
+    Ok(())
+}
+
+fn library_path(dir: &Path) -> OsString {
+    let mut v = OsString::from(dir);
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|o| !o.is_empty()) {
+        v.push(":");
+        v.push(old);
+    }
+    v
+}
+
+fn cmd_run(args: &[OsString]) -> Result<ExitCode, String> {
+    let args = match args.first() {
+        Some(a) if a == "--" => &args[1..],
+        _ => args,
+    };
+    let Some((program, rest)) = args.split_first() else {
+        return Err("run: no command given (efa-sim run -- CMD [ARGS])".into());
+    };
+    let dir = selection_dir(&find_library()?)?;
+    let err = Command::new(program)
+        .args(rest)
+        .env("LD_LIBRARY_PATH", library_path(&dir))
+        .exec();
+    Err(format!("cannot run {}: {err}", program.to_string_lossy()))
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+fn cmd_env() -> Result<ExitCode, String> {
+    let dir = selection_dir(&find_library()?)?;
+    println!(
+        "export LD_LIBRARY_PATH={}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}",
+        shell_quote(&dir.to_string_lossy())
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn gid_string(g: &[u8; 16]) -> String {
+    g.chunks(2)
+        .map(|c| format!("{:02x}{:02x}", c[0], c[1]))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+fn caps_string(caps: u32) -> String {
+    let names = [
+        (profile::CAP_RDMA_READ, "RDMA_READ"),
+        (profile::CAP_RNR_RETRY, "RNR_RETRY"),
+        (profile::CAP_CQ_WITH_SGID, "CQ_WITH_SGID"),
+        (profile::CAP_RDMA_WRITE, "RDMA_WRITE"),
+        (
+            profile::CAP_UNSOLICITED_WRITE_RECV,
+            "UNSOLICITED_WRITE_RECV",
+        ),
+    ];
+    let set: Vec<&str> = names
+        .iter()
+        .filter(|(b, _)| caps & b != 0)
+        .map(|(_, n)| *n)
+        .collect();
+    format!(
+        "0x{caps:02x} ({})",
+        if set.is_empty() {
+            "none".to_string()
+        } else {
+            set.join("|")
+        }
+    )
+}
+
+fn print_device(d: &Device) {
+    let p = &d.profile;
+    println!("hca_id:\t{}", d.name);
+    let rows: Vec<(&str, String)> = vec![
+        ("transport", "unspecified (4)".into()),
+        ("fw_ver", p.fw_ver.clone()),
+        ("node_guid", format!("{:016x}", p.node_guid)),
+        ("vendor_id", format!("0x{:04x}", p.vendor_id)),
+        ("vendor_part_id", format!("0x{:04x}", p.vendor_part_id)),
+        ("hw_ver", format!("0x{:X}", p.hw_ver)),
+        ("device_caps", caps_string(p.device_caps)),
+        ("cq_notifications", p.cq_notifications.to_string()),
+        ("max_qp", p.max_qp.to_string()),
+        ("max_cq", p.max_cq.to_string()),
+        ("max_cqe", p.max_cqe.to_string()),
+        ("max_mr", p.max_mr.to_string()),
+        ("max_pd", p.max_pd.to_string()),
+        ("max_ah", p.max_ah.to_string()),
+        ("max_mr_size", format!("0x{:x}", p.max_mr_size)),
+        ("page_size_cap", format!("0x{:x}", p.page_size_cap)),
+        ("max_sq_wr", p.max_sq_wr.to_string()),
+        ("max_rq_wr", p.max_rq_wr.to_string()),
+        ("max_sq_sge", p.max_sq_sge.to_string()),
+        ("max_rq_sge", p.max_rq_sge.to_string()),
+        ("max_sge_rd", p.max_sge_rd.to_string()),
+        ("inline_buf_size", p.inline_buf_size.to_string()),
+        ("inline_buf_size_ex", p.inline_buf_size_ex.to_string()),
+        ("max_rdma_size", p.max_rdma_size.to_string()),
+        ("max_llq_size", p.max_llq_size.to_string()),
+        ("min_sq_wr", p.min_sq_wr.to_string()),
+        ("num_comp_vectors", p.num_comp_vectors.to_string()),
+        (
+            "rdma_read_opcode",
+            if p.read_completes_as_send {
+                "IBV_WC_SEND"
+            } else {
+                "IBV_WC_RDMA_READ"
+            }
+            .into(),
+        ),
+        ("port 1 state", "PORT_ACTIVE (4)".into()),
+        (
+            "port 1 max_msg_sz",
+            format!("{} (MTU enum 4096)", p.mtu_bytes),
+        ),
+        ("port 1 link", format!("{} Gb/s", p.link_gbps)),
+        ("GID[0]", gid_string(&d.gid)),
+        ("endpoint", d.addr.to_string()),
+    ];
+    for (k, v) in rows {
+        println!("\t{k}:\t{v}");
+    }
+    println!();
+}
+
+fn cmd_info() -> Result<ExitCode, String> {
+    let sim = Sim::get();
+    if let Some(e) = sim.error() {
+        return Err(format!("configuration rejected, no devices: {e}"));
+    }
+    if sim.devices().is_empty() {
+        println!("no software devices (EFA_SIM_DEVICES=0)");
+    }
+    for d in sim.devices() {
+        print_device(d);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let result = match args.first().and_then(|a| a.to_str()) {
+        Some("run") => cmd_run(&args[1..]),
+        Some("env") => cmd_env(),
+        Some("info") => cmd_info(),
+        Some("-h") | Some("--help") | Some("help") => {
+            println!("{USAGE}");
+            Ok(ExitCode::SUCCESS)
+        }
+        _ => Err(USAGE.to_string()),
+    };
+    match result {
+        Ok(code) => code,
+        Err(msg) => {
+            eprintln!("efa-sim: {msg}");
+            ExitCode::from(2)
+        }
+    }
 }

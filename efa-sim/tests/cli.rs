@@ -1,0 +1,92 @@
+//! The `efa-sim` command line: `info`, `env`, `run`.
+
+use std::process::Command;
+
+fn efa_sim() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_efa-sim"));
+    c.env_remove("EFA_SIM_PROFILE")
+        .env_remove("EFA_SIM_DEVICES")
+        .env_remove("EFA_SIM_LIB");
+    c
+}
+
+#[test]
+fn info_shows_the_model_devices() {
+    let out = efa_sim().arg("info").output().expect("run efa-sim info");
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{s}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        s.contains("hca_id:\tefa_0") && s.contains("hca_id:\tefa_1"),
+        "{s}"
+    );
+    assert!(s.contains("vendor_id:\t0x1d0f"), "{s}");
+    assert!(s.contains("fw_ver:\tefa-sim"), "{s}");
+    assert!(s.contains("port 1 state:\tPORT_ACTIVE (4)"), "{s}");
+}
+
+#[test]
+fn info_reflects_profile_overrides_and_rejects_bad_ones() {
+    let out = efa_sim()
+        .arg("info")
+        .env("EFA_SIM_DEVICES", "3")
+        .env("EFA_SIM_PROFILE", "max_sq_wr=16,caps=-rdma_write")
+        .output()
+        .unwrap();
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{s}");
+    assert!(s.contains("hca_id:\tefa_2"), "{s}");
+    assert!(s.contains("max_sq_wr:\t16"), "{s}");
+    assert!(!s.contains("RDMA_WRITE"), "{s}");
+    let bad = efa_sim()
+        .arg("info")
+        .env("EFA_SIM_PROFILE", "no_such_key=1")
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("no_such_key"),
+        "{:?}",
+        bad
+    );
+}
+
+#[test]
+fn run_puts_programs_on_the_software_device() {
+    let out = efa_sim()
+        .args(["run", "--", "ibv_devices"])
+        .output()
+        .expect("efa-sim run");
+    let s = String::from_utf8_lossy(&out.stdout);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{s}\n{e}");
+    assert!(s.contains("efa_0") && s.contains("efa_1"), "{s}");
+    assert!(!e.contains("no version information"), "{e}");
+    // The exit status of the program is passed through.
+    let st = efa_sim()
+        .args(["run", "--", "sh", "-c", "exit 7"])
+        .status()
+        .unwrap();
+    assert_eq!(st.code(), Some(7));
+    let none = efa_sim().args(["run", "--"]).output().unwrap();
+    assert_eq!(none.status.code(), Some(2));
+}
+
+#[test]
+fn env_prints_a_working_shell_line() {
+    let out = efa_sim().arg("env").output().unwrap();
+    let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(out.status.success());
+    assert!(line.starts_with("export LD_LIBRARY_PATH="), "{line}");
+    let script = format!("{line}\nibv_devices");
+    let run = Command::new("sh").arg("-c").arg(script).output().unwrap();
+    let s = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        s.contains("efa_0") && s.contains("efa_1"),
+        "{s}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+}
