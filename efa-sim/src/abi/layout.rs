@@ -185,98 +185,21 @@ const_assert_eq!(size_of::<AhAttr>(), 32);
 const_assert_eq!(offset_of!(AhAttr, dlid), 24);
 const_assert_eq!(offset_of!(AhAttr, port_num), 30);
 
-/// `struct efadv_device_attr` (v65, 32 B).
-#[repr(C)]
-#[derive(Default)]
-pub struct EfadvDeviceAttr {
-    pub comp_mask: u64,
-    pub max_sq_wr: u32,
-    pub max_rq_wr: u32,
-    pub max_sq_sge: u16,
-    pub max_rq_sge: u16,
-    pub inline_buf_size: u16,
-    pub inline_buf_size_ex: u16,
-    pub device_caps: u32,
-    pub max_rdma_size: u32,
-}
+// efadv structs: efa-sys's hand-written v65 bindings (sizes re-checked here because
+// the ABI we hand out depends on them).
+pub use efa_sys::efadv::{
+    efadv_ah_attr as EfadvAhAttr, efadv_cq as EfadvCq, efadv_cq_init_attr as EfadvCqInitAttr,
+    efadv_device_attr as EfadvDeviceAttr, efadv_mr_attr as EfadvMrAttr, efadv_qp as EfadvQp,
+    efadv_qp_init_attr as EfadvQpInitAttr, efadv_rq_depth_attr as EfadvRqDepthAttr,
+    efadv_sq_depth_attr as EfadvSqDepthAttr,
+};
 const_assert_eq!(size_of::<EfadvDeviceAttr>(), 32);
-
-/// `struct efadv_qp_init_attr` (v65, 24 B).
-#[repr(C)]
-#[derive(Default, Clone, Copy)]
-pub struct EfadvQpInitAttr {
-    pub comp_mask: u64,
-    pub driver_qp_type: u32,
-    pub flags: u16,
-    pub sl: u8,
-    pub reserved: u8,
-    pub wr_flags: u64,
-}
 const_assert_eq!(size_of::<EfadvQpInitAttr>(), 24);
-
-/// `struct efadv_ah_attr` (16 B).
-#[repr(C)]
-pub struct EfadvAhAttr {
-    pub comp_mask: u64,
-    pub ahn: u16,
-    pub reserved: [u8; 6],
-}
-
-/// `struct efadv_cq_init_attr` (v65, 56 B).
-#[repr(C)]
-#[derive(Default, Clone, Copy)]
-pub struct EfadvCqInitAttr {
-    pub comp_mask: u64,
-    pub wc_flags: u64,
-    pub flags: u64,
-    pub ext_mem: [u64; 4],
-}
+const_assert_eq!(size_of::<EfadvAhAttr>(), 16);
 const_assert_eq!(size_of::<EfadvCqInitAttr>(), 56);
-
-/// `struct efadv_cq` (v65, 24 B).
-#[repr(C)]
-pub struct EfadvCq {
-    pub comp_mask: u64,
-    pub wc_read_sgid: Option<unsafe extern "C" fn(*mut EfadvCq, *mut v::ibv_gid) -> i32>,
-    pub wc_is_unsolicited: Option<unsafe extern "C" fn(*mut EfadvCq) -> bool>,
-}
 const_assert_eq!(size_of::<EfadvCq>(), 24);
-
-/// `struct efadv_qp` (v65, 16 B).
-#[repr(C)]
-pub struct EfadvQp {
-    pub comp_mask: u64,
-    pub wr_set_processing_hints: Option<unsafe extern "C" fn(*mut EfadvQp, u32)>,
-}
-
-/// `struct efadv_mr_attr` (16 B).
-#[repr(C)]
-pub struct EfadvMrAttr {
-    pub comp_mask: u64,
-    pub ic_id_validity: u16,
-    pub recv_ic_id: u16,
-    pub rdma_read_ic_id: u16,
-    pub rdma_recv_ic_id: u16,
-}
-
-/// `struct efadv_sq_depth_attr` (24 B).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct EfadvSqDepthAttr {
-    pub comp_mask: u64,
-    pub flags: u32,
-    pub max_send_sge: u32,
-    pub max_rdma_sge: u32,
-    pub max_inline_data: u32,
-}
+const_assert_eq!(size_of::<EfadvQp>(), 16);
+const_assert_eq!(size_of::<EfadvMrAttr>(), 16);
 const_assert_eq!(size_of::<EfadvSqDepthAttr>(), 24);
 const_assert_eq!(offset_of!(EfadvSqDepthAttr, max_inline_data), 20);
-
-/// `struct efadv_rq_depth_attr` (16 B).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct EfadvRqDepthAttr {
-    pub comp_mask: u64,
-    pub max_recv_sge: u32,
-}
 const_assert_eq!(size_of::<EfadvRqDepthAttr>(), 16);

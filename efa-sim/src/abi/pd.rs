@@ -9,8 +9,6 @@ use core::sync::atomic::{AtomicU32, Ordering};
 use efa_sys::verbs as v;
 use libc::{EBUSY, EINVAL, EOPNOTSUPP};
 
-static PD_HANDLES: AtomicU32 = AtomicU32::new(1);
-
 unsafe extern "C" fn alloc_pd(ctx: *mut v::ibv_context) -> *mut v::ibv_pd {
     if ctx.is_null() {
         return null_with(EINVAL);
@@ -22,7 +20,7 @@ unsafe extern "C" fn alloc_pd(ctx: *mut v::ibv_context) -> *mut v::ibv_pd {
             let pd = leak(SimPd {
                 ibv: v::ibv_pd {
                     context: ctx,
-                    handle: PD_HANDLES.fetch_add(1, Ordering::Relaxed),
+                    handle: u32::from(model.number()),
                 },
                 model,
                 kind: PdKind::Plain,
