@@ -116,8 +116,10 @@ unsafe fn side(index: usize) -> Side {
         qa.comp_mask = 1 | (1 << 6); // PD | SEND_OPS_FLAGS
         qa.pd = pd;
         qa.send_ops_flags = (1 << 0) | (1 << 2); // RDMA_WRITE | SEND
-        let mut ea: efadv_qp_init_attr = Default::default();
-        ea.driver_qp_type = EFADV_QP_DRIVER_TYPE_SRD;
+        let mut ea = efadv_qp_init_attr {
+            driver_qp_type: EFADV_QP_DRIVER_TYPE_SRD,
+            ..Default::default()
+        };
         let qp = efadv_create_qp_ex(
             ctx,
             &mut qa,
@@ -135,7 +137,7 @@ unsafe fn side(index: usize) -> Side {
         a.qp_state = v::ibv_qp_state::IBV_QPS_INIT;
         a.port_num = 1;
         a.qkey = 0x1234;
-        assert_eq!(v::ibv_modify_qp(qp, &mut a, (1 | 16 | 32 | 64) as i32), 0);
+        assert_eq!(v::ibv_modify_qp(qp, &mut a, 1 | 16 | 32 | 64), 0);
         a.qp_state = v::ibv_qp_state::IBV_QPS_RTR;
         assert_eq!(v::ibv_modify_qp(qp, &mut a, 1), 0);
         a.qp_state = v::ibv_qp_state::IBV_QPS_RTS;
@@ -184,7 +186,7 @@ fn srd_send_and_rdma_write_through_qp_ex_pointers() {
             for (i, x) in abuf.iter_mut().enumerate() {
                 *x = (i * 13) as u8;
             }
-            let acc = (1 | 2 | 4) as i32;
+            let acc = 1 | 2 | 4; // LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ
             let amr = v::ibv_reg_mr(a.pd, abuf.as_mut_ptr().cast(), abuf.len(), acc);
             let bmr = v::ibv_reg_mr(b.pd, bbuf.as_mut_ptr().cast(), bbuf.len(), acc);
             assert!(!amr.is_null() && !bmr.is_null());
