@@ -102,8 +102,10 @@ impl EndpointInfo {
 
     /// Parses the 24-byte wire format.
     pub fn parse(bytes: &[u8]) -> Result<EndpointInfo> {
-        let info = EndpointInfo::read_from_bytes(bytes)
-            .map_err(|_| InvalidInput::EndpointLength { got: bytes.len() })?;
+        let info = EndpointInfo::read_from_bytes(bytes).map_err(|_| InvalidInput::WireLength {
+            expected: 24,
+            got: bytes.len(),
+        })?;
         info.validate()?;
         Ok(info)
     }
@@ -168,7 +170,8 @@ mod tests {
         let b = [0u8; 24];
         assert_eq!(
             EndpointInfo::parse(&b[..23]),
-            Err(crate::Error::Invalid(InvalidInput::EndpointLength {
+            Err(crate::Error::Invalid(InvalidInput::WireLength {
+                expected: 24,
                 got: 23
             }))
         );
@@ -176,7 +179,8 @@ mod tests {
         long[..24].copy_from_slice(&b);
         assert_eq!(
             EndpointInfo::parse(&long),
-            Err(crate::Error::Invalid(InvalidInput::EndpointLength {
+            Err(crate::Error::Invalid(InvalidInput::WireLength {
+                expected: 24,
                 got: 25
             }))
         );

@@ -273,8 +273,10 @@ pub enum InvalidInput {
     },
     /// One SGE or RDMA chunk larger than 4 GiB - 1 (the 32-bit length field).
     LengthTooLarge(u64),
-    /// Endpoint info of the wrong size.
-    EndpointLength {
+    /// A wire format (endpoint info, remote buffer) of the wrong size.
+    WireLength {
+        /// Bytes the format has.
+        expected: usize,
         /// Bytes given.
         got: usize,
     },
@@ -327,8 +329,8 @@ impl fmt::Display for InvalidInput {
                 "remote range [{offset}, {offset}+{len}) lies outside the remote buffer of {buffer_len} bytes"
             ),
             InvalidInput::LengthTooLarge(n) => write!(f, "length {n} does not fit 32 bits"),
-            InvalidInput::EndpointLength { got } => {
-                write!(f, "endpoint info must be 24 bytes, got {got}")
+            InvalidInput::WireLength { expected, got } => {
+                write!(f, "wire format must be {expected} bytes, got {got}")
             }
             InvalidInput::QpnOutOfRange(q) => write!(f, "QP number {q:#x} does not fit 24 bits"),
             InvalidInput::BatchFull => write!(f, "work-request batch is full"),

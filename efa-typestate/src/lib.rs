@@ -13,7 +13,7 @@
 //! use arrayvec::ArrayVec;
 //! use efa_typestate::*;
 //!
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # fn main() -> efa_typestate::Result<()> {
 //! let ctx = Context::open_first_efa()?;
 //! # assert!(efa_sim_select::fw_matches_selection(ctx.query_device()?.fw_ver()));
 //! let pd = ctx.alloc_pd()?;

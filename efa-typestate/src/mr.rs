@@ -257,8 +257,18 @@ impl RemoteBuffer {
     }
     /// Parses the 24-byte wire format.
     pub fn parse(bytes: &[u8]) -> Result<RemoteBuffer> {
-        RemoteBuffer::read_from_bytes(bytes)
-            .map_err(|_| Error::Invalid(InvalidInput::EndpointLength { got: bytes.len() }))
+        RemoteBuffer::read_from_bytes(bytes).map_err(|_| {
+            Error::Invalid(InvalidInput::WireLength {
+                expected: 24,
+                got: bytes.len(),
+            })
+        })
+    }
+    /// The wire bytes.
+    pub fn to_bytes(&self) -> [u8; 24] {
+        let mut out = [0u8; 24];
+        out.copy_from_slice(self.as_bytes());
+        out
     }
     /// Device address of the first byte.
     pub fn addr(&self) -> u64 {

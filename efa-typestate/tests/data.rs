@@ -461,7 +461,7 @@ fn send_queue_full_is_recoverable() {
         .unwrap();
     let mut r = RecvBatch::<64>::new();
     for i in 0..64 {
-        r.push(1000 + i as u64, dst.sge(i * 16, 16).unwrap())
+        r.push(1000 + i, dst.sge(i * 16, 16).unwrap())
             .unwrap();
     }
     unsafe { b.post_recv(&r) }.unwrap();
@@ -648,7 +648,7 @@ fn classic_cq_batch_polling_respects_capacity() {
         .unwrap();
     let mut r = RecvBatch::<20>::new();
     for i in 0..20 {
-        r.push(100 + i as u64, dst.sge(i * 8, 8).unwrap()).unwrap();
+        r.push(100 + i, dst.sge(i * 8, 8).unwrap()).unwrap();
     }
     unsafe { b.post_recv(&r) }.unwrap();
     let mut s = SendBatch::<20>::new();

@@ -57,3 +57,41 @@ pub fn expect_none<C: CompletionQueue>(cq: &C, wait: Duration) {
 
 pub const QKEY_A: u32 = 0x1111_1111;
 pub const QKEY_B: u32 = 0x2222_2222;
+
+/// Runs `body` in a child process (this test binary re-run for `test_name` only) with
+/// the extra environment `env`, so that variables the software device reads at start-up
+/// take effect. In the child (recognised by `EFA_TS_CHILD`), runs `body` directly.
+pub fn in_child(test_name: &str, env: &[(&str, &str)], body: impl FnOnce()) {
+    if std::env::var("EFA_TS_CHILD").as_deref() == Ok(test_name) {
+        for (k, v) in env {
+            assert_eq!(std::env::var(k).as_deref(), Ok(*v), "child environment");
+        }
+        body();
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([test_name, "--exact", "--nocapture", "--test-threads=1"])
+        .env("EFA_TS_CHILD", test_name)
+        .envs(env.iter().copied())
+        .output()
+        .expect("spawn child test process");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "child failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    assert!(stdout.contains("1 passed"), "child ran no test:\n{stdout}");
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}

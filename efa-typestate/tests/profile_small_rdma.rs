@@ -1,0 +1,97 @@
+//! A device whose max_rdma_size is 4096 (EFA_SIM_PROFILE, in a child process): one RDMA
+//! larger than that fails; the chunker splits it into legal pieces.
+
+mod common;
+use common::*;
+use efa_typestate::*;
+
+const PROFILE: &str = "max_rdma_size=4096";
+const LEN: usize = 3 * 4096 + 100; // four chunks, the last one short
+
+#[test]
+fn chunked_write_and_read_across_max_rdma_size() {
+    in_child(
+        "chunked_write_and_read_across_max_rdma_size",
+        &[("EFA_SIM_PROFILE", PROFILE)],
+        || {
+            let ctx = open(0);
+            let max = ctx.efa_attr().unwrap().max_rdma_size;
+            assert_eq!(max, 4096, "profile applied");
+            let pd = ctx.alloc_pd().unwrap();
+            let cq = ctx.create_ext_cq(CqOptions::new(64)).unwrap();
+            let a = pd
+                .create_qp(&cq, &cq, &QpConfig::srd())
+                .unwrap()
+                .prepare(QKEY_A, None)
+                .unwrap();
+            let b = pd
+                .create_qp(&cq, &cq, &QpConfig::srd())
+                .unwrap()
+                .prepare(QKEY_B, None)
+                .unwrap();
+            let to_b = pd.connect(&b.endpoint()).unwrap();
+
+            let pattern: Vec<u8> = (0..LEN).map(|i| (i * 7 % 251) as u8).collect();
+            let src = pd.register(pattern.clone(), AccessFlags::empty()).unwrap();
+            let target = pd
+                .register(
+                    vec![0u8; LEN],
+                    AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+                )
+                .unwrap();
+
+            // One write over the limit: the device refuses it with a length error.
+            let mut one = SendBatch::<1>::new();
+            one.write(1, &to_b, src.sge_all().unwrap(), target.remote())
+                .unwrap();
+            unsafe { a.post_send(&one) }.unwrap();
+            let c = expect_n(&cq, 1)[0];
+            assert_eq!(c.efa_status(), EfaStatus::LOCAL_BAD_LENGTH, "{c:?}");
+            assert!(target.as_slice().iter().all(|&x| x == 0));
+
+            // Chunked: 4 writes of at most 4096 bytes, posted in batches of 3 (two doorbells).
+            let mut chunks = RdmaChunks::new(&src, 0, target.remote(), max).unwrap();
+            assert_eq!(chunks.remaining(), 4);
+            let mut posted = 0;
+            let mut batch = SendBatch::<3>::new();
+            while chunks.remaining() > 0 {
+                batch.clear();
+                let n = batch.fill_writes(2, &to_b, &mut chunks);
+                assert!(batch
+                    .iter()
+                    .all(|wr| matches!(wr.op(), SendOp::Write(r) if r.len() <= 4096)));
+                unsafe { a.post_send(&batch) }.unwrap();
+                posted += n;
+            }
+            assert_eq!(posted, 4);
+            let got = expect_n(&cq, 4);
+            assert!(got.iter().all(|c| c.is_ok() && c.wr_id() == 2), "{got:?}");
+            assert_eq!(target.as_slice(), &pattern[..]);
+
+            // Chunked read back into a fresh buffer.
+            let back = pd
+                .register(vec![0u8; LEN], AccessFlags::LOCAL_WRITE)
+                .unwrap();
+            let mut chunks = RdmaChunks::new(&back, 0, target.remote(), max).unwrap();
+            let mut batch = SendBatch::<8>::new();
+            assert_eq!(batch.fill_reads(3, &to_b, &mut chunks), 4);
+            unsafe { a.post_send(&batch) }.unwrap();
+            let got = expect_n(&cq, 4);
+            assert!(got.iter().all(|c| c.is_ok() && c.wr_id() == 3), "{got:?}");
+            assert_eq!(back.as_slice(), &pattern[..]);
+
+            // The chunker refuses ranges outside the local MR and a zero chunk size.
+            let small = pd
+                .register(vec![0u8; 10], AccessFlags::LOCAL_WRITE)
+                .unwrap();
+            assert!(matches!(
+                RdmaChunks::new(&small, 0, target.remote(), max),
+                Err(Error::Invalid(InvalidInput::SgeOutOfBounds { .. }))
+            ));
+            assert_eq!(
+                RdmaChunks::new(&back, 0, target.remote(), 0).unwrap_err(),
+                Error::Invalid(InvalidInput::ZeroChunkSize)
+            );
+        },
+    );
+}
