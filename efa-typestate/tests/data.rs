@@ -461,8 +461,7 @@ fn send_queue_full_is_recoverable() {
         .unwrap();
     let mut r = RecvBatch::<64>::new();
     for i in 0..64 {
-        r.push(1000 + i, dst.sge(i * 16, 16).unwrap())
-            .unwrap();
+        r.push(1000 + i, dst.sge(i * 16, 16).unwrap()).unwrap();
     }
     unsafe { b.post_recv(&r) }.unwrap();
 
