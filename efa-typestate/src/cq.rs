@@ -683,11 +683,17 @@ impl<'ctx> ExtCq<'ctx> {
         unsafe {
             let opcode = WcOpcode((o.read_opcode)(cq));
             let mut flags = CompletionFlags::from_bits_retain((o.read_wc_flags)(cq) & 0xffff);
+            let status = WcStatus((*cq).status);
             let mut c = Completion {
                 wr_id: (*cq).wr_id,
-                status: WcStatus((*cq).status),
+                status,
                 opcode,
-                vendor_err: (o.read_vendor_err)(cq),
+                // EFA reports vendor status 0 with every success: skip the call then.
+                vendor_err: if status == WcStatus::SUCCESS {
+                    0
+                } else {
+                    (o.read_vendor_err)(cq)
+                },
                 qp_num: (o.read_qp_num)(cq),
                 ..Completion::default()
             };
