@@ -313,6 +313,9 @@ pub enum InvalidInput {
     ForeignObject,
     /// RDMA read into inline data is impossible.
     InlineRead,
+    /// REMOTE_WRITE on borrowed memory: a leaked `Mr` would let peers write memory that
+    /// is reused (register an owned buffer, or use `Pd::register_raw`).
+    RemoteWriteNeedsOwnedMemory,
     /// `rnr_retry` must be 0..=7 (7 = retry forever).
     RnrRetryOutOfRange(u8),
 }
@@ -347,6 +350,10 @@ impl fmt::Display for InvalidInput {
             InvalidInput::NoSuchPort(p) => write!(f, "port {p} does not exist (EFA has port 1)"),
             InvalidInput::ForeignObject => write!(f, "object belongs to another device context"),
             InvalidInput::InlineRead => write!(f, "RDMA read cannot target inline data"),
+            InvalidInput::RemoteWriteNeedsOwnedMemory => write!(
+                f,
+                "remote write access needs owned memory (Vec/Box) or register_raw, not a borrow"
+            ),
             InvalidInput::RnrRetryOutOfRange(n) => write!(f, "rnr_retry {n} is out of range 0..=7"),
         }
     }

@@ -89,9 +89,12 @@
 //! C lives by, stated precisely, with no per-post bookkeeping. Everything else is safe:
 //! memory cannot be freed while registered (the `Mr` owns or borrows it, and deregisters
 //! before releasing it), and a dropped `Mr` makes the device fail the work request rather
-//! than touch the memory. Memory registered with remote access can be written by peers
-//! whenever the application protocol allows; read it after the protocol says the peer is
-//! done (e.g. after its write-with-immediate completion).
+//! than touch the memory. Peers can write memory registered with `REMOTE_WRITE` at any
+//! time, even after a safe `mem::forget` of its `Mr`; so safe code may grant that right
+//! only to memory that stays allocated if leaked (owned `Vec`/`Box` buffers), never to a
+//! borrowed slice. Read remote-writable memory when the application protocol says the
+//! peer is done (e.g. after its write-with-immediate completion). If deregistration fails,
+//! an `Mr` leaks its memory rather than freeing it while registered.
 //!
 //! # Threads
 //!

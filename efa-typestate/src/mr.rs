@@ -36,12 +36,18 @@ flag_set! {
 /// valid for reads and writes for that length while `self` lives, and nothing but the
 /// holder of `self` may access it.
 pub unsafe trait RegionMemory {
+    /// True if leaking the holder (`mem::forget` of the `Mr`) leaves the memory allocated
+    /// forever (owned heap buffers), false if the memory can be reused after the holder is
+    /// forgotten (borrows). Only memory for which this holds may be registered with
+    /// [`AccessFlags::REMOTE_WRITE`] in safe code: a peer may write it at any time.
+    const STAYS_ALLOCATED_IF_LEAKED: bool;
     /// Start and length of the memory.
     fn region(&mut self) -> (*mut u8, usize);
 }
 
 // SAFETY: the slice is exclusively borrowed for the whole life of the value and does not move.
 unsafe impl RegionMemory for &mut [u8] {
+    const STAYS_ALLOCATED_IF_LEAKED: bool = false;
     fn region(&mut self) -> (*mut u8, usize) {
         (self.as_mut_ptr(), self.len())
     }
@@ -50,6 +56,7 @@ unsafe impl RegionMemory for &mut [u8] {
 #[cfg(feature = "std")]
 // SAFETY: a boxed slice's heap allocation does not move when the box moves.
 unsafe impl RegionMemory for std::boxed::Box<[u8]> {
+    const STAYS_ALLOCATED_IF_LEAKED: bool = true;
     fn region(&mut self) -> (*mut u8, usize) {
         (self.as_mut_ptr(), self.len())
     }
@@ -58,6 +65,7 @@ unsafe impl RegionMemory for std::boxed::Box<[u8]> {
 #[cfg(feature = "std")]
 // SAFETY: the Vec is owned by the Mr, which never grows it, so the buffer never moves.
 unsafe impl RegionMemory for std::vec::Vec<u8> {
+    const STAYS_ALLOCATED_IF_LEAKED: bool = true;
     fn region(&mut self) -> (*mut u8, usize) {
         (self.as_mut_ptr(), self.len())
     }
@@ -70,8 +78,10 @@ pub struct RawMemory {
     len: usize,
 }
 
-// SAFETY: `Pd::register_raw`'s contract makes the caller guarantee validity and exclusivity.
+// SAFETY: `Pd::register_raw`'s contract makes the caller guarantee validity and exclusivity,
+// including after a leak (the memory must outlive the registration).
 unsafe impl RegionMemory for RawMemory {
+    const STAYS_ALLOCATED_IF_LEAKED: bool = true;
     fn region(&mut self) -> (*mut u8, usize) {
         (self.ptr, self.len)
     }
@@ -324,7 +334,8 @@ impl core::fmt::Debug for RemoteBuffer {
 /// region grants remote access.
 pub struct Mr<'pd, M: RegionMemory> {
     raw: NonNull<ffi::ibv_mr>,
-    mem: M,
+    // Released only after a successful deregistration (leaked otherwise).
+    mem: core::mem::ManuallyDrop<M>,
     ptr: *mut u8,
     len: usize,
     iova: u64,
@@ -339,6 +350,11 @@ unsafe impl<M: RegionMemory + Sync> Sync for Mr<'_, M> {}
 
 impl<'pd> Pd<'pd> {
     /// Registers `mem` with its own address as iova.
+    ///
+    /// [`AccessFlags::REMOTE_WRITE`] needs memory that stays allocated even if the `Mr`
+    /// is leaked (`Vec<u8>`, `Box<[u8]>`, or [`register_raw`](Self::register_raw)): a
+    /// borrowed slice could be reused after a `mem::forget` while peers still write it,
+    /// so it gets [`InvalidInput::RemoteWriteNeedsOwnedMemory`].
     pub fn register<M: RegionMemory>(&'pd self, mem: M, access: AccessFlags) -> Result<Mr<'pd, M>> {
         self.register_inner(mem, None, access)
     }
@@ -358,7 +374,7 @@ impl<'pd> Pd<'pd> {
     /// # Safety
     /// `[ptr, ptr + len)` must be valid for reads and writes and must not be freed or
     /// accessed by anyone else (other than through the returned `Mr`) until the `Mr` is
-    /// dropped or closed.
+    /// dropped or closed — and never, if the `Mr` is leaked.
     pub unsafe fn register_raw(
         &'pd self,
         ptr: *mut u8,
@@ -375,6 +391,9 @@ impl<'pd> Pd<'pd> {
         iova: Option<u64>,
         access: AccessFlags,
     ) -> Result<Mr<'pd, M>> {
+        if access.contains(AccessFlags::REMOTE_WRITE) && !M::STAYS_ALLOCATED_IF_LEAKED {
+            return Err(InvalidInput::RemoteWriteNeedsOwnedMemory.into());
+        }
         let (ptr, len) = mem.region();
         let iova = iova.unwrap_or(ptr as u64);
         // SAFETY: valid PD; `[ptr, ptr+len)` is memory `mem` owns or exclusively borrows
@@ -384,7 +403,7 @@ impl<'pd> Pd<'pd> {
         match NonNull::new(raw) {
             Some(raw) => Ok(Mr {
                 raw,
-                mem,
+                mem: core::mem::ManuallyDrop::new(mem),
                 ptr,
                 len,
                 iova,
@@ -453,9 +472,9 @@ impl<M: RegionMemory> Mr<'_, M> {
         if let Err(e) = dereg(self.raw) {
             return Err((self, e));
         }
-        let me = core::mem::ManuallyDrop::new(self);
-        // SAFETY: `me` is never dropped, so `mem` is moved out exactly once.
-        Ok(unsafe { core::ptr::read(&me.mem) })
+        let mut me = core::mem::ManuallyDrop::new(self);
+        // SAFETY: `me` is never dropped and `mem` is taken exactly once.
+        Ok(unsafe { core::mem::ManuallyDrop::take(&mut me.mem) })
     }
 }
 
@@ -481,8 +500,12 @@ impl<M: RegionMemory> MemoryRegion for Mr<'_, M> {
 
 impl<M: RegionMemory> Drop for Mr<'_, M> {
     fn drop(&mut self) {
-        // Deregister before `mem` is released (fields drop after this body).
-        let _ = dereg(self.raw);
+        // Release the memory only once the device can no longer reach it; if
+        // deregistration fails the memory is leaked rather than freed while registered.
+        if dereg(self.raw).is_ok() {
+            // SAFETY: dropped exactly once, here; `self` is being dropped.
+            unsafe { core::mem::ManuallyDrop::drop(&mut self.mem) };
+        }
     }
 }
 

@@ -923,9 +923,10 @@ impl<S: RecvReady> Qp<'_, S> {
     /// # Safety
     /// The device writes incoming data into the batch's buffers at any time until each
     /// receive's completion has been polled (or the QP is reset or destroyed): until then
-    /// the caller must not read or write those bytes, and must keep their memory
-    /// registered (the `Mr` alive) — dropping the `Mr` early is safe only in that the
-    /// device then fails the receive instead of writing.
+    /// the caller must not read or write those bytes, and the memory must stay allocated
+    /// (not freed or reused — which a leaked `Mr` over borrowed memory would allow).
+    /// Dropping the `Mr` early is harmless: the device then fails the receive instead of
+    /// writing.
     ///
     /// On [`Error::RecvQueueFull`] the first `posted` receives were posted.
     pub unsafe fn post_recv<const N: usize>(&self, batch: &RecvBatch<'_, N>) -> Result<()> {
@@ -943,8 +944,8 @@ impl Qp<'_, Rts> {
     /// The device reads (send, write) or writes (read) the bytes the batch's SGEs name
     /// at any time until that work request's completion has been polled (or the QP is
     /// reset or destroyed): until then the caller must not write those bytes (sources)
-    /// or access them at all (RDMA-read destinations). Inline payloads are copied during
-    /// the call and are exempt.
+    /// or access them at all (RDMA-read destinations), and the memory must stay allocated
+    /// (not freed or reused). Inline payloads are copied during the call and are exempt.
     pub unsafe fn post_send<const N: usize>(&self, batch: &SendBatch<'_, N>) -> Result<()> {
         // SAFETY: forwarded contract.
         unsafe { self.inner.post_send(batch) }

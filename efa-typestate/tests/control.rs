@@ -110,17 +110,26 @@ fn pd_mr_ah_lifecycle_and_close_errors() {
     );
     assert_ne!(ah.number(), AH_UNKNOWN);
 
-    // Closing a PD that is still in use fails with EBUSY, and hands the PD back.
-    // (The borrow checker stops this in safe code, so use a second PD's raw handle.)
+    // Closing a PD that is still in use fails with EBUSY and hands the PD back. Safe code
+    // cannot drop a PD before its MRs; a leaked (forgotten, still registered) MR can.
     let pd2 = ctx.alloc_pd().unwrap();
-    let mr3 = pd2
-        .register(vec![0u8; 64], AccessFlags::LOCAL_WRITE)
-        .unwrap();
-    let rc = unsafe { efa_typestate::sys::verbs::ibv_dealloc_pd(pd2.as_ptr()) };
-    assert_eq!(rc, 16, "dealloc of a PD with an MR: EBUSY");
-    let owned = mr3.close().unwrap();
-    assert_eq!(owned.len(), 64);
-    pd2.close().unwrap();
+    std::mem::forget(
+        pd2.register(vec![0u8; 64], AccessFlags::LOCAL_WRITE)
+            .unwrap(),
+    );
+    let (pd2, err) = pd2.close().unwrap_err();
+    assert_eq!(
+        err,
+        Error::Verb {
+            verb: Verb::DeallocPd,
+            errno: Errno::EBUSY
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "ibv_dealloc_pd failed: EBUSY (resource still in use)"
+    );
+    drop(pd2); // still busy: Drop ignores the failure
 
     ah.close().unwrap();
     drop(ah2);
@@ -130,6 +139,43 @@ fn pd_mr_ah_lifecycle_and_close_errors() {
     pd.close().unwrap();
     drop(buf);
     ctx.close().unwrap();
+}
+
+#[test]
+fn remote_write_needs_memory_that_outlives_a_leak() {
+    let ctx = open(0);
+    let pd = ctx.alloc_pd().unwrap();
+    let mut stack = [0u8; 64];
+    let err = pd
+        .register(
+            &mut stack[..],
+            AccessFlags::REMOTE_WRITE | AccessFlags::LOCAL_WRITE,
+        )
+        .map(drop);
+    assert_eq!(
+        err,
+        Err(Error::Invalid(InvalidInput::RemoteWriteNeedsOwnedMemory))
+    );
+    // Borrowed memory is fine for local and remote-read access ...
+    pd.register(
+        &mut stack[..],
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+    )
+    .unwrap();
+    // ... and owned memory for remote write (a leaked Mr leaks its Vec: never reused).
+    let owned = pd
+        .register(
+            vec![0u8; 64],
+            AccessFlags::REMOTE_WRITE | AccessFlags::LOCAL_WRITE,
+        )
+        .unwrap();
+    assert_eq!(owned.close().unwrap().len(), 64);
+    // The unsafe raw form takes the promise from the caller.
+    let leaked: &'static mut [u8] = Box::leak(vec![0u8; 32].into_boxed_slice());
+    // SAFETY: the leaked buffer is valid forever and used only through the Mr.
+    let raw = unsafe { pd.register_raw(leaked.as_mut_ptr(), 32, None, AccessFlags::REMOTE_WRITE) }
+        .unwrap();
+    assert_eq!(raw.len(), 32);
 }
 
 #[test]
