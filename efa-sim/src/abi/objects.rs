@@ -155,7 +155,7 @@ pub struct PartialWr {
 
 /// State of one `wr_start .. wr_complete` session.
 pub struct Session {
-    /// Finished WRs of this session (capacity = SQ depth, never reallocates).
+    /// Finished WRs of this session (the model's room check bounds it by the SQ depth).
     pub staged: Vec<SendWr>,
     /// The WR the latest opcode call opened.
     pub cur: Option<PartialWr>,

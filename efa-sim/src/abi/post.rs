@@ -8,7 +8,7 @@ use crate::model::{Payload, RecvWr, SendOp, SendWr, Sge, MAX_INLINE, MAX_RECV_SG
 use arrayvec::ArrayVec;
 use core::ffi::{c_int, c_void};
 use efa_sys::verbs as v;
-use libc::{EINVAL, ENOMEM};
+use libc::EINVAL;
 
 const WR_SEND: u32 = 2;
 const WR_SEND_WITH_IMM: u32 = 3;
@@ -205,10 +205,6 @@ fn finish_current(sim: &SimQp, s: &mut super::objects::Session) {
         payload: p.payload,
         remote: p.remote,
     };
-    if s.staged.len() == s.staged.capacity() {
-        s.err = ENOMEM;
-        return;
-    }
     if let Err(e) = sim.model.check_send(&wr, s.staged.len()) {
         s.err = e;
         return;

@@ -10,6 +10,8 @@ use core::ptr;
 use efa_sys::verbs as v;
 use libc::{EINVAL, EOPNOTSUPP};
 
+/// Initial capacity of a QP's `ibv_wr_*` staging list.
+const STAGING_START: usize = 64;
 const QPT_UD: u32 = 4;
 const QPT_DRIVER: u32 = 0xff;
 const INIT_ATTR_PD: u32 = 1 << 0;
@@ -94,9 +96,6 @@ unsafe fn create(
     if attr.send_cq.is_null() || attr.recv_cq.is_null() || !attr.srq.is_null() {
         return null_with(EINVAL);
     }
-    if attr.create_flags != 0 && is_ex {
-        return null_with(EOPNOTSUPP);
-    }
     let pd = attr.pd as *mut SimPd;
     let (send_cq, recv_cq) = (attr.send_cq as *mut SimCq, attr.recv_cq as *mut SimCq);
     let efa_flags = efa.map(|e| e.flags).unwrap_or(0);
@@ -167,7 +166,9 @@ unsafe fn create(
         inline_write: efa_flags & EFADV_QP_FLAGS_INLINE_WRITE != 0,
         caps: granted,
         session: UnsafeCell::new(Session {
-            staged: Vec::with_capacity(granted.max_send_wr as usize),
+            // Grows to the largest session seen, then never again: no
+            // allocation on the steady-state post path, no SQ-sized buffer up front.
+            staged: Vec::with_capacity((granted.max_send_wr as usize).min(STAGING_START)),
             cur: None,
             err: 0,
         }),
