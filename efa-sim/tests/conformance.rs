@@ -46,6 +46,13 @@ fn channel() {
     support::run_c("channel", &[]);
 }
 
+/// Two processes (fork) exchanging SEND and RDMA WRITE over the software device.
+#[test]
+fn two_process() {
+    let out = support::run_c("two_process", &[]);
+    assert!(out.contains("PASS two_process(child)"), "{out}");
+}
+
 /// A C test that fails must make the harness fail (the suite can fail).
 #[test]
 fn failing_c_program_is_reported() {
