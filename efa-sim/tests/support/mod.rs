@@ -23,12 +23,14 @@ pub fn lib_dir() -> &'static Path {
             .into_iter()
             .find(|p| p.exists())
             .expect("libefa_sim.so not built next to the test binary (cargo builds the cdylib for integration tests)");
-        let dir = deps.join(format!("efa-sim-testlib-{}", std::process::id()));
+        let dir = deps.join("efa-sim-testlib");
         std::fs::create_dir_all(&dir).expect("create lib dir");
         for name in ["libibverbs.so.1", "libefa.so.1"] {
-            let link = dir.join(name);
-            let _ = std::fs::remove_file(&link);
-            std::os::unix::fs::symlink(&so, &link).expect("symlink");
+            // Atomic replace: test binaries of several runs may share the directory.
+            let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+            let _ = std::fs::remove_file(&tmp);
+            std::os::unix::fs::symlink(&so, &tmp).expect("symlink");
+            std::fs::rename(&tmp, dir.join(name)).expect("rename symlink");
         }
         dir
     })
@@ -38,7 +40,7 @@ pub fn lib_dir() -> &'static Path {
 pub fn scratch_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = deps_dir().join(format!("efa-sim-testbin-{}", std::process::id()));
+        let dir = deps_dir().join("efa-sim-testbin");
         std::fs::create_dir_all(&dir).expect("create scratch dir");
         dir
     })
@@ -98,7 +100,7 @@ pub fn compile_c(name: &str) -> PathBuf {
     // Unique output per call: tests compile concurrently, sometimes the same source.
     static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let bin = scratch_dir().join(format!("{name}-{n}"));
+    let bin = scratch_dir().join(format!("{name}-{}-{n}", std::process::id()));
     let out = Command::new("gcc")
         .args([
             "-std=gnu11",
@@ -134,6 +136,7 @@ pub fn run_c(name: &str, extra_env: &[(&str, &str)]) -> String {
         cmd.env(k, v);
     }
     let out = run_with_timeout(&mut cmd, 120);
+    let _ = std::fs::remove_file(&bin);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
