@@ -10,6 +10,12 @@ fn api_device() {
     support::run_c("api_device", &[]);
 }
 
+/// Device paths and ibv_get_sysfs_path follow $SYSFS_PATH, as in libibverbs.
+#[test]
+fn api_device_with_sysfs_path() {
+    support::run_c("api_device", &[("SYSFS_PATH", "/tmp/efa-sim-fake-sysfs//")]);
+}
+
 /// PD/TD/parent domain, MR, CQ and QP creation rules, state machine, query_qp.
 #[test]
 fn objects() {

@@ -25,6 +25,8 @@ fn copy_cstr(dst: &mut [c_char], s: &str) {
 pub fn devices() -> &'static [SimDevice] {
     static DEVICES: OnceLock<Vec<SimDevice>> = OnceLock::new();
     DEVICES.get_or_init(|| {
+        // Like libibverbs, device paths follow ibv_get_sysfs_path() ($SYSFS_PATH or /sys).
+        let sysfs = super::misc::sysfs_root().to_string_lossy().into_owned();
         Sim::get()
             .devices()
             .iter()
@@ -37,11 +39,11 @@ pub fn devices() -> &'static [SimDevice] {
                 copy_cstr(&mut ibv.dev_name, &format!("uverbs{}", d.index));
                 copy_cstr(
                     &mut ibv.dev_path,
-                    &format!("/sys/class/infiniband_verbs/uverbs{}", d.index),
+                    &format!("{sysfs}/class/infiniband_verbs/uverbs{}", d.index),
                 );
                 copy_cstr(
                     &mut ibv.ibdev_path,
-                    &format!("/sys/class/infiniband/{}", d.name),
+                    &format!("{sysfs}/class/infiniband/{}", d.name),
                 );
                 SimDevice {
                     ibv,

@@ -198,7 +198,8 @@ export!("IBVERBS_1.1", ibv_resolve_eth_l2_from_gid => resolve_eth_l2_from_gid);
 
 // --- sysfs -------------------------------------------------------------------------------
 
-fn sysfs_root() -> &'static CStr {
+/// `$SYSFS_PATH` (trailing slashes removed) or `/sys`, as libibverbs computes it.
+pub(crate) fn sysfs_root() -> &'static CStr {
     static ROOT: OnceLock<std::ffi::CString> = OnceLock::new();
     ROOT.get_or_init(|| {
         let mut s = std::env::var("SYSFS_PATH").unwrap_or_else(|_| "/sys".to_string());
