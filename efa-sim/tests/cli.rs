@@ -90,3 +90,38 @@ fn env_prints_a_working_shell_line() {
         String::from_utf8_lossy(&run.stderr)
     );
 }
+
+#[test]
+fn run_provides_a_sysfs_tree_for_the_devices() {
+    let script = r#"set -e
+test -n "$SYSFS_PATH"
+cat "$SYSFS_PATH/class/infiniband_verbs/abi_version"
+for d in efa_0 efa_1; do
+  basename "$(readlink -f "$SYSFS_PATH/class/infiniband/$d/device")"
+  basename "$(readlink -f "$SYSFS_PATH/class/infiniband/$d/device/driver")"
+done"#;
+    let out = efa_sim()
+        .args(["run", "--", "sh", "-c", script])
+        .env_remove("SYSFS_PATH")
+        .output()
+        .unwrap();
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{s}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = s.lines().collect();
+    assert_eq!(
+        lines,
+        ["6", "0000:01:00.0", "efa", "0000:02:00.0", "efa"],
+        "{s}"
+    );
+    // A caller's SYSFS_PATH is left alone.
+    let out = efa_sim()
+        .args(["run", "--", "sh", "-c", "echo $SYSFS_PATH"])
+        .env("SYSFS_PATH", "/custom")
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "/custom");
+}

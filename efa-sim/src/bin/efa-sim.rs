@@ -16,6 +16,8 @@ const USAGE: &str = "usage:
   efa-sim env                    print the shell line that selects the software device
   efa-sim info                   show the software devices and their attributes
 
+run/env also point SYSFS_PATH (unless set) at a generated sysfs tree for the devices
+(libfabric's EFA provider reads it).
 environment: EFA_SIM_LIB=/path/to/libefa_sim.so overrides where the shared object is found;
 EFA_SIM_DEVICES, EFA_SIM_PROFILE, EFA_SIM_ADDR, EFA_SIM_READ_OPCODE configure the device
 (see the efa-sim README).";
@@ -89,6 +91,56 @@ fn make_links(dir: &Path, so: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// A minimal sysfs tree for the software devices, for consumers that read sysfs next to
+/// the verbs (libfabric's EFA provider: `class/infiniband_verbs/abi_version`,
+/// `<ibdev_path>/device` → a PCI-address-named directory, `<ibdev_path>/device/driver` →
+/// a directory named `efa`). libibverbs and the stand-in honour `SYSFS_PATH`.
+fn make_sysfs(root: &Path, devices: usize) -> std::io::Result<()> {
+    let verbs = root.join("class/infiniband_verbs");
+    std::fs::create_dir_all(&verbs)?;
+    std::fs::write(verbs.join("abi_version"), "6\n")?;
+    std::fs::create_dir_all(root.join("bus/pci/drivers/efa"))?;
+    std::fs::create_dir_all(root.join("class/infiniband"))?;
+    for i in 0..devices {
+        let pci = format!("0000:{:02x}:00.0", (i + 1) % 256);
+        let dev = root.join("devices/pci0000:00").join(&pci);
+        std::fs::create_dir_all(&dev)?;
+        replace_link(
+            &dev.join("driver"),
+            Path::new("../../../bus/pci/drivers/efa"),
+        )?;
+        let ib = root.join(format!("class/infiniband/efa_{i}"));
+        std::fs::create_dir_all(&ib)?;
+        replace_link(
+            &ib.join("device"),
+            &Path::new("../../../devices/pci0000:00").join(&pci),
+        )?;
+        std::fs::write(ib.join("node_type"), "7: unspecified\n")?;
+    }
+    Ok(())
+}
+
+fn replace_link(link: &Path, target: &Path) -> std::io::Result<()> {
+    if std::fs::read_link(link).ok().as_deref() == Some(target) {
+        return Ok(());
+    }
+    let tmp = link.with_extension(format!("tmp{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(target, &tmp)?;
+    std::fs::rename(&tmp, link)
+}
+
+/// `SYSFS_PATH` for the child: the caller's if set, else a generated tree next to the links.
+fn sysfs_path(dir: &Path) -> Result<Option<PathBuf>, String> {
+    if std::env::var_os("SYSFS_PATH").is_some() {
+        return Ok(None);
+    }
+    let root = dir.join("sysfs");
+    let n = Sim::get().devices().len();
+    make_sysfs(&root, n).map_err(|e| format!("cannot create {}: {e}", root.display()))?;
+    Ok(Some(root))
+}
+
 fn library_path(dir: &Path) -> OsString {
     let mut v = OsString::from(dir);
     if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|o| !o.is_empty()) {
@@ -107,10 +159,12 @@ fn cmd_run(args: &[OsString]) -> Result<ExitCode, String> {
         return Err("run: no command given (efa-sim run -- CMD [ARGS])".into());
     };
     let dir = selection_dir(&find_library()?)?;
-    let err = Command::new(program)
-        .args(rest)
-        .env("LD_LIBRARY_PATH", library_path(&dir))
-        .exec();
+    let mut cmd = Command::new(program);
+    cmd.args(rest).env("LD_LIBRARY_PATH", library_path(&dir));
+    if let Some(sysfs) = sysfs_path(&dir)? {
+        cmd.env("SYSFS_PATH", sysfs);
+    }
+    let err = cmd.exec();
     Err(format!("cannot run {}: {err}", program.to_string_lossy()))
 }
 
@@ -124,6 +178,12 @@ fn cmd_env() -> Result<ExitCode, String> {
         "export LD_LIBRARY_PATH={}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}",
         shell_quote(&dir.to_string_lossy())
     );
+    if let Some(sysfs) = sysfs_path(&dir)? {
+        println!(
+            "export SYSFS_PATH={}",
+            shell_quote(&sysfs.to_string_lossy())
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
