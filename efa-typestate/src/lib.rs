@@ -10,7 +10,6 @@
 //! # Quickstart (SRD, two QPs in one process)
 //!
 //! ```
-//! use arrayvec::ArrayVec;
 //! use efa_typestate::*;
 //!
 //! # fn main() -> efa_typestate::Result<()> {
@@ -80,6 +79,15 @@
 //!
 //! Compile-fail examples of each rule are in [`rules`].
 //!
+//! # Choosing a CQ
+//!
+//! [`Cq`] (`ibv_create_cq` + `ibv_poll_cq`) is the classic form; [`ExtCq`]
+//! (`ibv_create_cq_ex`/`efadv_create_cq`, polled through function pointers checked once)
+//! can also report the sender GID of unknown peers and the unsolicited flag of
+//! write-with-immediate. Both poll into a caller-provided [`ArrayVec`] of [`Completion`]s
+//! and never allocate. A [`CompChannel`] plus [`CompletionQueue::request_notify`] lets a
+//! thread sleep (or epoll) until completions arrive.
+//!
 //! # Soundness: who may touch posted buffers
 //!
 //! Posting is `unsafe` ([`Qp::post_send`], [`Qp::post_recv`]): from the post until the
@@ -112,6 +120,9 @@
 // Failed transitions and closes hand the object back by value, on purpose: no allocation.
 #![allow(clippy::result_large_err)]
 
+/// The fixed-capacity vector completions are polled into (re-exported so callers need no
+/// extra dependency).
+pub use arrayvec::{self, ArrayVec};
 pub use efa_sys as sys;
 
 mod ffi;
