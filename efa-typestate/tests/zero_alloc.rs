@@ -116,6 +116,7 @@ fn steady_state_post_and_poll_does_not_allocate() {
         allocs, 0,
         "{allocs} allocations in {ITERATIONS} post+poll iterations"
     );
+    eprintln!("sim artifacts: {unresponsive} sends completed with EFA status 13");
     assert!(
         unresponsive <= 5,
         "{unresponsive} sends reported an unresponsive loopback peer"
