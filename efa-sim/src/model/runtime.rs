@@ -86,6 +86,8 @@ pub struct Stats {
     pub rnr_naks: u64,
     /// UD datagrams dropped (no receive posted, buffer too small, bad QP).
     pub ud_drops: u64,
+    /// Requests dropped as older than the requester's low watermark (late duplicates).
+    pub stale: u64,
 }
 
 #[derive(Default)]
@@ -96,6 +98,7 @@ pub(crate) struct StatsInner {
     retransmits: AtomicU64,
     rnr_naks: AtomicU64,
     ud_drops: AtomicU64,
+    stale: AtomicU64,
 }
 
 impl StatsInner {
@@ -108,6 +111,7 @@ impl StatsInner {
             retransmits: l(&self.retransmits),
             rnr_naks: l(&self.rnr_naks),
             ud_drops: l(&self.ud_drops),
+            stale: l(&self.stale),
         }
     }
 }
@@ -401,24 +405,27 @@ impl Runtime {
             return fail(if sent { 0 } else { 5 });
         }
         let now = Instant::now();
-        let req_id = self.next_req.fetch_add(1, Ordering::Relaxed);
         let mut spec = spec;
-        spec.header.req_id = req_id;
-        let pending = Pending {
-            qp: qp.clone(),
-            wr_id: wr.wr_id,
-            kind,
-            dest,
-            ah: wr.ah.clone(),
-            spec: spec.clone(),
-            next_tx: now + RTO,
-            last_heard: now,
-            rnr_left: qp.rnr_retry.load(Ordering::Acquire),
+        let req_id = {
+            // Allocate the id under the lock that publishes it, so the low
+            // watermark (computed under the same lock) never passes a live id.
+            let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let req_id = self.next_req.fetch_add(1, Ordering::Relaxed);
+            spec.header.req_id = req_id;
+            let pending = Pending {
+                qp: qp.clone(),
+                wr_id: wr.wr_id,
+                kind,
+                dest,
+                ah: wr.ah.clone(),
+                spec: spec.clone(),
+                next_tx: now + RTO,
+                last_heard: now,
+                rnr_left: qp.rnr_retry.load(Ordering::Acquire),
+            };
+            pend.insert(req_id, pending);
+            req_id
         };
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(req_id, pending);
         if !self.transmit(&qp.pd, &spec, dest) {
             self.finish(req_id, 5);
         }
@@ -588,6 +595,14 @@ impl Runtime {
             for (id, p) in pend.iter_mut() {
                 low = low.min(*id);
                 if now.duration_since(p.last_heard) > PEER_TIMEOUT {
+                    if std::env::var_os("EFA_SIM_TRACE").is_some() {
+                        eprintln!(
+                            "efa-sim trace: expire req {id} lw {} next_tx_in {:?} hdr_wm {}",
+                            self.low_water.load(Ordering::Relaxed),
+                            p.next_tx.checked_duration_since(now),
+                            p.spec.header.watermark
+                        );
+                    }
                     expired.push((*id, p.dest));
                 } else if now >= p.next_tx {
                     p.next_tx = now + RTO;
@@ -726,7 +741,7 @@ impl Engine {
                 }
             }
             if h.req_id < peer.watermark {
-                bump(&self.rt.stats.duplicates);
+                bump(&self.rt.stats.stale);
                 return;
             }
             if let Some(st) = peer.done.get(&h.req_id).copied() {

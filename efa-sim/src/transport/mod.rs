@@ -82,7 +82,10 @@ fn claim_slot() -> Result<(u32, std::fs::File), String> {
     let uid = unsafe { libc::getuid() };
     let dir = std::env::var("EFA_SIM_LOCK_DIR").unwrap_or_else(|_| format!("/tmp/efa-sim-{uid}"));
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create lock dir {dir}: {e}"))?;
-    for slot in 0..SLOTS {
+    // Start at a pid-dependent slot so a slot (and its QPNs) is rarely reused
+    // right after its process died.
+    let first = std::process::id() % SLOTS;
+    for slot in (0..SLOTS).map(|i| (first + i) % SLOTS) {
         let path = format!("{dir}/slot-{slot}");
         let file = std::fs::OpenOptions::new()
             .create(true)

@@ -1,0 +1,470 @@
+//! The model between processes: SEND/RECV and RDMA across process
+//! boundaries, 100,000 checksummed messages under reorder + loss + dup,
+//! a killed peer, and two network namespaces.
+//!
+//! Children are this test binary re-executed with `--ignored --exact
+//! child_entry` and `EFA_SIM_CHILD_ROLE` set. They talk to the parent over
+//! stdout lines (`READY ...`, `DONE ...`) and stdin.
+//!
+//! The namespace test needs root (or CAP_NET_ADMIN) and `ip` (iproute2); it
+//! fails (does not skip) where namespaces cannot be created.
+
+#[path = "model_helpers.rs"]
+mod helpers;
+use efa_sim::model::*;
+use helpers::*;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MSG: usize = 64;
+
+fn fnv(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ *b as u64).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// Message `seq`: seq (8 bytes) + 48 pattern bytes + FNV checksum of the first 56.
+fn message(seq: u64) -> [u8; MSG] {
+    let mut m = [0u8; MSG];
+    m[..8].copy_from_slice(&seq.to_le_bytes());
+    for (i, b) in m[8..56].iter_mut().enumerate() {
+        *b = (seq as u8).wrapping_mul(13).wrapping_add(i as u8);
+    }
+    let c = fnv(&m[..56]);
+    m[56..].copy_from_slice(&c.to_le_bytes());
+    m
+}
+
+fn env_u64(k: &str) -> u64 {
+    std::env::var(k)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{k} missing"))
+}
+
+fn peer_gid() -> Gid {
+    let ip: std::net::Ipv4Addr = std::env::var("PEER_ADDR")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(std::net::Ipv4Addr::LOCALHOST);
+    gid_for(ip, 0)
+}
+
+#[test]
+#[ignore = "child process entry point, run by the other tests of this file"]
+fn child_entry() {
+    let role = std::env::var("EFA_SIM_CHILD_ROLE").expect("run by the parent tests only");
+    match role.as_str() {
+        "recv" => child_recv(),
+        "send" => child_send(),
+        "target" => child_target(),
+        other => panic!("unknown role {other}"),
+    }
+}
+
+/// Receives EXPECT checksummed messages, verifies each exactly once.
+fn child_recv() {
+    let expect = env_u64("EXPECT");
+    let side = Side::new(&dev(0), 0);
+    let depth = 256u64;
+    let region = Region::new(&side.pd, depth as usize * MSG, ALL_ACCESS);
+    for i in 0..depth {
+        side.qp
+            .post_recv(&recv(i, &[region.sge(i as usize * MSG, MSG as u32)]))
+            .unwrap();
+    }
+    println!("READY {}", side.qp.qpn());
+    std::io::stdout().flush().unwrap();
+    let mut seen = vec![false; expect as usize];
+    let (mut got, mut bad, mut dup) = (0u64, 0u64, 0u64);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while got + dup + bad < expect && Instant::now() < deadline {
+        let Some(c) = side.cq.peek() else {
+            std::thread::yield_now();
+            continue;
+        };
+        side.cq.retire();
+        assert_eq!(c.status, 0, "{c:?}");
+        let m = region.bytes(c.wr_id as usize * MSG, MSG);
+        let seq = u64::from_le_bytes(m[..8].try_into().unwrap());
+        if c.byte_len as usize != MSG || seq >= expect || m[..] != message(seq)[..] {
+            bad += 1;
+        } else if seen[seq as usize] {
+            dup += 1;
+        } else {
+            seen[seq as usize] = true;
+            got += 1;
+        }
+        side.qp
+            .post_recv(&recv(
+                c.wr_id,
+                &[region.sge(c.wr_id as usize * MSG, MSG as u32)],
+            ))
+            .unwrap();
+    }
+    let st = side.dev.stats();
+    eprintln!("receiver stats {st:?}");
+    println!(
+        "DONE got={got} dup={dup} bad={bad} dups_suppressed={}",
+        st.duplicates
+    );
+    std::io::stdout().flush().unwrap();
+    // Keep answering retransmissions (lost ACKs) until the parent says so.
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+}
+
+/// Sends COUNT messages to PEER_QPN (window = SQ depth), all must succeed.
+fn child_send() {
+    let count = env_u64("COUNT");
+    let peer_qpn = env_u64("PEER_QPN") as u32;
+    let side = Side::new(&dev(0), 0);
+    let ah = side.pd.create_ah(&peer_gid()).unwrap();
+    let window = 256usize;
+    let region = Region::new(&side.pd, window * MSG, ALL_ACCESS);
+    let (mut posted, mut done, mut errors) = (0u64, 0u64, 0u64);
+    let mut free: Vec<u64> = (0..window as u64).collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while done < count && Instant::now() < deadline {
+        while posted < count {
+            let Some(slot) = free.pop() else { break };
+            region.fill(slot as usize * MSG, &message(posted));
+            let w = wr(
+                &ah,
+                peer_qpn,
+                slot,
+                SendOp::Send,
+                &[region.sge(slot as usize * MSG, MSG as u32)],
+            );
+            side.qp.post_send_batch(&[w]).unwrap();
+            posted += 1;
+        }
+        while let Some(c) = side.cq.peek() {
+            side.cq.retire();
+            if c.status != 0 {
+                errors += 1;
+                eprintln!("send error {c:?}");
+            }
+            free.push(c.wr_id);
+            done += 1;
+        }
+        std::thread::yield_now();
+    }
+    let st = side.dev.stats();
+    eprintln!("sender stats {st:?}");
+    println!(
+        "SENT done={done} errors={errors} retransmits={}",
+        st.retransmits
+    );
+}
+
+/// An RDMA target: 1 MiB MR (remote read/write), AH for the peer; answers
+/// `sum` with the FNV of its buffer, exits on `quit` or stdin EOF.
+fn child_target() {
+    let side = Side::new(&dev(0), 0);
+    let _ah = side.pd.create_ah(&peer_gid()).unwrap();
+    let region = Region::new(&side.pd, 1 << 20, ALL_ACCESS);
+    side.qp.post_recv(&recv(1, &[])).unwrap();
+    println!(
+        "READY {} {} {}",
+        side.qp.qpn(),
+        region.addr(),
+        region.mr.rkey()
+    );
+    std::io::stdout().flush().unwrap();
+    for line in std::io::stdin().lock().lines() {
+        match line.unwrap().trim() {
+            "sum" => println!("SUM {}", fnv(&region.bytes(0, 1 << 20))),
+            "imm" => {
+                let c = next(&side.cq, 5);
+                println!("IMM {:?} {} {:?}", c.kind, c.byte_len, c.imm_be);
+            }
+            _ => break,
+        }
+        std::io::stdout().flush().unwrap();
+    }
+}
+
+struct Kid {
+    child: Child,
+    out: BufReader<std::process::ChildStdout>,
+}
+
+impl Kid {
+    fn spawn(role: &str, env: &[(&str, String)], netns: Option<&str>) -> Kid {
+        let exe = std::env::current_exe().unwrap();
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(&exe);
+                c
+            }
+            None => Command::new(&exe),
+        };
+        cmd.args([
+            "--ignored",
+            "--exact",
+            "child_entry",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("EFA_SIM_CHILD_ROLE", role)
+        .env_remove("EFA_SIM_FAULTS")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn child");
+        let out = BufReader::new(child.stdout.take().unwrap());
+        Kid { child, out }
+    }
+
+    /// Next stdout line starting with `prefix` (other lines are harness noise).
+    fn line(&mut self, prefix: &str) -> String {
+        let mut l = String::new();
+        loop {
+            l.clear();
+            let n = self.out.read_line(&mut l).unwrap();
+            assert!(n > 0, "child exited before printing {prefix}");
+            // The harness may print "test child_entry ... " before our line.
+            if let Some(at) = l.find(&format!("{prefix} ")) {
+                return l[at + prefix.len()..].trim().to_string();
+            }
+        }
+    }
+
+    fn say(&mut self, s: &str) {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "{s}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn wait(mut self, secs: u64) {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                assert!(st.success(), "child failed: {st}");
+                return;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("child did not finish within {secs} s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn field(s: &str, key: &str) -> u64 {
+    s.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in `{s}`"))
+}
+
+fn stream(count: u64, faults: &str, recv_ns: Option<(&str, &str)>, send_ns: Option<(&str, &str)>) {
+    let mut env = vec![("EXPECT", count.to_string())];
+    if !faults.is_empty() {
+        env.push(("EFA_SIM_FAULTS", faults.to_string()));
+    }
+    if let Some((_, addr)) = recv_ns {
+        env.push(("EFA_SIM_ADDR", addr.to_string()));
+    }
+    let mut rx = Kid::spawn("recv", &env, recv_ns.map(|n| n.0));
+    let qpn = rx.line("READY");
+    let mut env = vec![("COUNT", count.to_string()), ("PEER_QPN", qpn)];
+    if !faults.is_empty() {
+        env.push(("EFA_SIM_FAULTS", faults.replace("seed=1", "seed=2")));
+    }
+    if let Some((_, addr)) = send_ns {
+        env.push(("EFA_SIM_ADDR", addr.to_string()));
+    }
+    if let Some((_, addr)) = recv_ns {
+        env.push(("PEER_ADDR", addr.to_string()));
+    }
+    let mut tx = Kid::spawn("send", &env, send_ns.map(|n| n.0));
+    let sent = tx.line("SENT");
+    let done = rx.line("DONE");
+    assert_eq!(field(&sent, "done"), count, "{sent}");
+    assert_eq!(field(&sent, "errors"), 0, "{sent}");
+    assert_eq!(field(&done, "got"), count, "{done}");
+    assert_eq!(field(&done, "dup"), 0, "{done}");
+    assert_eq!(field(&done, "bad"), 0, "{done}");
+    if faults.contains("loss") {
+        assert!(
+            field(&sent, "retransmits") > 0,
+            "loss must cause retransmissions: {sent}"
+        );
+    }
+    if faults.contains("dup") {
+        assert!(
+            field(&done, "dups_suppressed") > 0,
+            "dup injection must be suppressed: {done}"
+        );
+    }
+    rx.say("quit");
+    tx.wait(10);
+    rx.wait(10);
+}
+
+#[test]
+fn two_processes_send_recv() {
+    stream(2000, "", None, None);
+}
+
+#[test]
+fn hundred_thousand_messages_under_reorder_loss_and_dup_lose_nothing() {
+    stream(100_000, "seed=1,reorder=0.2,loss=0.05,dup=0.05", None, None);
+}
+
+#[test]
+fn two_processes_rdma_write_read_and_imm() {
+    let d = dev(0);
+    let mut kid = Kid::spawn("target", &[], None);
+    let ready = kid.line("READY");
+    let v: Vec<u64> = ready
+        .split_whitespace()
+        .map(|s| s.parse().unwrap())
+        .collect();
+    let (qpn, addr, rkey) = (v[0] as u32, v[1], v[2] as u32);
+    let side = Side::new(&d, 0);
+    let ah = side.pd.create_ah(&d.gid).unwrap();
+    let local = Region::new(&side.pd, 2 << 20, ALL_ACCESS);
+    let data: Vec<u8> = (0..1usize << 20)
+        .map(|i| (i * 7 + i / 4096) as u8)
+        .collect();
+    local.fill(0, &data);
+    // 1 MiB write (bulk: process_vm_readv by the target), then small write-with-imm.
+    let mut w = wr(&ah, qpn, 1, SendOp::RdmaWrite, &[local.sge(0, 1 << 20)]);
+    w.remote = Some((addr, rkey));
+    side.qp.post_send_batch(&[w]).unwrap();
+    assert_eq!(next(&side.cq, 5).status, 0);
+    kid.say("sum");
+    assert_eq!(kid.line("SUM"), fnv(&data).to_string());
+    // Small read (data in the response) and bulk read (process_vm_writev by the target).
+    let mut w = wr(&ah, qpn, 2, SendOp::RdmaRead, &[local.sge(1 << 20, 1000)]);
+    w.remote = Some((addr + 5, rkey));
+    side.qp.post_send_batch(&[w]).unwrap();
+    assert_eq!(next(&side.cq, 5).status, 0);
+    assert_eq!(local.bytes(1 << 20, 1000), data[5..1005]);
+    let mut w = wr(
+        &ah,
+        qpn,
+        3,
+        SendOp::RdmaRead,
+        &[local.sge(1 << 20, 1 << 20)],
+    );
+    w.remote = Some((addr, rkey));
+    local.fill(1 << 20, &vec![0; 1 << 20]);
+    side.qp.post_send_batch(&[w]).unwrap();
+    assert_eq!(next(&side.cq, 5).status, 0);
+    assert!(local.bytes(1 << 20, 1 << 20) == data);
+    let mut w = wr(&ah, qpn, 4, SendOp::RdmaWriteImm, &[local.sge(0, 100)]);
+    w.remote = Some((addr, rkey));
+    w.imm_be = 0x1234;
+    side.qp.post_send_batch(&[w]).unwrap();
+    assert_eq!(next(&side.cq, 5).status, 0);
+    kid.say("imm");
+    assert_eq!(
+        kid.line("IMM"),
+        format!("RecvRdmaWithImm 100 Some({})", 0x1234)
+    );
+    // Out-of-range rkey across processes → 7.
+    let mut w = wr(&ah, qpn, 5, SendOp::RdmaWrite, &[local.sge(0, 64)]);
+    w.remote = Some((addr + (1 << 20) - 32, rkey));
+    side.qp.post_send_batch(&[w]).unwrap();
+    assert_eq!(next(&side.cq, 5).status, 7);
+    kid.say("quit");
+    kid.wait(10);
+}
+
+#[test]
+fn killed_peer_gives_bounded_errors() {
+    let d = dev(0);
+    let mut kid = Kid::spawn("target", &[], None);
+    let ready = kid.line("READY");
+    let qpn: u32 = ready.split_whitespace().next().unwrap().parse().unwrap();
+    let side = Side::new(&d, 0);
+    let ah = side.pd.create_ah(&d.gid).unwrap();
+    // Answered once (consumes the child's one receive).
+    side.qp
+        .post_send_batch(&[wr(&ah, qpn, 1, SendOp::Send, &[])])
+        .unwrap();
+    assert_eq!(next(&side.cq, 5).status, 0);
+    // WR 2 is outstanding (RNR: the child has no receive left) when the child dies.
+    side.qp
+        .post_send_batch(&[wr(&ah, qpn, 2, SendOp::Send, &[])])
+        .unwrap();
+    none_within(&side.cq, 50);
+    kid.child.kill().unwrap();
+    kid.child.wait().unwrap();
+    let t = Instant::now();
+    let c = next(&side.cq, 5);
+    assert_eq!((c.wr_id, c.status), (2, 13), "answered before, now silent");
+    assert!(
+        t.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        t.elapsed()
+    );
+    // A peer that never answered: an address nobody binds.
+    let ghost = side
+        .pd
+        .create_ah(&gid_for(std::net::Ipv4Addr::new(127, 0, 0, 99), 0))
+        .unwrap();
+    let t = Instant::now();
+    side.qp
+        .post_send_batch(&[wr(&ghost, 1, 3, SendOp::Send, &[])])
+        .unwrap();
+    let c = next(&side.cq, 5);
+    assert_eq!((c.wr_id, c.status), (3, 15), "never answered");
+    assert!(
+        t.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        t.elapsed()
+    );
+}
+
+struct Netns(Vec<String>);
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for ns in &self.0 {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .expect("run ip (iproute2 required)");
+    assert!(
+        out.status.success(),
+        "ip {args:?} failed (needs root/CAP_NET_ADMIN): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn two_network_namespaces() {
+    let id = std::process::id() % 10000;
+    let (a, b) = (format!("efasim{id}a"), format!("efasim{id}b"));
+    let _cleanup = Netns(vec![a.clone(), b.clone()]);
+    ip(&["netns", "add", &a]);
+    ip(&["netns", "add", &b]);
+    let (va, vb) = (format!("ve{id}a"), format!("ve{id}b"));
+    ip(&[
+        "link", "add", &va, "netns", &a, "type", "veth", "peer", "name", &vb, "netns", &b,
+    ]);
+    ip(&["-n", &a, "addr", "add", "10.77.0.1/24", "dev", &va]);
+    ip(&["-n", &b, "addr", "add", "10.77.0.2/24", "dev", &vb]);
+    for (ns, v) in [(&a, &va), (&b, &vb)] {
+        ip(&["-n", ns, "link", "set", v, "up"]);
+        ip(&["-n", ns, "link", "set", "lo", "up"]);
+    }
+    stream(5000, "", Some((&b, "10.77.0.2")), Some((&a, "10.77.0.1")));
+}
