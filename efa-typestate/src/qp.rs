@@ -66,6 +66,8 @@ pub struct QpConfig {
     qp_type: QpType,
     caps: Option<QpCaps>,
     depth: (u32, u32),
+    sges: Option<(u32, u32)>,
+    max_inline: Option<u32>,
     send_ops: Option<SendOps>,
     unsolicited_write_recv: bool,
     inline_write: bool,
@@ -80,6 +82,8 @@ impl QpConfig {
             qp_type: QpType::Srd,
             caps: None,
             depth: (256, 256),
+            sges: None,
+            max_inline: None,
             send_ops: None,
             unsolicited_write_recv: false,
             inline_write: false,
@@ -98,7 +102,17 @@ impl QpConfig {
         self.depth = (send, recv);
         self
     }
-    /// Every limit explicitly.
+    /// SGEs per send and per receive (defaults: min(2, device max) and 1).
+    pub fn sges(mut self, send: u32, recv: u32) -> Self {
+        self.sges = Some((send, recv));
+        self
+    }
+    /// Inline bytes per send (default: the device's `inline_buf_size`).
+    pub fn max_inline(mut self, bytes: u32) -> Self {
+        self.max_inline = Some(bytes);
+        self
+    }
+    /// Every limit explicitly (overrides `depth`, `sges` and `max_inline`).
     pub fn caps(mut self, caps: QpCaps) -> Self {
         self.caps = Some(caps);
         self
@@ -671,9 +685,14 @@ impl<'pd> Pd<'pd> {
         let caps = config.caps.unwrap_or(QpCaps {
             max_send_wr: config.depth.0,
             max_recv_wr: config.depth.1,
-            max_send_sge: dev.map_or(1, |d| (d.max_sq_sge as u32).clamp(1, 2)),
-            max_recv_sge: 1,
-            max_inline_data: dev.map_or(0, |d| d.inline_buf_size as u32),
+            max_send_sge: config.sges.map_or_else(
+                || dev.map_or(1, |d| (d.max_sq_sge as u32).clamp(1, 2)),
+                |s| s.0,
+            ),
+            max_recv_sge: config.sges.map_or(1, |s| s.1),
+            max_inline_data: config
+                .max_inline
+                .unwrap_or_else(|| dev.map_or(0, |d| d.inline_buf_size as u32)),
         });
         let gid = ctx.gid()?;
 

@@ -941,3 +941,54 @@ fn several_threads_post_to_one_qp() {
     payloads.sort();
     assert_eq!(payloads, ids, "every message arrived intact");
 }
+
+#[test]
+fn receive_scatters_over_two_sges() {
+    pair!(
+        ctx,
+        pd,
+        cqa,
+        cqb,
+        a,
+        b,
+        to_b,
+        _to_a,
+        QpConfig::srd(),
+        QpConfig::srd().sges(1, 2)
+    );
+    assert_eq!(b.caps().max_recv_sge, 2);
+    let head = pd.register(vec![0u8; 4], AccessFlags::LOCAL_WRITE).unwrap();
+    let tail = pd
+        .register(vec![0u8; 16], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    let sges = [head.sge_all().unwrap(), tail.sge_all().unwrap()];
+    let mut r = RecvBatch::<1>::new();
+    r.push(1, &sges).unwrap();
+    unsafe { b.post_recv(&r) }.unwrap();
+    let mut s = SendBatch::<1>::new();
+    s.send_inline(2, &to_b, b"headtail!").unwrap();
+    unsafe { a.post_send(&s) }.unwrap();
+    expect_n(&cqa, 1)[0].result().unwrap();
+    let c = expect_n(&cqb, 1)[0];
+    assert_eq!(c.byte_len(), 9);
+    assert_eq!(head.as_slice(), b"head");
+    assert_eq!(&tail.as_slice()[..5], b"tail!");
+    assert!(tail.as_slice()[5..].iter().all(|&x| x == 0));
+
+    // More SGEs than the QP was created with: the provider refuses the receive.
+    let three = [
+        head.sge(0, 1).unwrap(),
+        head.sge(1, 1).unwrap(),
+        head.sge(2, 1).unwrap(),
+    ];
+    let mut r = RecvBatch::<1>::new();
+    r.push(3, &three).unwrap();
+    assert_eq!(
+        unsafe { b.post_recv(&r) },
+        Err(Error::Verb {
+            verb: Verb::PostRecv,
+            errno: Errno::EINVAL
+        })
+    );
+    let _ = &ctx;
+}
