@@ -399,10 +399,8 @@ fn remote_access_errors_touch_nothing() {
         )
     });
     for (i, (op, rk, len)) in cases.enumerate() {
-        let local_off = if op == SendOp::RdmaRead { 0 } else { 0 };
         let l = Region::new(&a.pd, len as usize, ALL_ACCESS);
         l.fill(0, &vec![0x77; len as usize]);
-        let _ = local_off;
         a.qp.post_send_batch(&[rdma(&ah, q, i as u64, op, l.sge(0, len), rk)])
             .unwrap();
         let c = next(&a.cq, 3);

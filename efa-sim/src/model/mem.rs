@@ -30,18 +30,6 @@ pub unsafe fn write_registered(dst: usize, src: &[u8]) {
     unsafe { std::ptr::copy(src.as_ptr(), dst as *mut u8, src.len()) }
 }
 
-/// Copies between two registered ranges (possibly overlapping).
-///
-/// # Safety
-/// `[src, src+len)` readable and `[dst, dst+len)` writable memory of live MRs.
-pub unsafe fn copy_registered(dst: usize, src: usize, len: usize) {
-    if len == 0 {
-        return;
-    }
-    // SAFETY: guaranteed by the caller.
-    unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) }
-}
-
 /// Reads `len` bytes of process `pid` at `remote` into our registered range
 /// at `local` (process_vm_readv). The kernel checks the remote range, so a
 /// bad remote address yields an error, never a fault.

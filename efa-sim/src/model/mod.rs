@@ -37,8 +37,6 @@
 //! with the reason in [`Sim::error`] and on stderr; it never silently falls back
 //! to defaults.
 
-#![allow(missing_docs, dead_code, unused_variables)] // removed once the model is complete
-
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -72,33 +70,61 @@ pub type EfaStatus = u8;
 /// defaults, then `EFA_SIM_PROFILE` / config file overrides.
 #[derive(Clone, Debug)]
 pub struct Profile {
+    /// PCI vendor id (0x1d0f, Amazon).
     pub vendor_id: u32,
+    /// PCI device id (0xefa0..0xefa4).
     pub vendor_part_id: u32,
+    /// Hardware version (PCI subsystem id).
     pub hw_ver: u32,
-    pub fw_ver: String, // must start with "efa-sim" (efa-sim-select relies on it)
+    /// Firmware version string; must start with "efa-sim" (efa-sim-select relies on it).
+    pub fw_ver: String,
+    /// Node GUID (0 like older drivers).
     pub node_guid: u64,
-    pub device_caps: u32, // EFADV_DEVICE_ATTR_CAPS_* bits
+    /// `EFADV_DEVICE_ATTR_CAPS_*` bits.
+    pub device_caps: u32,
+    /// Whether CQs can have a completion channel.
     pub cq_notifications: bool,
+    /// Largest SQ depth (WQEs).
     pub max_sq_wr: u32,
+    /// Largest RQ depth in buffer descriptors.
     pub max_rq_wr: u32,
+    /// Most SGEs per send WR.
     pub max_sq_sge: u16,
+    /// Most SGEs per receive WR.
     pub max_rq_sge: u16,
+    /// Most SGEs per RDMA WR.
     pub max_sge_rd: u32,
+    /// Inline bytes of a 64-byte WQE.
     pub inline_buf_size: u16,
+    /// Inline bytes with wide (128-byte) WQEs.
     pub inline_buf_size_ex: u16,
+    /// Largest RDMA read/write in bytes.
     pub max_rdma_size: u32,
-    pub mtu_bytes: u32, // port max_msg_sz
+    /// Port MTU in bytes (`max_msg_sz`): the largest SEND.
+    pub mtu_bytes: u32,
+    /// Most QPs (also capped at 511 per process).
     pub max_qp: u32,
+    /// Most CQs.
     pub max_cq: u32,
+    /// Largest CQ depth.
     pub max_cqe: u32,
+    /// Most MRs.
     pub max_mr: u32,
+    /// Most PDs.
     pub max_pd: u32,
+    /// Most AHs.
     pub max_ah: u32,
+    /// Largest MR.
     pub max_mr_size: u64,
+    /// Supported page sizes bitmap.
     pub page_size_cap: u64,
+    /// LLQ bytes per SQ: bounds SQ depth × WQE size.
     pub max_llq_size: u32,
+    /// Smallest SQ depth granted.
     pub min_sq_wr: u32,
+    /// Link speed in Gb/s.
     pub link_gbps: u32,
+    /// Completion vectors.
     pub num_comp_vectors: u32,
     /// Report RDMA-read requester completions as IBV_WC_SEND (rdma-core fidelity) or RDMA_READ.
     pub read_completes_as_send: bool,
@@ -215,9 +241,13 @@ pub const MAX_QPS_PER_PROCESS: u32 = 511;
 
 /// One device (`efa_0`, `efa_1`, ...).
 pub struct Device {
+    /// Index N of `efa_N`.
     pub index: u32,
+    /// `efa_N`.
     pub name: String,
+    /// The port's only GID.
     pub gid: Gid,
+    /// Limits and capabilities.
     pub profile: Profile,
     /// IPv4 address the device's endpoint binds to (encoded in the GID).
     pub addr: std::net::Ipv4Addr,
@@ -313,7 +343,9 @@ pub struct Mr {
 /// What a dma-buf MR was registered with.
 #[derive(Debug)]
 pub struct DmaBuf {
+    /// The dma-buf fd given at registration.
     pub fd: i32,
+    /// Offset into the dma-buf.
     pub offset: u64,
     /// Whether the model could mmap the fd (else its data path fails, see module docs).
     pub mapped: bool,
@@ -322,7 +354,6 @@ pub struct DmaBuf {
 /// Address handle: a (PD, GID) pair with a device AH number.
 #[derive(Debug)]
 pub struct Ah {
-    pd_number: u16,
     pd: Weak<Pd>,
     gid: Gid,
     number: u16,
@@ -397,6 +428,7 @@ impl Device {
         }
     }
 
+    /// `ibv_alloc_pd`; ENOMEM beyond `max_pd`.
     pub fn alloc_pd(self: &Arc<Self>) -> Result<Arc<Pd>, Errno> {
         let rt = self.runtime()?;
         let n = rt.pd_count.fetch_add(1, Ordering::AcqRel);
@@ -426,6 +458,7 @@ impl Device {
 }
 
 #[derive(Clone, Copy, Debug, Default)]
+/// Extended CQ options (efadv_create_cq wc_flags).
 pub struct CqOptions {
     /// EFADV_WC_EX_WITH_SGID requested.
     pub with_sgid: bool,
@@ -562,7 +595,6 @@ impl Pd {
         };
         self.users.fetch_add(1, Ordering::AcqRel);
         Ok(Arc::new(Ah {
-            pd_number: self.number,
             pd: Arc::downgrade(self),
             gid: *gid,
             number,
@@ -570,6 +602,7 @@ impl Pd {
         }))
     }
 
+    /// Creates a QP (model §3.1 checks); returns it in RESET with the granted caps.
     pub fn create_qp(self: &Arc<Self>, init: &QpInit) -> Result<(Arc<Qp>, QpCaps), Errno> {
         Qp::create(self, init)
     }
@@ -602,9 +635,11 @@ impl Pd {
 }
 
 impl Mr {
+    /// Local key (< 2^24).
     pub fn lkey(&self) -> u32 {
         self.key
     }
+    /// Remote key (equals the lkey).
     pub fn rkey(&self) -> u32 {
         self.key
     }
@@ -628,6 +663,7 @@ impl Mr {
     pub fn dmabuf(&self) -> Option<&DmaBuf> {
         self.dmabuf.as_ref()
     }
+    /// Deregisters; EINVAL if already deregistered. Waits for in-flight device accesses.
     pub fn dereg(&self) -> Result<(), Errno> {
         if self.dead.swap(true, Ordering::AcqRel) {
             return Err(libc::EINVAL);
@@ -674,6 +710,7 @@ impl Drop for Mr {
 }
 
 impl Ah {
+    /// Device AH number (u16, never 0xFFFF).
     pub fn number(&self) -> u16 {
         self.number
     }
@@ -707,30 +744,46 @@ impl Ah {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// QP transport type.
 pub enum QpType {
+    /// Unreliable datagram.
     Ud,
+    /// Scalable reliable datagram (efadv driver QP).
     Srd,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
+/// QP capacities (requested or granted).
 pub struct QpCaps {
+    /// Send WRs.
     pub max_send_wr: u32,
+    /// Receive WRs.
     pub max_recv_wr: u32,
+    /// SGEs per send WR.
     pub max_send_sge: u32,
+    /// SGEs per receive WR.
     pub max_recv_sge: u32,
+    /// Inline bytes.
     pub max_inline_data: u32,
 }
 
+/// QP creation input (ibv_qp_init_attr_ex + efadv_qp_init_attr).
 pub struct QpInit {
+    /// UD or SRD.
     pub qp_type: QpType,
+    /// CQ for send completions.
     pub send_cq: Arc<Cq>,
+    /// CQ for receive completions.
     pub recv_cq: Arc<Cq>,
+    /// Requested capacities.
     pub caps: QpCaps,
+    /// Every WR signaled implicitly.
     pub sq_sig_all: bool,
     /// IBV_QP_EX_WITH_* bits when created with SEND_OPS_FLAGS, else None.
     pub send_ops_flags: Option<u64>,
     /// EFADV_QP_FLAGS_* (UNSOLICITED_WRITE_RECV, INLINE_WRITE).
     pub efa_flags: u16,
+    /// Service level (0 = default; accepted, no effect).
     pub sl: u8,
 }
 
@@ -738,52 +791,85 @@ pub struct QpInit {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
 pub enum QpState {
+    /// IBV_QPS_RESET.
     Reset = 0,
+    /// IBV_QPS_INIT.
     Init = 1,
+    /// IBV_QPS_RTR.
     Rtr = 2,
+    /// IBV_QPS_RTS.
     Rts = 3,
+    /// IBV_QPS_SQD.
     Sqd = 4,
+    /// IBV_QPS_SQE.
     Sqe = 5,
+    /// IBV_QPS_ERR.
     Err = 6,
 }
 
 /// Decoded ibv_modify_qp input: `mask` is the raw IBV_QP_* mask, fields valid per mask.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ModifyQp {
+    /// Raw `IBV_QP_*` attribute mask.
     pub mask: u32,
+    /// Target state (ibv_qp_state) if STATE is set.
     pub state: u32,
+    /// Assumed current state if CUR_STATE is set.
     pub cur_state: u32,
+    /// Q_Key if QKEY is set.
     pub qkey: u32,
+    /// P_Key index if PKEY_INDEX is set (must be 0).
     pub pkey_index: u16,
+    /// Port if PORT is set (must be 1).
     pub port_num: u8,
+    /// Send PSN if SQ_PSN is set (24 bits kept).
     pub sq_psn: u32,
+    /// RNR retry count if RNR_RETRY is set (7 = infinite).
     pub rnr_retry: u8,
+    /// SQD async notify flag (no effect).
     pub en_sqd_async_notify: u8,
 }
 
 #[derive(Clone, Copy, Debug)]
+/// `ibv_query_qp` result.
 pub struct QpAttrs {
+    /// Current state.
     pub state: QpState,
+    /// Current Q_Key.
     pub qkey: u32,
+    /// Send PSN.
     pub sq_psn: u32,
+    /// RNR retry count.
     pub rnr_retry: u8,
+    /// Always false (SQD is immediate).
     pub sq_draining: bool,
+    /// Granted capacities.
     pub caps: QpCaps,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Send opcode.
 pub enum SendOp {
+    /// SEND.
     Send,
+    /// SEND with immediate.
     SendImm,
+    /// RDMA read.
     RdmaRead,
+    /// RDMA write.
     RdmaWrite,
+    /// RDMA write with immediate.
     RdmaWriteImm,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Scatter/gather element.
 pub struct Sge {
+    /// Address (IOVA of the MR named by `lkey`).
     pub addr: u64,
+    /// Length in bytes.
     pub length: u32,
+    /// Local key.
     pub lkey: u32,
 }
 
@@ -795,42 +881,60 @@ pub const MAX_INLINE: usize = 80;
 pub const MAX_RECV_SGE: usize = 16;
 
 #[derive(Clone, Debug)]
+/// Where a send WR's data comes from.
 pub enum Payload {
+    /// Registered memory.
     Sges(arrayvec::ArrayVec<Sge, MAX_SEND_SGE>),
+    /// Bytes copied at post time.
     Inline(arrayvec::ArrayVec<u8, MAX_INLINE>),
 }
 
 /// One send work request, as staged by `ibv_post_send` or an `ibv_wr_*` session.
 #[derive(Clone, Debug)]
 pub struct SendWr {
+    /// Caller's id, reported in the completion.
     pub wr_id: u64,
+    /// Opcode.
     pub op: SendOp,
     /// IBV_SEND_* bits as given (the model enforces model §3.3 rule 2/3).
     pub send_flags: u32,
     /// Immediate data exactly as the caller gave it (network byte order).
     pub imm_be: u32,
+    /// Destination address handle.
     pub ah: Arc<Ah>,
+    /// Destination QPN.
     pub remote_qpn: u32,
+    /// Destination Q_Key.
     pub remote_qkey: u32,
+    /// Data.
     pub payload: Payload,
     /// (remote iova, rkey) for RDMA ops.
     pub remote: Option<(u64, u32)>,
 }
 
 #[derive(Clone, Debug)]
+/// One receive work request.
 pub struct RecvWr {
+    /// Caller's id, reported in the completion.
     pub wr_id: u64,
+    /// Buffers, filled in order.
     pub sges: arrayvec::ArrayVec<Sge, MAX_RECV_SGE>,
 }
 
 // `impl Qp` lives in qp.rs (creation, state machine, posting).
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What a completion reports.
 pub enum CompletionKind {
+    /// Requester: SEND/SEND_IMM done.
     Send,
+    /// Requester: RDMA read done (ABI maps per `read_completes_as_send`).
     RdmaRead,
+    /// Requester: RDMA write(+imm) done.
     RdmaWrite,
+    /// Responder: a SEND/SEND_IMM arrived.
     Recv,
+    /// Responder: write-with-imm arrived.
     RecvRdmaWithImm,
 }
 
@@ -838,16 +942,23 @@ pub enum CompletionKind {
 /// ibv_cq_ex reads (status table of model §4, `vendor_err` = `status`).
 #[derive(Clone, Copy, Debug)]
 pub struct Completion {
+    /// wr_id of the WR (0 for unsolicited write-with-imm).
     pub wr_id: u64,
+    /// Raw EFA status (model §4), 0 = OK.
     pub status: EfaStatus,
+    /// Kind.
     pub kind: CompletionKind,
+    /// Bytes received (receive kinds; 0 for requester kinds).
     pub byte_len: u32,
     /// Immediate (network byte order) when present.
     pub imm_be: Option<u32>,
+    /// Local QPN.
     pub qp_num: u32,
+    /// Sender QPN (receive kinds).
     pub src_qp: u32,
     /// Receiver-side AH number of the sender, 0xFFFF if unknown.
     pub slid: u16,
+    /// Write-with-imm that consumed no receive WR.
     pub unsolicited: bool,
     /// Sender GID when slid == 0xFFFF and the CQ was created with_sgid.
     pub sgid: Option<Gid>,

@@ -160,7 +160,6 @@ struct PeerDedup {
 static RUNTIMES: Mutex<Vec<Weak<Runtime>>> = Mutex::new(Vec::new());
 
 pub(crate) struct Runtime {
-    pub dev_index: u32,
     pub gid: Gid,
     pub profile: Profile,
     pid: u32,
@@ -210,7 +209,6 @@ impl Runtime {
             .unwrap_or(0);
         let pid = std::process::id();
         let rt = Arc::new(Runtime {
-            dev_index: dev.index,
             gid: dev.gid,
             profile: dev.profile.clone(),
             pid,
@@ -826,10 +824,12 @@ impl Engine {
                     (ACCESS_REMOTE_READ, false)
                 };
                 let fast = h.flags & wire::FLAG_FAST != 0;
-                if (!fast && write && data.len() != len)
-                    || (!fast && !write && len > wire::MAX_DATA)
-                    || (!write && imm.is_some())
-                {
+                let inline_bad = if write {
+                    data.len() != len
+                } else {
+                    len > wire::MAX_DATA
+                };
+                if (!fast && inline_bad) || (!write && imm.is_some()) {
                     bump(&rt.stats.malformed);
                     return Outcome::Drop;
                 }
