@@ -284,6 +284,8 @@ unsafe extern "C" fn destroy_cq(cq: *mut v::ibv_cq) -> c_int {
         }
         let ch = (*sim).channel;
         if !ch.is_null() {
+            // The notifier must not reach this CQ or its channel any more.
+            (*sim).model.set_notifier(Box::new(|| {}));
             if let Ok(mut q) = (*ch).fired.lock() {
                 q.retain(|c| *c != sim as usize);
             }
