@@ -125,3 +125,34 @@ done"#;
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "/custom");
 }
+
+#[test]
+fn cli_binary_does_not_export_verbs_symbols() {
+    // The CLI links the crate's rlib (model); the verbs entry points it carries must not
+    // leak into its dynamic symbol table (they would interpose on a real libibverbs).
+    let out = Command::new("readelf")
+        .args(["--dyn-syms", "-W", env!("CARGO_BIN_EXE_efa-sim")])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let syms = String::from_utf8_lossy(&out.stdout);
+    let leaked: Vec<&str> = syms
+        .lines()
+        .filter(|l| l.contains(" ibv_") || l.contains(" efadv_"))
+        .collect();
+    assert!(leaked.is_empty(), "exported from the CLI: {leaked:?}");
+}
+
+#[test]
+fn info_dies_quietly_on_a_closed_pipe() {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "'{}' info | head -c 1 >/dev/null; echo done",
+            env!("CARGO_BIN_EXE_efa-sim")
+        ))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -290,6 +290,11 @@ fn cmd_info() -> Result<ExitCode, String> {
 }
 
 fn main() -> ExitCode {
+    // Die quietly on a closed pipe (`efa-sim info | head`) like other command-line tools
+    // instead of panicking in println!.
+    // SAFETY: setting a signal disposition to SIG_DFL at the start of main, before any
+    // other thread exists, has no memory-safety preconditions.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     let result = match args.first().and_then(|a| a.to_str()) {
         Some("run") => cmd_run(&args[1..]),
