@@ -372,7 +372,7 @@ fn rdma(
     }
     let secs = start.elapsed().as_secs_f64();
     if back.as_slice() != src.as_slice() {
-        return Err(format!("rdma read: data read back differs").into());
+        return Err("rdma read: data read back differs".into());
     }
     println!(
         "rdma read: {bytes} bytes read back and verified at A ({:.2} GB/s)",
