@@ -87,8 +87,16 @@ unsafe impl RegionMemory for RawMemory {
     }
 }
 
-/// Anything registered: gives keys, the device address space and SGEs.
-pub trait MemoryRegion {
+mod sealed {
+    pub trait Sealed {}
+}
+impl<M: RegionMemory> sealed::Sealed for Mr<'_, M> {}
+impl sealed::Sealed for DmaBufMr<'_> {}
+
+/// Anything registered: gives keys, the device address space and SGEs. Sealed
+/// (implemented by [`Mr`] and [`DmaBufMr`] only), so an [`Sge`] always names bytes of a
+/// real registration.
+pub trait MemoryRegion: sealed::Sealed {
     /// Local key (24 bits on EFA).
     fn lkey(&self) -> u32;
     /// Remote key.

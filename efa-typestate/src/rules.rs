@@ -146,6 +146,20 @@
 //! let sge = Sge { raw: todo!(), _mr: core::marker::PhantomData }; // error: private fields
 //! ```
 //!
+//! Nor can a look-alike region be invented to make SGEs with arbitrary keys:
+//!
+//! ```compile_fail,E0277
+//! # use efa_typestate::*;
+//! struct Fake;
+//! impl MemoryRegion for Fake { // error: `Fake` does not implement the sealed supertrait
+//!     fn lkey(&self) -> u32 { 1 }
+//!     fn rkey(&self) -> u32 { 1 }
+//!     fn iova(&self) -> u64 { 0 }
+//!     fn len(&self) -> u64 { u64::MAX }
+//!     fn as_mr_ptr(&self) -> *mut efa_typestate::sys::verbs::ibv_mr { core::ptr::null_mut() }
+//! }
+//! ```
+//!
 //! # A QP cannot outlive its CQ
 //!
 //! ```compile_fail,E0505
