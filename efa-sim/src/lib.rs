@@ -2,3 +2,4 @@
 #![deny(missing_docs)]
 mod abi;
 pub mod model;
+pub mod sysfs;

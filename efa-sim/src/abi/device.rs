@@ -25,8 +25,6 @@ fn copy_cstr(dst: &mut [c_char], s: &str) {
 pub fn devices() -> &'static [SimDevice] {
     static DEVICES: OnceLock<Vec<SimDevice>> = OnceLock::new();
     DEVICES.get_or_init(|| {
-        // Like libibverbs, device paths follow ibv_get_sysfs_path() ($SYSFS_PATH or /sys).
-        let sysfs = super::misc::sysfs_root().to_string_lossy().into_owned();
         Sim::get()
             .devices()
             .iter()
@@ -37,14 +35,8 @@ pub fn devices() -> &'static [SimDevice] {
                 ibv.transport_type = IBV_TRANSPORT_UNSPECIFIED;
                 copy_cstr(&mut ibv.name, &d.name);
                 copy_cstr(&mut ibv.dev_name, &format!("uverbs{}", d.index));
-                copy_cstr(
-                    &mut ibv.dev_path,
-                    &format!("{sysfs}/class/infiniband_verbs/uverbs{}", d.index),
-                );
-                copy_cstr(
-                    &mut ibv.ibdev_path,
-                    &format!("{sysfs}/class/infiniband/{}", d.name),
-                );
+                copy_cstr(&mut ibv.dev_path, &crate::sysfs::dev_path(d.index));
+                copy_cstr(&mut ibv.ibdev_path, &crate::sysfs::ibdev_path(&d.name));
                 SimDevice {
                     ibv,
                     model: d.clone(),

@@ -7,7 +7,6 @@ use core::ffi::{c_char, c_int, c_void, CStr};
 use core::ptr;
 use efa_sys::verbs as v;
 use libc::EINVAL;
-use std::sync::OnceLock;
 
 macro_rules! cstrs {
     ($($s:literal),* $(,)?) => { [$(concat!($s, "\0")),*] };
@@ -198,20 +197,8 @@ export!("IBVERBS_1.1", ibv_resolve_eth_l2_from_gid => resolve_eth_l2_from_gid);
 
 // --- sysfs -------------------------------------------------------------------------------
 
-/// `$SYSFS_PATH` (trailing slashes removed) or `/sys`, as libibverbs computes it.
-pub(crate) fn sysfs_root() -> &'static CStr {
-    static ROOT: OnceLock<std::ffi::CString> = OnceLock::new();
-    ROOT.get_or_init(|| {
-        let mut s = std::env::var("SYSFS_PATH").unwrap_or_else(|_| "/sys".to_string());
-        while s.len() > 1 && s.ends_with('/') {
-            s.pop();
-        }
-        std::ffi::CString::new(s).unwrap_or_else(|_| c"/sys".into())
-    })
-}
-
 unsafe extern "C" fn get_sysfs_path() -> *const c_char {
-    sysfs_root().as_ptr()
+    crate::sysfs::root().as_ptr()
 }
 export!("IBVERBS_1.0", ibv_get_sysfs_path => get_sysfs_path);
 

@@ -6,6 +6,7 @@
 //! * `efa-sim info` shows the software devices and their attributes (from the model).
 
 use efa_sim::model::{profile, Device, Sim};
+use efa_sim::sysfs;
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -91,54 +92,21 @@ fn make_links(dir: &Path, so: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// A minimal sysfs tree for the software devices, for consumers that read sysfs next to
-/// the verbs (libfabric's EFA provider: `class/infiniband_verbs/abi_version`,
-/// `<ibdev_path>/device` → a PCI-address-named directory, `<ibdev_path>/device/driver` →
-/// a directory named `efa`). libibverbs and the stand-in honour `SYSFS_PATH`.
-fn make_sysfs(root: &Path, devices: usize) -> std::io::Result<()> {
-    let verbs = root.join("class/infiniband_verbs");
-    std::fs::create_dir_all(&verbs)?;
-    std::fs::write(verbs.join("abi_version"), "6\n")?;
-    std::fs::create_dir_all(root.join("bus/pci/drivers/efa"))?;
-    std::fs::create_dir_all(root.join("class/infiniband"))?;
-    for i in 0..devices {
-        let pci = format!("0000:{:02x}:00.0", (i + 1) % 256);
-        let dev = root.join("devices/pci0000:00").join(&pci);
-        std::fs::create_dir_all(&dev)?;
-        replace_link(
-            &dev.join("driver"),
-            Path::new("../../../bus/pci/drivers/efa"),
-        )?;
-        let ib = root.join(format!("class/infiniband/efa_{i}"));
-        std::fs::create_dir_all(&ib)?;
-        replace_link(
-            &ib.join("device"),
-            &Path::new("../../../devices/pci0000:00").join(&pci),
-        )?;
-        std::fs::write(ib.join("node_type"), "7: unspecified\n")?;
-    }
-    Ok(())
-}
-
-fn replace_link(link: &Path, target: &Path) -> std::io::Result<()> {
-    if std::fs::read_link(link).ok().as_deref() == Some(target) {
-        return Ok(());
-    }
-    let tmp = link.with_extension(format!("tmp{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    std::os::unix::fs::symlink(target, &tmp)?;
-    std::fs::rename(&tmp, link)
-}
-
-/// `SYSFS_PATH` for the child: the caller's if set, else a generated tree next to the links.
+/// `SYSFS_PATH` for the child: the caller's if set, else the generated sysfs tree of the
+/// configured devices (see `efa_sim::sysfs`; libfabric's EFA provider reads it), cached
+/// next to the library links.
 fn sysfs_path(dir: &Path) -> Result<Option<PathBuf>, String> {
     if std::env::var_os("SYSFS_PATH").is_some() {
         return Ok(None);
     }
-    let root = dir.join("sysfs");
-    let n = Sim::get().devices().len();
-    make_sysfs(&root, n).map_err(|e| format!("cannot create {}: {e}", root.display()))?;
-    Ok(Some(root))
+    let sim = Sim::get();
+    if let Some(e) = sim.error() {
+        return Err(format!("configuration rejected, no devices: {e}"));
+    }
+    let cache = dir.join("sysfs");
+    sysfs::prepare(&cache, &sysfs::Tree::for_devices(sim.devices()))
+        .map(Some)
+        .map_err(|e| format!("cannot write the sysfs tree under {}: {e}", cache.display()))
 }
 
 fn library_path(dir: &Path) -> OsString {
