@@ -57,7 +57,7 @@ fn main() {
     );
     // The CLI and the model tests link this crate's rlib; keep the verbs symbols the rlib
     // also carries out of their dynamic symbol tables.
-    for kind in ["bins", "tests"] {
+    for kind in ["bins", "tests", "benches"] {
         println!("cargo:rustc-link-arg-{kind}=-Wl,--exclude-libs,ALL");
     }
 }
