@@ -682,7 +682,7 @@ impl<'ctx> ExtCq<'ctx> {
         // and the plain fields are valid while the CQ is locked by start_poll.
         unsafe {
             let opcode = WcOpcode((o.read_opcode)(cq));
-            let mut flags = CompletionFlags::from_bits_retain((o.read_wc_flags)(cq) & 0xffff);
+            let mut flags = CompletionFlags::empty();
             let status = WcStatus((*cq).status);
             let mut c = Completion {
                 wr_id: (*cq).wr_id,
@@ -697,7 +697,9 @@ impl<'ctx> ExtCq<'ctx> {
                 qp_num: (o.read_qp_num)(cq),
                 ..Completion::default()
             };
+            // Send-side completions carry nothing more on EFA (flags 0): read only for receives.
             if opcode.is_recv() {
+                flags = CompletionFlags::from_bits_retain((o.read_wc_flags)(cq) & 0xffff);
                 c.byte_len = (o.read_byte_len)(cq);
                 c.src_qp = (o.read_src_qp)(cq);
                 c.slid = (o.read_slid)(cq) as u16;
