@@ -59,6 +59,12 @@ fn two_process() {
     assert!(out.contains("PASS two_process(child)"), "{out}");
 }
 
+/// Steady-state posting and polling allocate nothing on the caller's thread.
+#[test]
+fn no_alloc() {
+    support::run_c("no_alloc", &[]);
+}
+
 /// A C test that fails must make the harness fail (the suite can fail).
 #[test]
 fn failing_c_program_is_reported() {
