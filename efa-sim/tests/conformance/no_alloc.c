@@ -1,5 +1,5 @@
 /* The data path allocates nothing on the caller's thread: after warm-up, posting
- * (ibv_wr_* and legacy) and polling (ibv_cq_ex and ibv_poll_cq) make no malloc-family
+ * (ibv_wr_* and legacy ibv_post_send/ibv_post_recv) and polling (ibv_cq_ex and ibv_poll_cq) make no malloc-family
  * call from this thread. Counted by interposing malloc/calloc/realloc/memalign here. */
 #include "common.h"
 #include <malloc.h>
@@ -56,13 +56,25 @@ static void round_trip(struct ep *a, struct ep *b, struct ibv_ah *ah, struct ibv
 	struct ibv_sge rs = { (uintptr_t)bbuf, 256, bmr->lkey };
 	struct ibv_recv_wr rw = { .wr_id = id, .sg_list = &rs, .num_sge = 1 }, *rbad;
 	CHECK_EQ(ibv_post_recv(b->qp, &rw, &rbad), 0);
-	ibv_wr_start(a->qpx);
-	a->qpx->wr_id = id;
-	a->qpx->wr_flags = IBV_SEND_SIGNALED;
-	ibv_wr_send(a->qpx);
-	ibv_wr_set_ud_addr(a->qpx, ah, b->qp->qp_num, 0x11111111);
-	ibv_wr_set_sge(a->qpx, amr->lkey, (uintptr_t)abuf, 64);
-	CHECK_EQ(ibv_wr_complete(a->qpx), 0);
+	if (id % 3 == 0) {
+		/* legacy ibv_post_send */
+		struct ibv_sge ss = { (uintptr_t)abuf, 64, amr->lkey };
+		struct ibv_send_wr sw = { .wr_id = id, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+					  .send_flags = IBV_SEND_SIGNALED },
+				   *sbad;
+		sw.wr.ud.ah = ah;
+		sw.wr.ud.remote_qpn = b->qp->qp_num;
+		sw.wr.ud.remote_qkey = 0x11111111;
+		CHECK_EQ(ibv_post_send(a->qp, &sw, &sbad), 0);
+	} else {
+		ibv_wr_start(a->qpx);
+		a->qpx->wr_id = id;
+		a->qpx->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_send(a->qpx);
+		ibv_wr_set_ud_addr(a->qpx, ah, b->qp->qp_num, 0x11111111);
+		ibv_wr_set_sge(a->qpx, amr->lkey, (uintptr_t)abuf, 64);
+		CHECK_EQ(ibv_wr_complete(a->qpx), 0);
+	}
 	struct ibv_poll_cq_attr pa = { 0 };
 	if (legacy_poll) {
 		struct ibv_wc wc;
