@@ -65,6 +65,13 @@ fn no_alloc() {
     support::run_c("no_alloc", &[]);
 }
 
+/// ibv_copy_*_kern marshalling against the kernel ABI headers, dma-buf MRs, processing
+/// hints, ibv_query_qp_data_in_order.
+#[test]
+fn marshall() {
+    support::run_c("marshall", &[]);
+}
+
 /// A C test that fails must make the harness fail (the suite can fail).
 #[test]
 fn failing_c_program_is_reported() {
