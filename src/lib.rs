@@ -10,3 +10,8 @@ pub use efa_typestate::*;
 /// CUDA memory support (dma-buf export, registration, GPUDirect flush), loaded at run time.
 #[cfg(feature = "cuda")]
 pub use efa_cuda as cuda;
+
+/// The README's code blocks, compiled and run as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
