@@ -72,6 +72,21 @@ fn marshall() {
     support::run_c("marshall", &[]);
 }
 
+/// A consumer compiled against the rdma-core 65 headers (newest struct layouts).
+#[test]
+fn v65_consumer() {
+    match support::v65_headers() {
+        Ok(include) => {
+            let mut inc = std::ffi::OsString::from("-I");
+            inc.push(&include);
+            let bin = support::compile_c_with("v65_consumer", &[&inc]);
+            support::run_compiled("v65_consumer", bin, &[]);
+        }
+        // Written to stderr so the reason shows without --nocapture.
+        Err(reason) => eprintln!("v65_consumer: SKIPPED, no rdma-core 65 headers: {reason}"),
+    }
+}
+
 /// A C test that fails must make the harness fail (the suite can fail).
 #[test]
 fn failing_c_program_is_reported() {

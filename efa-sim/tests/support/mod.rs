@@ -94,6 +94,11 @@ pub fn assert_no_loader_warnings(what: &str, out: &Output) {
 /// Compiles `tests/conformance/<name>.c` with gcc against the system rdma-core headers
 /// (`-libverbs -lefa`) and returns the binary.
 pub fn compile_c(name: &str) -> PathBuf {
+    compile_c_with(name, &[])
+}
+
+/// [`compile_c`] with extra gcc arguments (e.g. `-I` for other rdma-core headers).
+pub fn compile_c_with(name: &str, extra: &[&std::ffi::OsStr]) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/conformance")
         .join(format!("{name}.c"));
@@ -112,6 +117,7 @@ pub fn compile_c(name: &str) -> PathBuf {
             "-Wno-unused-function",
         ])
         .arg("-Wno-missing-field-initializers")
+        .args(extra)
         .arg("-o")
         .arg(&bin)
         .arg(&src)
@@ -130,7 +136,11 @@ pub fn compile_c(name: &str) -> PathBuf {
 /// Compiles and runs one C conformance program on the software device; it must exit 0
 /// and print its PASS line.
 pub fn run_c(name: &str, extra_env: &[(&str, &str)]) -> String {
-    let bin = compile_c(name);
+    run_compiled(name, compile_c(name), extra_env)
+}
+
+/// Runs an already compiled conformance program (see [`run_c`]).
+pub fn run_compiled(name: &str, bin: PathBuf, extra_env: &[(&str, &str)]) -> String {
     let mut cmd = on_sim(&bin);
     for (k, v) in extra_env {
         cmd.env(k, v);
@@ -150,4 +160,44 @@ pub fn run_c(name: &str, extra_env: &[(&str, &str)]) -> String {
     );
     assert_no_loader_warnings(name, &out);
     stdout
+}
+
+/// rdma-core 65 development headers: the workspace's `.headers-v65/include`, else fetched
+/// once with `shared/tools/rdma-core-headers` into this test target's temp dir.
+pub fn v65_headers() -> Result<PathBuf, String> {
+    let ws = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.headers-v65/include");
+    if ws.join("infiniband/efadv.h").is_file() {
+        return Ok(ws);
+    }
+    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rdma-core-65-headers");
+    let include = cache.join("include");
+    if include.join("infiniband/efadv.h").is_file() {
+        return Ok(include);
+    }
+    let shared = std::env::var_os("EFA_SHARED_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"));
+    let tool = shared.join("tools/rdma-core-headers");
+    if !tool.is_file() {
+        return Err(format!("{} not found (set EFA_SHARED_DIR)", tool.display()));
+    }
+    let staging = cache.with_extension(format!("partial-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&staging);
+    let out = Command::new(&tool)
+        .arg(&staging)
+        .arg("sid")
+        .output()
+        .map_err(|e| e.to_string())?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() || !stderr.contains("libibverbs-dev_65.") {
+        let _ = std::fs::remove_dir_all(&staging);
+        return Err(format!(
+            "fetching rdma-core 65 headers failed: {}",
+            stderr.trim()
+        ));
+    }
+    if std::fs::rename(&staging, &cache).is_err() {
+        let _ = std::fs::remove_dir_all(&staging);
+    }
+    Ok(include)
 }
