@@ -178,6 +178,10 @@ unsafe fn create(
 }
 
 /// `verbs_context->create_cq_ex`.
+///
+/// # Safety
+/// Called through rdma-core's contract for this entry point: object pointers come
+/// from this library, buffers are valid for the documented sizes.
 pub unsafe extern "C" fn create_cq_ex_op(
     ctx: *mut v::ibv_context,
     attr: *mut v::ibv_cq_init_attr_ex,
@@ -388,6 +392,10 @@ unsafe extern "C" fn ack_cq_events(cq: *mut v::ibv_cq, nevents: u32) {
 export!("IBVERBS_1.1", ibv_ack_cq_events => ack_cq_events);
 
 /// `ibv_context_ops.req_notify_cq`.
+///
+/// # Safety
+/// Called through rdma-core's contract for this entry point: object pointers come
+/// from this library, buffers are valid for the documented sizes.
 pub unsafe extern "C" fn req_notify_cq(cq: *mut v::ibv_cq, solicited_only: c_int) -> c_int {
     if solicited_only != 0 {
         return EOPNOTSUPP;
@@ -398,6 +406,10 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut v::ibv_cq, solicited_only: c_int
 }
 
 /// `ibv_context_ops.poll_cq`: legacy `ibv_wc` fill rules (model §1.4).
+///
+/// # Safety
+/// Called through rdma-core's contract for this entry point: object pointers come
+/// from this library, buffers are valid for the documented sizes.
 pub unsafe extern "C" fn poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut v::ibv_wc) -> c_int {
     // SAFETY: cq is ours.
     let sim = unsafe { SimCq::from_ibv(cq) };

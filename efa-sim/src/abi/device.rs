@@ -272,6 +272,9 @@ pub fn device_attr(d: &Device) -> v::ibv_device_attr {
     a
 }
 
+/// # Safety
+/// Called through rdma-core's contract for this entry point: object pointers come
+/// from this library, buffers are valid for the documented sizes.
 pub unsafe extern "C" fn query_device(
     ctx: *mut v::ibv_context,
     attr: *mut v::ibv_device_attr,

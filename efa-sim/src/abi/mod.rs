@@ -9,7 +9,6 @@
 //! that rdma-core's contract allows (objects this library created, buffers of the
 //! documented size); it checks NULL where rdma-core does.
 
-#![allow(clippy::missing_safety_doc)] // C entry points: the rdma-core man pages are the contract
 #![deny(unsafe_op_in_unsafe_fn)]
 
 #[macro_use]

@@ -63,6 +63,10 @@ unsafe extern "C" fn dealloc_pd(pd: *mut v::ibv_pd) -> c_int {
 export!("IBVERBS_1.1", ibv_dealloc_pd => dealloc_pd);
 
 /// `verbs_context->alloc_td` (EFA: `comp_mask` must be 0).
+///
+/// # Safety
+/// Called through rdma-core's contract for this entry point: object pointers come
+/// from this library, buffers are valid for the documented sizes.
 pub unsafe extern "C" fn alloc_td_op(
     ctx: *mut v::ibv_context,
     attr: *mut v::ibv_td_init_attr,
@@ -78,6 +82,10 @@ pub unsafe extern "C" fn alloc_td_op(
 }
 
 /// `verbs_context->dealloc_td` (EBUSY while a parent domain uses it).
+///
+/// # Safety
+/// Called through rdma-core's contract for this entry point: object pointers come
+/// from this library, buffers are valid for the documented sizes.
 pub unsafe extern "C" fn dealloc_td_op(td: *mut v::ibv_td) -> c_int {
     let sim = td as *mut SimTd;
     // SAFETY: td came from alloc_td_op.
@@ -93,6 +101,10 @@ pub unsafe extern "C" fn dealloc_td_op(td: *mut v::ibv_td) -> c_int {
 const PARENT_DOMAIN_PD_CONTEXT: u32 = 1 << 1;
 
 /// `verbs_context->alloc_parent_domain`.
+///
+/// # Safety
+/// Called through rdma-core's contract for this entry point: object pointers come
+/// from this library, buffers are valid for the documented sizes.
 pub unsafe extern "C" fn alloc_parent_domain_op(
     ctx: *mut v::ibv_context,
     attr: *mut v::ibv_parent_domain_init_attr,
@@ -261,6 +273,9 @@ unsafe extern "C" fn efadv_query_mr(
 }
 export!("EFA_1.3", efadv_query_mr => efadv_query_mr);
 
+/// # Safety
+/// Called through rdma-core's contract for this entry point: object pointers come
+/// from this library, buffers are valid for the documented sizes.
 pub(crate) unsafe extern "C" fn create_ah(pd: *mut v::ibv_pd, attr: *mut AhAttr) -> *mut v::ibv_ah {
     if pd.is_null() || attr.is_null() {
         return null_with(EINVAL);

@@ -37,6 +37,10 @@ pub fn fill_wr_ops(q: &mut v::ibv_qp_ex, flags: u64) {
 }
 
 /// `ibv_context_ops.post_send`: SEND / SEND_WITH_IMM only; first bad WR → `*bad_wr`.
+///
+/// # Safety
+/// Called through rdma-core's contract for this entry point: object pointers come
+/// from this library, buffers are valid for the documented sizes.
 pub unsafe extern "C" fn post_send(
     qp: *mut v::ibv_qp,
     wr: *mut v::ibv_send_wr,
@@ -126,6 +130,10 @@ unsafe fn legacy_send_wr(sim: &SimQp, w: &SendWrC) -> Result<SendWr, c_int> {
 }
 
 /// `ibv_context_ops.post_recv`: first bad WR → `*bad_wr`.
+///
+/// # Safety
+/// Called through rdma-core's contract for this entry point: object pointers come
+/// from this library, buffers are valid for the documented sizes.
 pub unsafe extern "C" fn post_recv(
     qp: *mut v::ibv_qp,
     wr: *mut v::ibv_recv_wr,
@@ -443,4 +451,8 @@ unsafe extern "C" fn wr_set_inline_data_list(
 
 /// `efadv_qp->wr_set_processing_hints`: only sets WQE hint bits on hardware; nothing
 /// observable to emulate.
+///
+/// # Safety
+/// Called through rdma-core's contract for this entry point: object pointers come
+/// from this library, buffers are valid for the documented sizes.
 pub unsafe extern "C" fn wr_set_processing_hints(_qp: *mut EfadvQp, _hints: u32) {}

@@ -213,6 +213,10 @@ unsafe extern "C" fn create_qp(
 export!("IBVERBS_1.1", ibv_create_qp => create_qp);
 
 /// `verbs_context->create_qp_ex`.
+///
+/// # Safety
+/// Called through rdma-core's contract for this entry point: object pointers come
+/// from this library, buffers are valid for the documented sizes.
 pub unsafe extern "C" fn create_qp_ex_op(
     ctx: *mut v::ibv_context,
     attr: *mut v::ibv_qp_init_attr_ex,

@@ -9,16 +9,28 @@ use efa_sys::verbs as v;
 use libc::EOPNOTSUPP;
 
 /// Int-returning op slot: `EOPNOTSUPP` (arguments ignored, any arity).
+///
+/// # Safety
+/// Called through rdma-core's contract for this entry point: object pointers come
+/// from this library, buffers are valid for the documented sizes.
 pub unsafe extern "C" fn op_int() -> c_int {
     EOPNOTSUPP
 }
 
 /// Pointer-returning op slot: `NULL`, errno `EOPNOTSUPP`.
+///
+/// # Safety
+/// Called through rdma-core's contract for this entry point: object pointers come
+/// from this library, buffers are valid for the documented sizes.
 pub unsafe extern "C" fn op_ptr() -> *mut c_void {
     null_with(EOPNOTSUPP)
 }
 
 /// Void op slot: does nothing.
+///
+/// # Safety
+/// Called through rdma-core's contract for this entry point: object pointers come
+/// from this library, buffers are valid for the documented sizes.
 pub unsafe extern "C" fn op_void() {}
 
 /// Word value of [`op_int`] for a slot table.
@@ -35,10 +47,18 @@ pub fn void_slot() -> usize {
 }
 
 /// `ibv_context_ops.alloc_mw`: EFA has no memory windows.
+///
+/// # Safety
+/// Called through rdma-core's contract for this entry point: object pointers come
+/// from this library, buffers are valid for the documented sizes.
 pub unsafe extern "C" fn alloc_mw(_pd: *mut v::ibv_pd, _ty: u32) -> *mut v::ibv_mw {
     null_with(EOPNOTSUPP)
 }
 /// `ibv_context_ops.bind_mw`.
+///
+/// # Safety
+/// Called through rdma-core's contract for this entry point: object pointers come
+/// from this library, buffers are valid for the documented sizes.
 pub unsafe extern "C" fn bind_mw(
     _qp: *mut v::ibv_qp,
     _mw: *mut v::ibv_mw,
@@ -47,10 +67,18 @@ pub unsafe extern "C" fn bind_mw(
     EOPNOTSUPP
 }
 /// `ibv_context_ops.dealloc_mw`.
+///
+/// # Safety
+/// Called through rdma-core's contract for this entry point: object pointers come
+/// from this library, buffers are valid for the documented sizes.
 pub unsafe extern "C" fn dealloc_mw(_mw: *mut v::ibv_mw) -> c_int {
     EOPNOTSUPP
 }
 /// `ibv_context_ops.post_srq_recv`: EFA has no SRQ.
+///
+/// # Safety
+/// Called through rdma-core's contract for this entry point: object pointers come
+/// from this library, buffers are valid for the documented sizes.
 pub unsafe extern "C" fn post_srq_recv(
     _srq: *mut v::ibv_srq,
     _wr: *mut v::ibv_recv_wr,
