@@ -378,8 +378,15 @@ impl Qp {
             self.sq_inflight
                 .fetch_add(wrs.len() as u32, Ordering::AcqRel);
         }
+        let rt = &self.pd.rt;
+        if wrs.len() > 1 {
+            rt.begin_batch();
+        }
         for wr in wrs {
-            self.pd.rt.start_send(&me, wr);
+            rt.start_send(&me, wr);
+        }
+        if wrs.len() > 1 {
+            rt.end_batch();
         }
         Ok(())
     }

@@ -182,6 +182,8 @@ pub(crate) struct Runtime {
 
 thread_local! {
     static SCRATCH: RefCell<Vec<u8>> = RefCell::new(vec![0u8; wire::MAX_DATAGRAM]);
+    /// Requests of one `post_send_batch`, bundled per destination.
+    static TX: RefCell<(bool, wire::BundleBuf)> = RefCell::new((false, wire::BundleBuf::default()));
 }
 
 fn completion(qp: &Qp, wr_id: u64, kind: CompletionKind, status: u8) -> Completion {
@@ -459,8 +461,46 @@ impl Runtime {
             h.data_len = (len - wire::HEADER) as u32;
             h.watermark = self.low_water.load(Ordering::Relaxed);
             h.encode(&mut buf[..]);
-            self.ep.send(&buf[..len], dest);
+            self.emit(&buf[..len], dest);
             true
+        })
+    }
+
+    /// Sends a packet now, or adds it to this thread's open batch bundle.
+    fn emit(&self, pkt: &[u8], dest: SocketAddrV4) {
+        TX.with(|tx| {
+            let mut tx = tx.borrow_mut();
+            let (active, bundle) = &mut *tx;
+            if !*active {
+                drop(tx);
+                self.ep.send(pkt, dest);
+                return;
+            }
+            if bundle.to.is_some_and(|to| to != dest) || !bundle.fits(pkt.len()) {
+                if let Some(to) = bundle.to {
+                    self.ep.send(bundle.datagram(), to);
+                }
+                bundle.clear();
+            }
+            bundle.push(dest, pkt);
+        })
+    }
+
+    /// Starts bundling this thread's requests (one `post_send_batch`).
+    pub(crate) fn begin_batch(&self) {
+        TX.with(|tx| tx.borrow_mut().0 = true);
+    }
+
+    /// Sends the open bundle and stops bundling.
+    pub(crate) fn end_batch(&self) {
+        TX.with(|tx| {
+            let mut tx = tx.borrow_mut();
+            let (active, bundle) = &mut *tx;
+            *active = false;
+            if let Some(to) = bundle.to {
+                self.ep.send(bundle.datagram(), to);
+            }
+            bundle.clear();
         })
     }
 
@@ -673,6 +713,8 @@ struct Engine {
     rt: Arc<Runtime>,
     peers: HashMap<(SocketAddrV4, u64), PeerDedup>,
     out: Vec<u8>,
+    /// Responses of the current receive batch, bundled per destination.
+    outs: Vec<wire::BundleBuf>,
 }
 
 impl Engine {
@@ -681,6 +723,7 @@ impl Engine {
             rt,
             peers: HashMap::new(),
             out: vec![0u8; wire::MAX_DATAGRAM],
+            outs: Vec::new(),
         }
     }
 
@@ -701,8 +744,17 @@ impl Engine {
                 }
                 for i in 0..got.len() {
                     let (len, from) = got[i];
-                    self.handle(&bufs[i][..len], from);
+                    let pkt = &bufs[i][..len];
+                    match wire::bundle_items(pkt) {
+                        Some(items) => {
+                            for item in items {
+                                self.handle(item, from);
+                            }
+                        }
+                        None => self.handle(pkt, from),
+                    }
                 }
+                self.flush_outs();
                 if Instant::now().duration_since(last_timer) >= Duration::from_millis(1) {
                     break;
                 }
@@ -778,7 +830,33 @@ impl Engine {
         let data_len = if status == 0 { data_len } else { 0 };
         h.data_len = data_len as u32;
         h.encode(&mut self.out);
-        self.rt.ep.send(&self.out[..wire::HEADER + data_len], to);
+        let pkt = &self.out[..wire::HEADER + data_len];
+        let slot = match self.outs.iter().position(|b| b.to == Some(to)) {
+            Some(i) if self.outs[i].fits(pkt.len()) => i,
+            Some(i) => {
+                self.rt.ep.send(self.outs[i].datagram(), to);
+                self.outs[i].clear();
+                i
+            }
+            None => match self.outs.iter().position(|b| b.to.is_none()) {
+                Some(i) => i,
+                None => {
+                    self.outs.push(wire::BundleBuf::default());
+                    self.outs.len() - 1
+                }
+            },
+        };
+        self.outs[slot].push(to, pkt);
+    }
+
+    /// Sends the bundled responses of this receive batch.
+    fn flush_outs(&mut self) {
+        for b in &mut self.outs {
+            if let Some(to) = b.to {
+                self.rt.ep.send(b.datagram(), to);
+                b.clear();
+            }
+        }
     }
 
     fn receiver_info(qp: &Qp, h: &Header) -> (u16, Option<Gid>) {

@@ -196,6 +196,108 @@ impl Header {
     }
 }
 
+/// Magic of a bundle datagram: several packets to one destination.
+pub const BUNDLE_MAGIC: u32 = 0x4241_4645; // "EFAB"
+const BUNDLE_HEADER: usize = 8;
+
+/// Collects packets for one destination into one datagram:
+/// `magic u32, count u32, then count × (len u32, packet)`. A bundle of one
+/// packet is sent as the plain packet.
+#[derive(Debug)]
+pub struct BundleBuf {
+    buf: Vec<u8>,
+    count: u32,
+    /// Destination of the packets collected so far.
+    pub to: Option<std::net::SocketAddrV4>,
+}
+
+impl Default for BundleBuf {
+    fn default() -> Self {
+        BundleBuf {
+            buf: Vec::with_capacity(MAX_DATAGRAM),
+            count: 0,
+            to: None,
+        }
+    }
+}
+
+impl BundleBuf {
+    /// Whether a packet of `n` bytes still fits.
+    pub fn fits(&self, n: usize) -> bool {
+        self.buf.len().max(BUNDLE_HEADER) + 4 + n <= MAX_DATAGRAM
+    }
+
+    /// Appends a packet for `to` (the caller checked `fits` and the destination).
+    pub fn push(&mut self, to: std::net::SocketAddrV4, pkt: &[u8]) {
+        if self.count == 0 {
+            self.buf.clear();
+            self.buf.extend_from_slice(&[0u8; BUNDLE_HEADER]);
+            self.to = Some(to);
+        }
+        self.buf
+            .extend_from_slice(&(pkt.len() as u32).to_le_bytes());
+        self.buf.extend_from_slice(pkt);
+        self.count += 1;
+    }
+
+    /// The datagram to send (empty if nothing was pushed).
+    pub fn datagram(&mut self) -> &[u8] {
+        match self.count {
+            0 => &[],
+            1 => &self.buf[BUNDLE_HEADER + 4..],
+            n => {
+                self.buf[0..4].copy_from_slice(&BUNDLE_MAGIC.to_le_bytes());
+                self.buf[4..8].copy_from_slice(&n.to_le_bytes());
+                &self.buf
+            }
+        }
+    }
+
+    /// Empties the bundle (keeps its buffer).
+    pub fn clear(&mut self) {
+        self.count = 0;
+        self.to = None;
+        self.buf.clear();
+    }
+}
+
+/// The packets of a bundle datagram, or `None` if `buf` is not a bundle.
+/// Iteration stops at the first malformed length.
+pub fn bundle_items(buf: &[u8]) -> Option<BundleItems<'_>> {
+    if buf.len() < BUNDLE_HEADER || buf[0..4] != BUNDLE_MAGIC.to_le_bytes() {
+        return None;
+    }
+    let left = u32::from_le_bytes(buf[4..8].try_into().unwrap_or([0; 4]));
+    Some(BundleItems {
+        rest: &buf[BUNDLE_HEADER..],
+        left,
+    })
+}
+
+/// Iterator over the packets of a bundle.
+pub struct BundleItems<'a> {
+    rest: &'a [u8],
+    left: u32,
+}
+
+impl<'a> Iterator for BundleItems<'a> {
+    type Item = &'a [u8];
+    fn next(&mut self) -> Option<&'a [u8]> {
+        if self.left == 0 || self.rest.len() < 4 {
+            return None;
+        }
+        let n = u32::from_le_bytes(self.rest[..4].try_into().unwrap_or([0; 4])) as usize;
+        if self.rest.len() - 4 < n {
+            self.left = 0;
+            return None;
+        }
+        let item = &self.rest[4..4 + n];
+        self.rest = &self.rest[4 + n..];
+        self.left -= 1;
+        Some(item)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,5 +325,24 @@ mod tests {
         buf[5] = 2;
         buf[0] = 0;
         assert!(Header::decode(&buf).is_none(), "bad magic");
+    }
+
+    #[test]
+    fn bundles() {
+        let to = std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 9);
+        let mut b = BundleBuf::default();
+        assert!(b.datagram().is_empty());
+        b.push(to, b"one");
+        assert_eq!(b.datagram(), b"one", "a bundle of one is the plain packet");
+        b.push(to, b"three");
+        let d = b.datagram().to_vec();
+        let items: Vec<&[u8]> = bundle_items(&d).unwrap().collect();
+        assert_eq!(items, vec![&b"one"[..], &b"three"[..]]);
+        // Truncated: stops, never reads past the end.
+        let items: Vec<&[u8]> = bundle_items(&d[..d.len() - 1]).unwrap().collect();
+        assert_eq!(items, vec![&b"one"[..]]);
+        assert!(bundle_items(b"EFAS....").is_none());
+        b.clear();
+        assert_eq!(b.to, None);
     }
 }

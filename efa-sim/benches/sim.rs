@@ -1,0 +1,412 @@
+//! efa-sim device-model benchmarks (one criterion run reports everything):
+//!
+//! * `post_send`: ns per `Qp::post_send_batch` of one 64-byte SEND (in-process pair);
+//! * `poll_empty` / `poll_retire`: ns per `Cq::peek` on an empty CQ, and per
+//!   `peek + retire` of a waiting completion;
+//! * `send64_two_processes`: 64-byte SENDs/s to a receiver in a child process
+//!   (window of 256 outstanding WRs), completions polled by the sender;
+//! * `rdma_write_1mib_two_processes`: 1 MiB RDMA-write bandwidth to a child
+//!   process (4 outstanding);
+//! * `memcpy_1mib`: single-core memcpy bandwidth, measured in the same run, as
+//!   the yardstick for the RDMA number.
+//!
+//! The child is this bench binary re-executed with `EFA_SIM_BENCH_CHILD` set.
+
+use criterion::{BenchmarkId, Criterion, Throughput};
+use efa_sim::model::*;
+use std::hint::black_box;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const QKEY: u32 = 0x1234;
+const ALL: u32 = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_WRITE;
+const SIGNALED: u32 = 2;
+const MIB: usize = 1 << 20;
+
+struct Side {
+    pd: Arc<Pd>,
+    cq: Arc<Cq>,
+    qp: Arc<Qp>,
+}
+
+fn side(dev: &Arc<Device>, depth: u32) -> Side {
+    let pd = dev.alloc_pd().unwrap();
+    let (cq, _) = dev.create_cq(depth * 2, CqOptions::default()).unwrap();
+    let init = QpInit {
+        qp_type: QpType::Srd,
+        send_cq: cq.clone(),
+        recv_cq: cq.clone(),
+        caps: QpCaps {
+            max_send_wr: depth,
+            max_recv_wr: depth,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        sq_sig_all: false,
+        send_ops_flags: Some(0x1f),
+        efa_flags: 0,
+        sl: 0,
+    };
+    let (qp, _) = pd.create_qp(&init).unwrap();
+    let m = |mask, state: QpState| ModifyQp {
+        mask,
+        state: state as u32,
+        port_num: 1,
+        qkey: QKEY,
+        ..Default::default()
+    };
+    qp.modify(&m(1 | 16 | 32 | 64, QpState::Init)).unwrap();
+    qp.modify(&m(1, QpState::Rtr)).unwrap();
+    qp.modify(&m(1 | (1 << 16), QpState::Rts)).unwrap();
+    Side { pd, cq, qp }
+}
+
+/// Registered heap memory, leaked for the life of the process (benchmarks only).
+fn region(pd: &Arc<Pd>, len: usize) -> (u64, Arc<Mr>) {
+    let mem: &'static mut [u8] = Box::leak(vec![0x5au8; len].into_boxed_slice());
+    let addr = mem.as_mut_ptr() as usize;
+    // SAFETY: leaked memory is valid for the rest of the process.
+    let mr = unsafe { pd.reg_mr(addr, len, addr as u64, ALL) }.unwrap();
+    (addr as u64, mr)
+}
+
+fn send_wr(
+    ah: &Arc<Ah>,
+    qpn: u32,
+    id: u64,
+    op: SendOp,
+    sge: Sge,
+    remote: Option<(u64, u32)>,
+) -> SendWr {
+    SendWr {
+        wr_id: id,
+        op,
+        send_flags: SIGNALED,
+        imm_be: 0,
+        ah: ah.clone(),
+        remote_qpn: qpn,
+        remote_qkey: QKEY,
+        payload: Payload::Sges(std::iter::once(sge).collect()),
+        remote,
+    }
+}
+
+fn dev0() -> Arc<Device> {
+    Sim::get().devices()[0].clone()
+}
+
+// ---------------------------------------------------------------------------
+// Child process roles
+// ---------------------------------------------------------------------------
+
+fn child(role: &str) {
+    let dev = dev0();
+    let s = side(&dev, 1024);
+    let _ah = s.pd.create_ah(&dev.gid).unwrap();
+    let (addr, mr) = region(&s.pd, MIB);
+    match role {
+        "recv" => {
+            for i in 0..1024u64 {
+                let sge = Sge {
+                    addr: addr + (i % 64) * 64,
+                    length: 64,
+                    lkey: mr.lkey(),
+                };
+                s.qp.post_recv(&RecvWr {
+                    wr_id: i,
+                    sges: std::iter::once(sge).collect(),
+                })
+                .unwrap();
+            }
+            println!("READY {} {} {}", s.qp.qpn(), addr, mr.rkey());
+            std::io::stdout().flush().unwrap();
+            // Repost every receive until stdin closes.
+            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let st = stop.clone();
+            std::thread::spawn(move || {
+                let mut l = String::new();
+                let _ = std::io::stdin().read_line(&mut l);
+                st.store(true, std::sync::atomic::Ordering::Relaxed);
+            });
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match s.cq.peek() {
+                    Some(c) => {
+                        s.cq.retire();
+                        let sge = Sge {
+                            addr: addr + (c.wr_id % 64) * 64,
+                            length: 64,
+                            lkey: mr.lkey(),
+                        };
+                        s.qp.post_recv(&RecvWr {
+                            wr_id: c.wr_id,
+                            sges: std::iter::once(sge).collect(),
+                        })
+                        .unwrap();
+                    }
+                    None => std::thread::yield_now(),
+                }
+            }
+        }
+        _ => {
+            println!("READY {} {} {}", s.qp.qpn(), addr, mr.rkey());
+            std::io::stdout().flush().unwrap();
+            let mut l = String::new();
+            let _ = std::io::stdin().read_line(&mut l);
+        }
+    }
+}
+
+struct Kid {
+    child: Child,
+    qpn: u32,
+    addr: u64,
+    rkey: u32,
+}
+
+impl Kid {
+    fn spawn(role: &str) -> Kid {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .env("EFA_SIM_BENCH_CHILD", role)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        while !line.starts_with("READY") {
+            line.clear();
+            assert!(out.read_line(&mut line).unwrap() > 0, "bench child died");
+        }
+        let v: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .map(|x| x.parse().unwrap())
+            .collect();
+        Kid {
+            child,
+            qpn: v[0] as u32,
+            addr: v[1],
+            rkey: v[2] as u32,
+        }
+    }
+}
+
+impl Drop for Kid {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+/// Posts `n` WRs made by `make(i)`, `batch` per `post_send_batch` call,
+/// keeping up to `window` outstanding; waits for all completions.
+fn pump(s: &Side, n: u64, window: u64, batch: u64, make: impl Fn(u64) -> SendWr) -> Duration {
+    let mut staged: arrayvec::ArrayVec<SendWr, 64> = arrayvec::ArrayVec::new();
+    let t = Instant::now();
+    let (mut posted, mut done) = (0u64, 0u64);
+    while done < n {
+        while posted < n && posted - done + batch.min(n - posted) <= window {
+            staged.clear();
+            for i in posted..posted + batch.min(n - posted) {
+                staged.push(make(i));
+            }
+            s.qp.post_send_batch(&staged).unwrap();
+            posted += staged.len() as u64;
+        }
+        let mut any = false;
+        while let Some(c) = s.cq.peek() {
+            s.cq.retire();
+            assert_eq!(c.status, 0, "{c:?}");
+            done += 1;
+            any = true;
+        }
+        if !any {
+            std::thread::yield_now();
+        }
+    }
+    t.elapsed()
+}
+
+// ---------------------------------------------------------------------------
+// Benchmarks
+// ---------------------------------------------------------------------------
+
+fn bench_post_poll(c: &mut Criterion) {
+    let dev = dev0();
+    let a = side(&dev, 4096);
+    let b = side(&dev, 4096);
+    let ah = a.pd.create_ah(&dev.gid).unwrap();
+    let (addr, mr) = region(&a.pd, 4096);
+    // Sends go to a QPN nobody holds (answered with status 9), so this measures
+    // the post path alone; the QP is reset between batches (not timed).
+    let wr = send_wr(
+        &ah,
+        b.qp.qpn() | 0x1ff,
+        0,
+        SendOp::Send,
+        Sge {
+            addr,
+            length: 64,
+            lkey: mr.lkey(),
+        },
+        None,
+    );
+    c.bench_function("post_send", |bch| {
+        bch.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            let mut left = iters;
+            while left > 0 {
+                let n = left.min(2048);
+                let t = Instant::now();
+                for _ in 0..n {
+                    a.qp.post_send_batch(black_box(std::slice::from_ref(&wr)))
+                        .unwrap();
+                }
+                total += t.elapsed();
+                left -= n;
+                // Reset the QP to drop the outstanding sends (not timed).
+                let m = |mask, state: QpState| ModifyQp {
+                    mask,
+                    state: state as u32,
+                    port_num: 1,
+                    qkey: QKEY,
+                    ..Default::default()
+                };
+                a.qp.modify(&m(1, QpState::Reset)).unwrap();
+                a.qp.modify(&m(1 | 16 | 32 | 64, QpState::Init)).unwrap();
+                a.qp.modify(&m(1, QpState::Rtr)).unwrap();
+                a.qp.modify(&m(1 | (1 << 16), QpState::Rts)).unwrap();
+            }
+            total
+        })
+    });
+    c.bench_function("poll_empty", |bch| bch.iter(|| black_box(b.cq.peek())));
+    // Waiting completions: fill the CQ through ERR flushes of posted receives.
+    let (raddr, rmr) = region(&b.pd, 64);
+    c.bench_function("poll_retire", |bch| {
+        bch.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            let mut left = iters;
+            while left > 0 {
+                let n = left.min(2048);
+                let m = |mask, state: QpState| ModifyQp {
+                    mask,
+                    state: state as u32,
+                    port_num: 1,
+                    qkey: QKEY,
+                    ..Default::default()
+                };
+                b.qp.modify(&m(1, QpState::Reset)).unwrap();
+                b.qp.modify(&m(1 | 16 | 32 | 64, QpState::Init)).unwrap();
+                for i in 0..n {
+                    let sge = Sge {
+                        addr: raddr,
+                        length: 64,
+                        lkey: rmr.lkey(),
+                    };
+                    b.qp.post_recv(&RecvWr {
+                        wr_id: i,
+                        sges: std::iter::once(sge).collect(),
+                    })
+                    .unwrap();
+                }
+                b.qp.modify(&m(1, QpState::Err)).unwrap();
+                let t = Instant::now();
+                for _ in 0..n {
+                    black_box(b.cq.peek());
+                    b.cq.retire();
+                }
+                total += t.elapsed();
+                left -= n;
+            }
+            total
+        })
+    });
+}
+
+fn bench_two_process(c: &mut Criterion) {
+    let dev = dev0();
+    let s = side(&dev, 1024);
+    let ah = s.pd.create_ah(&dev.gid).unwrap();
+    let (addr, mr) = region(&s.pd, 2 * MIB);
+    let mut g = c.benchmark_group("two_processes");
+    g.sample_size(10)
+        .measurement_time(Duration::from_secs(5))
+        .warm_up_time(Duration::from_secs(1));
+    {
+        let kid = Kid::spawn("recv");
+        g.throughput(Throughput::Elements(1));
+        for batch in [1u64, 16] {
+            g.bench_function(BenchmarkId::new("send64_window256_batch", batch), |b| {
+                b.iter_custom(|iters| {
+                    pump(&s, iters, 256, batch, |i| {
+                        send_wr(
+                            &ah,
+                            kid.qpn,
+                            i,
+                            SendOp::Send,
+                            Sge {
+                                addr: addr + (i % 64) * 64,
+                                length: 64,
+                                lkey: mr.lkey(),
+                            },
+                            None,
+                        )
+                    })
+                })
+            });
+        }
+    }
+    {
+        let kid = Kid::spawn("target");
+        g.throughput(Throughput::Bytes(MIB as u64));
+        g.bench_function(BenchmarkId::new("rdma_write", "1MiB"), |b| {
+            b.iter_custom(|iters| {
+                pump(&s, iters, 4, 1, |i| {
+                    send_wr(
+                        &ah,
+                        kid.qpn,
+                        i,
+                        SendOp::RdmaWrite,
+                        Sge {
+                            addr,
+                            length: MIB as u32,
+                            lkey: mr.lkey(),
+                        },
+                        Some((kid.addr, kid.rkey)),
+                    )
+                })
+            })
+        });
+    }
+    g.finish();
+}
+
+fn bench_memcpy(c: &mut Criterion) {
+    let src = vec![1u8; MIB];
+    let mut dst = vec![0u8; MIB];
+    let mut g = c.benchmark_group("memcpy");
+    g.throughput(Throughput::Bytes(MIB as u64));
+    g.bench_function("1MiB", |b| {
+        b.iter(|| {
+            dst.copy_from_slice(black_box(&src));
+            black_box(&mut dst);
+        })
+    });
+    g.finish();
+}
+
+fn main() {
+    if let Ok(role) = std::env::var("EFA_SIM_BENCH_CHILD") {
+        child(&role);
+        return;
+    }
+    let mut c = Criterion::default().configure_from_args();
+    bench_post_poll(&mut c);
+    bench_memcpy(&mut c);
+    bench_two_process(&mut c);
+    c.final_summary();
+}
