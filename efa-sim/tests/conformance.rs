@@ -87,6 +87,12 @@ fn v65_consumer() {
     }
 }
 
+/// Four posting threads sharing one send CQ with a poller thread (both poll APIs).
+#[test]
+fn threads() {
+    support::run_c("threads", &[]);
+}
+
 /// A C test that fails must make the harness fail (the suite can fail).
 #[test]
 fn failing_c_program_is_reported() {
