@@ -167,6 +167,7 @@ fn child_target() {
     let _ah = side.pd.create_ah(&peer_gid()).unwrap();
     let region = Region::new(&side.pd, 1 << 20, ALL_ACCESS);
     side.qp.post_recv(&recv(1, &[])).unwrap();
+    side.qp.post_recv(&recv(2, &[])).unwrap();
     println!(
         "READY {} {} {}",
         side.qp.qpn(),
@@ -322,8 +323,22 @@ fn hundred_thousand_messages_under_reorder_loss_and_dup_lose_nothing() {
 
 #[test]
 fn two_processes_rdma_write_read_and_imm() {
+    rdma_between_processes(&[]);
+}
+
+/// Without process_vm_* (as between hosts) bulk RDMA moves in acknowledged
+/// data-in-datagram chunks; same bytes, same completions.
+#[test]
+fn two_processes_bulk_rdma_falls_back_to_chunks() {
+    let before = dev(0).stats().chunked;
+    rdma_between_processes(&[("EFA_SIM_NO_PROCESS_VM", "1".to_string())]);
+    // 1 MiB write, 1 MiB read and the 200000-byte write-with-imm went in chunks.
+    assert!(dev(0).stats().chunked >= before + 3);
+}
+
+fn rdma_between_processes(env: &[(&str, String)]) {
     let d = dev(0);
-    let mut kid = Kid::spawn("target", &[], None);
+    let mut kid = Kid::spawn("target", env, None);
     let ready = kid.line("READY");
     let v: Vec<u64> = ready
         .split_whitespace()
@@ -372,6 +387,23 @@ fn two_processes_rdma_write_read_and_imm() {
         kid.line("IMM"),
         format!("RecvRdmaWithImm 100 Some({})", 0x1234)
     );
+    // Bulk write-with-imm: the immediate arrives with all 200000 bytes in place.
+    let pattern2: Vec<u8> = (0..200_000usize).map(|i| (i * 3 + 1) as u8).collect();
+    local.fill(0, &pattern2);
+    let mut w = wr(&ah, qpn, 6, SendOp::RdmaWriteImm, &[local.sge(0, 200_000)]);
+    w.remote = Some((addr, rkey));
+    w.imm_be = 0x55;
+    side.qp.post_send_batch(&[w]).unwrap();
+    assert_eq!(next(&side.cq, 5).status, 0);
+    kid.say("imm");
+    assert_eq!(
+        kid.line("IMM"),
+        format!("RecvRdmaWithImm 200000 Some({})", 0x55)
+    );
+    let mut expect = data.clone();
+    expect[..200_000].copy_from_slice(&pattern2);
+    kid.say("sum");
+    assert_eq!(kid.line("SUM"), fnv(&expect).to_string());
     // Out-of-range rkey across processes → 7.
     let mut w = wr(&ah, qpn, 5, SendOp::RdmaWrite, &[local.sge(0, 64)]);
     w.remote = Some((addr + (1 << 20) - 32, rkey));
@@ -389,11 +421,13 @@ fn killed_peer_gives_bounded_errors() {
     let qpn: u32 = ready.split_whitespace().next().unwrap().parse().unwrap();
     let side = Side::new(&d, 0);
     let ah = side.pd.create_ah(&d.gid).unwrap();
-    // Answered once (consumes the child's one receive).
-    side.qp
-        .post_send_batch(&[wr(&ah, qpn, 1, SendOp::Send, &[])])
-        .unwrap();
-    assert_eq!(next(&side.cq, 5).status, 0);
+    // Answered twice (consumes the child's two receives).
+    for id in [1, 10] {
+        side.qp
+            .post_send_batch(&[wr(&ah, qpn, id, SendOp::Send, &[])])
+            .unwrap();
+        assert_eq!(next(&side.cq, 5).status, 0);
+    }
     // WR 2 is outstanding (RNR: the child has no receive left) when the child dies.
     side.qp
         .post_send_batch(&[wr(&ah, qpn, 2, SendOp::Send, &[])])

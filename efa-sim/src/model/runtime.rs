@@ -21,10 +21,12 @@
 //! the request names the requester's pid and buffer address (which the
 //! requester validated through its lkey) and the responder, after validating
 //! its own rkey/range, copies with `process_vm_readv`/`process_vm_writev`.
-//! If that fails (other host, EPERM, ESRCH) the responder answers
-//! `STATUS_FALLBACK` and the requester completes the WR with status 12
-//! (REMOTE_ERROR_BAD_STATUS): chunked data-in-datagram transfer for bulk
-//! RDMA is NOT implemented. Within one process the requester range is
+//! If that fails (other host, EPERM, ESRCH; or `EFA_SIM_NO_PROCESS_VM=1` at
+//! the responder) the responder answers `STATUS_FALLBACK` (after validating
+//! the rkey and range) and the requester moves the WR as ordinary
+//! data-in-datagram requests of [`INLINE_RDMA`] bytes (8 in flight), each
+//! acknowledged; a write-with-imm ends with a data-less *commit* request that
+//! delivers the immediate once every chunk landed. Within one process the requester range is
 //! additionally checked against a live MR of this process, so a forged packet
 //! can never make us read or write our own memory outside registered MRs.
 //!
@@ -88,6 +90,8 @@ pub struct Stats {
     pub ud_drops: u64,
     /// Requests dropped as older than the requester's low watermark (late duplicates).
     pub stale: u64,
+    /// Bulk RDMA WRs moved in chunks because the responder could not use process_vm_*.
+    pub chunked: u64,
 }
 
 #[derive(Default)]
@@ -99,6 +103,7 @@ pub(crate) struct StatsInner {
     rnr_naks: AtomicU64,
     ud_drops: AtomicU64,
     stale: AtomicU64,
+    chunked: AtomicU64,
 }
 
 impl StatsInner {
@@ -112,6 +117,7 @@ impl StatsInner {
             rnr_naks: l(&self.rnr_naks),
             ud_drops: l(&self.ud_drops),
             stale: l(&self.stale),
+            chunked: l(&self.chunked),
         }
     }
 }
@@ -141,7 +147,22 @@ struct Pending {
     next_tx: Instant,
     last_heard: Instant,
     rnr_left: u8,
+    /// This request is one chunk of the pending WR with that id.
+    chunk_parent: Option<u64>,
+    /// This WR is being moved in chunks (its fast path failed).
+    chunking: Option<Chunking>,
 }
+
+/// Progress of a WR moved as data-in-datagram chunks.
+#[derive(Clone, Copy)]
+struct Chunking {
+    next_off: u64,
+    inflight: u32,
+    total: u64,
+}
+
+/// Chunks in flight per chunked WR.
+const CHUNK_WINDOW: u32 = 8;
 
 struct AhAlloc {
     next: u16,
@@ -176,6 +197,9 @@ pub(crate) struct Runtime {
     pending: Mutex<HashMap<u64, Pending>>,
     next_req: AtomicU64,
     low_water: AtomicU64,
+    /// `EFA_SIM_NO_PROCESS_VM=1`: answer every bulk request with FALLBACK
+    /// (forces the data-in-datagram chunk path, as between hosts).
+    no_process_vm: bool,
     heard: Mutex<HashSet<SocketAddrV4>>,
     pub stats: StatsInner,
 }
@@ -231,6 +255,7 @@ impl Runtime {
             pending: Mutex::new(HashMap::with_capacity(8192)),
             next_req: AtomicU64::new(1),
             low_water: AtomicU64::new(1),
+            no_process_vm: std::env::var("EFA_SIM_NO_PROCESS_VM").is_ok_and(|v| v == "1"),
             heard: Mutex::new(HashSet::new()),
             stats: StatsInner::default(),
         });
@@ -422,6 +447,8 @@ impl Runtime {
                 next_tx: now + RTO,
                 last_heard: now,
                 rnr_left: qp.rnr_retry.load(Ordering::Acquire),
+                chunk_parent: None,
+                chunking: None,
             };
             pend.insert(req_id, pending);
             req_id
@@ -506,16 +533,161 @@ impl Runtime {
 
     /// Completes pending request `req_id` with `status` (if still pending).
     fn finish(&self, req_id: u64, status: u8) {
-        let p = self
-            .pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&req_id);
-        if let Some(p) = p {
-            p.qp.send_cq.push(
-                completion(&p.qp, p.wr_id, p.kind, status),
-                Slot::Sq(p.qp.clone()),
-            );
+        let mut to_send: Vec<(Arc<Pd>, Spec, SocketAddrV4)> = Vec::new();
+        let done = {
+            let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            self.settle(&mut pend, req_id, status, &mut to_send)
+        };
+        self.after_settle(done, to_send);
+    }
+
+    /// Pushes the completion `settle` produced and sends the requests it queued.
+    fn after_settle(
+        &self,
+        done: Option<(Arc<Qp>, u64, CompletionKind, u8)>,
+        to_send: Vec<(Arc<Pd>, Spec, SocketAddrV4)>,
+    ) {
+        if let Some((qp, wr_id, kind, status)) = done {
+            qp.send_cq
+                .push(completion(&qp, wr_id, kind, status), Slot::Sq(qp.clone()));
+        }
+        for (pd, spec, dest) in &to_send {
+            if !self.transmit(pd, spec, *dest) {
+                self.finish(spec.header.req_id, 5);
+            }
+        }
+    }
+
+    /// Removes request `id` with `status`. A plain WR yields its completion; a
+    /// chunk advances (or fails) its parent WR, queueing further chunks or the
+    /// write-with-imm commit in `to_send`.
+    fn settle(
+        &self,
+        pend: &mut HashMap<u64, Pending>,
+        id: u64,
+        status: u8,
+        to_send: &mut Vec<(Arc<Pd>, Spec, SocketAddrV4)>,
+    ) -> Option<(Arc<Qp>, u64, CompletionKind, u8)> {
+        let p = pend.remove(&id)?;
+        let Some(parent_id) = p.chunk_parent else {
+            return Some((p.qp.clone(), p.wr_id, p.kind, status));
+        };
+        if status != 0 {
+            let kids: Vec<u64> = pend
+                .iter()
+                .filter(|(_, c)| c.chunk_parent == Some(parent_id))
+                .map(|(k, _)| *k)
+                .collect();
+            for k in kids {
+                pend.remove(&k);
+            }
+            let parent = pend.remove(&parent_id)?;
+            return Some((parent.qp.clone(), parent.wr_id, parent.kind, status));
+        }
+        let now = Instant::now();
+        let parent = pend.get_mut(&parent_id)?;
+        parent.last_heard = now;
+        let mut ch = parent.chunking?;
+        ch.inflight -= 1;
+        let mut new_chunks = arrayvec::ArrayVec::<(u64, u32), 1>::new();
+        if ch.next_off < ch.total {
+            let len = (ch.total - ch.next_off).min(INLINE_RDMA as u64) as u32;
+            new_chunks.push((ch.next_off, len));
+            ch.next_off += len as u64;
+            ch.inflight += 1;
+        }
+        parent.chunking = Some(ch);
+        if ch.inflight == 0 && new_chunks.is_empty() {
+            if parent.spec.header.flags & wire::FLAG_IMM != 0 {
+                // All data landed: deliver the immediate with a commit request.
+                parent.spec.header.flags =
+                    (parent.spec.header.flags & !wire::FLAG_FAST) | wire::FLAG_COMMIT;
+                parent.spec.carries_data = false;
+                parent.chunking = None;
+                parent.next_tx = now + RTO;
+                to_send.push((parent.qp.pd.clone(), parent.spec.clone(), parent.dest));
+                return None;
+            }
+            let parent = pend.remove(&parent_id)?;
+            return Some((parent.qp.clone(), parent.wr_id, parent.kind, 0));
+        }
+        for (off, len) in new_chunks {
+            self.spawn_chunk(pend, parent_id, off, len, to_send);
+        }
+        None
+    }
+
+    /// Adds chunk `[off, off+len)` of WR `parent_id` as its own request.
+    fn spawn_chunk(
+        &self,
+        pend: &mut HashMap<u64, Pending>,
+        parent_id: u64,
+        off: u64,
+        len: u32,
+        to_send: &mut Vec<(Arc<Pd>, Spec, SocketAddrV4)>,
+    ) {
+        let Some(parent) = pend.get(&parent_id) else {
+            return;
+        };
+        let mut spec = parent.spec.clone();
+        spec.header.flags &= !(wire::FLAG_FAST | wire::FLAG_IMM | wire::FLAG_COMMIT);
+        spec.header.remote_addr = spec.header.remote_addr.wrapping_add(off);
+        spec.header.total_len = len;
+        spec.header.pid = 0;
+        spec.header.local_addr = 0;
+        spec.header.imm = 0;
+        if let Some(g) = spec.sges.first_mut() {
+            g.addr = g.addr.wrapping_add(off);
+            g.length = len;
+        }
+        spec.carries_data = spec.header.op == Op::Write;
+        let now = Instant::now();
+        let id = self.next_req.fetch_add(1, Ordering::Relaxed);
+        spec.header.req_id = id;
+        let chunk = Pending {
+            qp: parent.qp.clone(),
+            wr_id: parent.wr_id,
+            kind: parent.kind,
+            dest: parent.dest,
+            ah: parent.ah.clone(),
+            spec: spec.clone(),
+            next_tx: now + RTO,
+            last_heard: now,
+            rnr_left: parent.rnr_left,
+            chunk_parent: Some(parent_id),
+            chunking: None,
+        };
+        to_send.push((parent.qp.pd.clone(), spec, parent.dest));
+        pend.insert(id, chunk);
+    }
+
+    /// The responder could not copy with process_vm_*: move WR `id` in chunks.
+    fn start_chunking(
+        &self,
+        pend: &mut HashMap<u64, Pending>,
+        id: u64,
+        to_send: &mut Vec<(Arc<Pd>, Spec, SocketAddrV4)>,
+    ) {
+        let Some(p) = pend.get_mut(&id) else { return };
+        bump(&self.stats.chunked);
+        let total = p.spec.header.total_len as u64;
+        let mut ch = Chunking {
+            next_off: 0,
+            inflight: 0,
+            total,
+        };
+        // The parent itself is not retransmitted while its chunks move.
+        p.next_tx = Instant::now() + Duration::from_secs(3600);
+        let mut spans = arrayvec::ArrayVec::<(u64, u32), { CHUNK_WINDOW as usize }>::new();
+        while ch.next_off < total && ch.inflight < CHUNK_WINDOW {
+            let len = (total - ch.next_off).min(INLINE_RDMA as u64) as u32;
+            spans.push((ch.next_off, len));
+            ch.next_off += len as u64;
+            ch.inflight += 1;
+        }
+        p.chunking = Some(ch);
+        for (off, len) in spans {
+            self.spawn_chunk(pend, id, off, len, to_send);
         }
     }
 
@@ -549,7 +721,7 @@ impl Runtime {
             let ids: Vec<u64> = p.iter().filter(|(_, v)| f(v)).map(|(k, _)| *k).collect();
             ids.into_iter().filter_map(|k| p.remove(&k)).collect()
         };
-        for p in gone {
+        for p in gone.into_iter().filter(|p| p.chunk_parent.is_none()) {
             p.qp.send_cq.push(
                 completion(&p.qp, p.wr_id, p.kind, status),
                 Slot::Sq(p.qp.clone()),
@@ -582,7 +754,17 @@ impl Runtime {
                 return;
             }
         } else if status == wire::STATUS_FALLBACK {
-            status = 12;
+            if p.spec.header.flags & wire::FLAG_FAST == 0 || p.chunking.is_some() {
+                return; // only a bulk request can fall back; ignore anything else
+            }
+            let mut to_send = Vec::new();
+            self.start_chunking(&mut pend, h.req_id, &mut to_send);
+            drop(pend);
+            self.mark_heard(from);
+            self.after_settle(None, to_send);
+            return;
+        } else if p.chunking.is_some() {
+            return; // the parent of chunks gets no responses of its own
         } else if status == 0
             && p.kind == CompletionKind::RdmaRead
             && p.spec.header.flags & wire::FLAG_FAST == 0
@@ -604,15 +786,11 @@ impl Runtime {
                 None => status = 5,
             }
         }
-        let p = pend.remove(&h.req_id);
+        let mut to_send = Vec::new();
+        let done = self.settle(&mut pend, h.req_id, status, &mut to_send);
         drop(pend);
         self.mark_heard(from);
-        if let Some(p) = p {
-            p.qp.send_cq.push(
-                completion(&p.qp, p.wr_id, p.kind, status),
-                Slot::Sq(p.qp.clone()),
-            );
-        }
+        self.after_settle(done, to_send);
     }
 
     fn mark_heard(&self, from: SocketAddrV4) {
@@ -902,7 +1080,10 @@ impl Engine {
                     (ACCESS_REMOTE_READ, false)
                 };
                 let fast = h.flags & wire::FLAG_FAST != 0;
-                let inline_bad = if write {
+                let commit = h.flags & wire::FLAG_COMMIT != 0;
+                let inline_bad = if commit {
+                    !data.is_empty() || !write || imm.is_none() || fast
+                } else if write {
                     data.len() != len
                 } else {
                     len > wire::MAX_DATA
@@ -927,7 +1108,12 @@ impl Engine {
                 let Some(host) = target else {
                     return Outcome::Respond(7);
                 };
-                if fast {
+                if commit {
+                    // Chunked data already landed; only the immediate is left.
+                } else if fast {
+                    if rt.no_process_vm {
+                        return Outcome::Respond(wire::STATUS_FALLBACK);
+                    }
                     let same = h.pid == rt.pid;
                     let local_need = if write { 0 } else { ACCESS_LOCAL_WRITE };
                     if same && !Runtime::own_range_registered(h.local_addr, len as u64, local_need)

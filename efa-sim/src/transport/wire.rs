@@ -31,6 +31,9 @@ pub const FLAG_IMM: u8 = 1;
 pub const FLAG_FAST: u8 = 2;
 /// Flag: UD datagram (no response).
 pub const FLAG_UD: u8 = 4;
+/// Flag: write-with-imm commit after a chunked transfer: no data; the
+/// responder validates the whole range and delivers the immediate.
+pub const FLAG_COMMIT: u8 = 8;
 
 /// Response status: the fast path failed; resend with data in datagrams.
 pub const STATUS_FALLBACK: u8 = 0xf0;
