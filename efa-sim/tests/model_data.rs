@@ -708,3 +708,21 @@ fn dmabuf_mr_maps_the_fd_and_carries_data() {
         libc::close(pipe[1]);
     }
 }
+
+#[test]
+fn peer_qp_destroyed_with_wr_outstanding_completes_with_9() {
+    let (a, b) = pair(0);
+    let ah = a.ah_to(&b);
+    a.qp.post_send_batch(&[wr(&ah, b.qp.qpn(), 1, SendOp::Send, &[])])
+        .unwrap(); // RNR, retried forever
+    none_within(&a.cq, 30);
+    b.qp.destroy().unwrap();
+    let t = std::time::Instant::now();
+    let c = next(&a.cq, 2);
+    assert_eq!((c.wr_id, c.status), (1, 9));
+    assert!(
+        t.elapsed() < std::time::Duration::from_millis(500),
+        "{:?}",
+        t.elapsed()
+    );
+}

@@ -79,6 +79,8 @@ fn child_recv() {
     std::io::stdout().flush().unwrap();
     let mut seen = vec![false; expect as usize];
     let (mut got, mut bad, mut dup) = (0u64, 0u64, 0u64);
+    // Arrivals with a lower sequence number than one seen before.
+    let (mut reordered, mut max_seen) = (0u64, 0u64);
     let deadline = Instant::now() + Duration::from_secs(60);
     while got + dup + bad < expect && Instant::now() < deadline {
         let Some(c) = side.cq.peek() else {
@@ -96,6 +98,10 @@ fn child_recv() {
         } else {
             seen[seq as usize] = true;
             got += 1;
+            if seq < max_seen {
+                reordered += 1;
+            }
+            max_seen = max_seen.max(seq);
         }
         side.qp
             .post_recv(&recv(
@@ -107,7 +113,7 @@ fn child_recv() {
     let st = side.dev.stats();
     eprintln!("receiver stats {st:?}");
     println!(
-        "DONE got={got} dup={dup} bad={bad} dups_suppressed={}",
+        "DONE got={got} dup={dup} bad={bad} reordered={reordered} dups_suppressed={}",
         st.duplicates
     );
     std::io::stdout().flush().unwrap();
@@ -298,6 +304,12 @@ fn stream(count: u64, faults: &str, recv_ns: Option<(&str, &str)>, send_ns: Opti
         assert!(
             field(&sent, "retransmits") > 0,
             "loss must cause retransmissions: {sent}"
+        );
+    }
+    if faults.contains("reorder") {
+        assert!(
+            field(&done, "reordered") > 0,
+            "reorder injection must reorder deliveries: {done}"
         );
     }
     if faults.contains("dup") {

@@ -62,6 +62,35 @@ use std::sync::atomic::AtomicU64;
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
+/// Multiply-shift hasher for the integer keys of the hot tables (ids and
+/// keys are not attacker-chosen in a way that matters: a flood of colliding
+/// keys only slows this device down).
+#[derive(Default, Clone, Copy)]
+pub(crate) struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ *b as u64).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(v as u64);
+    }
+    fn write_u16(&mut self, v: u16) {
+        self.write_u64(v as u64);
+    }
+}
+
+/// A HashMap with [`IdHasher`].
+pub(crate) type IdMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<IdHasher>>;
+
 /// Retransmission timeout.
 pub const RTO: Duration = Duration::from_millis(10);
 /// Wait before retrying after an RNR response.
@@ -174,7 +203,7 @@ struct AhAlloc {
 #[derive(Default)]
 struct PeerDedup {
     watermark: u64,
-    done: HashMap<u64, u8>,
+    done: IdMap<u64, u8>,
 }
 
 /// Every runtime started in this process (for same-process range checks).
@@ -190,11 +219,11 @@ pub(crate) struct Runtime {
     pub next_pd: AtomicU32,
     pub cq_count: AtomicU32,
     pub next_qp_index: AtomicU32,
-    pub mrs: RwLock<HashMap<u32, Arc<Mr>>>,
+    pub mrs: RwLock<IdMap<u32, Arc<Mr>>>,
     next_key: AtomicU32,
     pub qps: RwLock<Vec<Option<Arc<Qp>>>>,
     ahs: Mutex<AhAlloc>,
-    pending: Mutex<HashMap<u64, Pending>>,
+    pending: Mutex<IdMap<u64, Pending>>,
     next_req: AtomicU64,
     low_water: AtomicU64,
     /// `EFA_SIM_NO_PROCESS_VM=1`: answer every bulk request with FALLBACK
@@ -244,7 +273,7 @@ impl Runtime {
             next_pd: AtomicU32::new(1),
             cq_count: AtomicU32::new(0),
             next_qp_index: AtomicU32::new(0),
-            mrs: RwLock::new(HashMap::new()),
+            mrs: RwLock::new(IdMap::default()),
             next_key: AtomicU32::new(1),
             qps: RwLock::new(vec![None; MAX_QPS_PER_PROCESS as usize + 1]),
             ahs: Mutex::new(AhAlloc {
@@ -252,7 +281,7 @@ impl Runtime {
                 free: Vec::new(),
                 live: 0,
             }),
-            pending: Mutex::new(HashMap::with_capacity(8192)),
+            pending: Mutex::new(IdMap::with_capacity_and_hasher(8192, Default::default())),
             next_req: AtomicU64::new(1),
             low_water: AtomicU64::new(1),
             no_process_vm: std::env::var("EFA_SIM_NO_PROCESS_VM").is_ok_and(|v| v == "1"),
@@ -272,7 +301,7 @@ impl Runtime {
     }
 
     /// A fresh 24-bit key (never 0, not in use).
-    pub(crate) fn alloc_key(&self, mrs: &HashMap<u32, Arc<Mr>>) -> u32 {
+    pub(crate) fn alloc_key(&self, mrs: &IdMap<u32, Arc<Mr>>) -> u32 {
         loop {
             let k = self.next_key.fetch_add(1, Ordering::Relaxed) & 0xff_ffff;
             if k != 0 && !mrs.contains_key(&k) {
@@ -317,7 +346,7 @@ impl Runtime {
 
     /// Local range of `sge` inside a live MR of `pd` with `need` access.
     fn local_range(
-        mrs: &HashMap<u32, Arc<Mr>>,
+        mrs: &IdMap<u32, Arc<Mr>>,
         pd: &Arc<Pd>,
         sge: &Sge,
         need: AccessFlags,
@@ -563,7 +592,7 @@ impl Runtime {
     /// write-with-imm commit in `to_send`.
     fn settle(
         &self,
-        pend: &mut HashMap<u64, Pending>,
+        pend: &mut IdMap<u64, Pending>,
         id: u64,
         status: u8,
         to_send: &mut Vec<(Arc<Pd>, Spec, SocketAddrV4)>,
@@ -620,7 +649,7 @@ impl Runtime {
     /// Adds chunk `[off, off+len)` of WR `parent_id` as its own request.
     fn spawn_chunk(
         &self,
-        pend: &mut HashMap<u64, Pending>,
+        pend: &mut IdMap<u64, Pending>,
         parent_id: u64,
         off: u64,
         len: u32,
@@ -664,7 +693,7 @@ impl Runtime {
     /// The responder could not copy with process_vm_*: move WR `id` in chunks.
     fn start_chunking(
         &self,
-        pend: &mut HashMap<u64, Pending>,
+        pend: &mut IdMap<u64, Pending>,
         id: u64,
         to_send: &mut Vec<(Arc<Pd>, Spec, SocketAddrV4)>,
     ) {
@@ -889,7 +918,7 @@ enum Outcome {
 /// The engine thread's private state.
 struct Engine {
     rt: Arc<Runtime>,
-    peers: HashMap<(SocketAddrV4, u64), PeerDedup>,
+    peers: IdMap<(SocketAddrV4, u64), PeerDedup>,
     out: Vec<u8>,
     /// Responses of the current receive batch, bundled per destination.
     outs: Vec<wire::BundleBuf>,
@@ -899,7 +928,7 @@ impl Engine {
     fn new(rt: Arc<Runtime>) -> Engine {
         Engine {
             rt,
-            peers: HashMap::new(),
+            peers: IdMap::default(),
             out: vec![0u8; wire::MAX_DATAGRAM],
             outs: Vec::new(),
         }
