@@ -111,7 +111,7 @@ pub struct Stats {
     pub malformed: u64,
     /// Duplicate requests answered from the cache without re-executing.
     pub duplicates: u64,
-    /// Requests sent again after [`RTO`].
+    /// Requests sent again after the retransmission timeout (10 ms).
     pub retransmits: u64,
     /// RNR responses sent.
     pub rnr_naks: u64,
