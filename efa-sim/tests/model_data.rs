@@ -726,3 +726,74 @@ fn peer_qp_destroyed_with_wr_outstanding_completes_with_9() {
         t.elapsed()
     );
 }
+
+/// Garbage and forged datagrams must never panic the engine, touch memory
+/// outside registered MRs, or deliver anything; they are counted as malformed.
+#[test]
+fn malformed_and_forged_packets_are_harmless() {
+    use efa_sim::model::transport::{self, wire};
+    let (a, b) = pair(0);
+    let _known = b.ah_to(&a);
+    let target = Region::new(&b.pd, 4096, ALL_ACCESS);
+    let port = transport::port_for(b.dev.index, transport::slot_of_qpn(b.qp.qpn())).unwrap();
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = ("127.0.0.1", port);
+    let before = b.dev.stats().malformed;
+    // Random bytes of many lengths (deterministic LCG).
+    let mut x = 0x1234_5678u64;
+    for len in [0usize, 1, 7, 95, 96, 97, 200, 1500, 9000] {
+        let buf: Vec<u8> = (0..len)
+            .map(|_| {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                (x >> 33) as u8
+            })
+            .collect();
+        sock.send_to(&buf, to).unwrap();
+    }
+    // A header whose data_len disagrees with the datagram.
+    let mut h = wire::Header::new(wire::KIND_REQ, wire::Op::Write);
+    h.dst_qpn = b.qp.qpn() as u16;
+    h.qkey = QKEY;
+    h.src_gid = a.dev.gid;
+    h.rkey = target.mr.rkey();
+    h.remote_addr = target.addr();
+    h.total_len = 64;
+    h.data_len = 1000;
+    let mut buf = vec![0u8; wire::HEADER + 64];
+    h.encode(&mut buf);
+    sock.send_to(&buf, to).unwrap();
+    // A forged fast-path write naming this process and unregistered memory.
+    h.flags = wire::FLAG_FAST;
+    h.pid = std::process::id();
+    h.local_addr = 0x1000;
+    h.total_len = 4096;
+    h.data_len = 0;
+    h.req_id = 77;
+    h.epoch = 5;
+    let mut buf = vec![0u8; wire::HEADER];
+    h.encode(&mut buf);
+    sock.send_to(&buf, to).unwrap();
+    // A bundle whose item length runs past the end.
+    let mut bundle = wire::BUNDLE_MAGIC.to_le_bytes().to_vec();
+    bundle.extend_from_slice(&3u32.to_le_bytes());
+    bundle.extend_from_slice(&500u32.to_le_bytes());
+    bundle.extend_from_slice(&[0u8; 20]);
+    sock.send_to(&bundle, to).unwrap();
+    // The device still works and nothing was written.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while b.dev.stats().malformed < before + 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "malformed packets not counted"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(target.bytes(0, 4096), vec![0; 4096]);
+    none_within(&b.cq, 20);
+    let ah = a.ah_to(&b);
+    b.qp.post_recv(&recv(1, &[target.sge(0, 64)])).unwrap();
+    a.qp.post_send_batch(&[wr(&ah, b.qp.qpn(), 1, SendOp::Send, &[])])
+        .unwrap();
+    assert_eq!(next(&a.cq, 2).status, 0);
+    assert_eq!(next(&b.cq, 2).wr_id, 1);
+}
