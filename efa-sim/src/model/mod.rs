@@ -1,7 +1,10 @@
 //! The pure-Rust device model: devices, objects, queues, protection checks and
 //! completion rules of an EFA SRD/UD device. No FFI here: the C-ABI layer
 //! (`crate::abi`) translates rdma-core structs into these calls, and the
-//! transport (`crate::transport`) moves packets between devices.
+//! [`transport`] moves packets between devices (in one process, between
+//! processes, across network namespaces; UDP, so it can span hosts). The
+//! wire protocol, reliability, timeouts and every choice made where real
+//! hardware behaviour is unspecified are documented in [`runtime`].
 //!
 //! INTERFACE CONTRACT between `abi` (C side) and `model` (semantics). Signatures
 //! here are the agreement; bodies belong to the model. Extend, don't break.
@@ -15,6 +18,15 @@
 //!   (address, then the 16-bit device index), see [`gid_for`].
 //! * `EFA_SIM_READ_OPCODE=send|rdma_read` — how RDMA-read requester completions are
 //!   reported (`send` = rdma-core fidelity, the default). Same as profile key `read_opcode`.
+//! * `EFA_SIM_FAULTS=seed=42,reorder=0.2,delay_us=50,loss=0.05,dup=0.05` — fault
+//!   injection on every datagram this process sends (see [`transport`]).
+//! * `EFA_SIM_PORT_BASE` (default 47000), `EFA_SIM_LOCK_DIR` (default
+//!   `/tmp/efa-sim-<uid>`) — UDP port layout and process-slot lock files
+//!   (see [`transport`]).
+//! * `EFA_SIM_NO_PROCESS_VM=1` — this process, as RDMA responder, refuses the
+//!   process_vm_* fast path, forcing the chunked data-in-datagram path used
+//!   between hosts.
+//! * `EFA_SIM_TRACE=1` — print a line to stderr for every WR that times out.
 //! * `EFA_SIM_PROFILE` — overrides: if the value contains `=` it is an inline list,
 //!   otherwise it is the path of a file holding the list. List syntax: `key=value`
 //!   items separated by `,`, `;` or newlines; `#` starts a comment; an item
@@ -45,7 +57,7 @@ mod cq;
 pub(crate) mod mem;
 pub mod profile;
 mod qp;
-mod runtime;
+pub mod runtime;
 #[path = "../transport/mod.rs"]
 pub mod transport;
 
