@@ -124,17 +124,28 @@ impl Endpoint {
         let port = port_for(device, slot).ok_or("port out of range")?;
         let local = SocketAddrV4::new(ip, port);
         let sock = UdpSocket::bind(local).map_err(|e| format!("cannot bind {local}: {e}"))?;
-        for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
+        // Deep socket buffers keep bursts of a full send window from being
+        // dropped (and then waiting for a retransmission). The *FORCE variants
+        // exceed net.core.[rw]mem_max where we may (root / CAP_NET_ADMIN).
+        for (force, plain) in [
+            (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+            (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+        ] {
             let size: libc::c_int = 8 << 20;
-            // SAFETY: valid fd, pointer to a live c_int of the given size.
-            unsafe {
-                libc::setsockopt(
-                    sock.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    opt,
-                    (&size as *const libc::c_int).cast(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                );
+            for opt in [force, plain] {
+                // SAFETY: valid fd, pointer to a live c_int of the given size.
+                let rc = unsafe {
+                    libc::setsockopt(
+                        sock.as_raw_fd(),
+                        libc::SOL_SOCKET,
+                        opt,
+                        (&size as *const libc::c_int).cast(),
+                        std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                    )
+                };
+                if rc == 0 {
+                    break;
+                }
             }
         }
         Ok(Endpoint {
