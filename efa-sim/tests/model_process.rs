@@ -451,7 +451,7 @@ fn killed_peer_gives_bounded_errors() {
     let c = next(&side.cq, 5);
     assert_eq!((c.wr_id, c.status), (2, 13), "answered before, now silent");
     assert!(
-        t.elapsed() < Duration::from_millis(2500),
+        t.elapsed() < Duration::from_millis(5000),
         "{:?}",
         t.elapsed()
     );
@@ -467,7 +467,7 @@ fn killed_peer_gives_bounded_errors() {
     let c = next(&side.cq, 5);
     assert_eq!((c.wr_id, c.status), (3, 15), "never answered");
     assert!(
-        t.elapsed() < Duration::from_millis(2500),
+        t.elapsed() < Duration::from_millis(5000),
         "{:?}",
         t.elapsed()
     );

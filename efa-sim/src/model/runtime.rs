@@ -204,7 +204,12 @@ struct AhAlloc {
 struct PeerDedup {
     watermark: u64,
     done: IdMap<u64, u8>,
+    last_seen: Option<Instant>,
 }
+
+/// A requester incarnation silent this long is forgotten by the responder
+/// (its WRs have long timed out).
+const PEER_FORGET: Duration = Duration::from_secs(30);
 
 /// Every runtime started in this process (for same-process range checks).
 static RUNTIMES: Mutex<Vec<Weak<Runtime>>> = Mutex::new(Vec::new());
@@ -952,13 +957,19 @@ impl Engine {
                 for i in 0..got.len() {
                     let (len, from) = got[i];
                     let pkt = &bufs[i][..len];
-                    match wire::bundle_items(pkt) {
-                        Some(items) => {
-                            for item in items {
-                                self.handle(item, from);
+                    // A bug in a handler must not take the device down with it.
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        match wire::bundle_items(pkt) {
+                            Some(items) => {
+                                for item in items {
+                                    self.handle(item, from);
+                                }
                             }
+                            None => self.handle(pkt, from),
                         }
-                        None => self.handle(pkt, from),
+                    }));
+                    if r.is_err() {
+                        bump(&self.rt.stats.malformed);
                     }
                 }
                 self.flush_outs();
@@ -970,6 +981,7 @@ impl Engine {
             if Instant::now().duration_since(last_timer) >= Duration::from_millis(1) {
                 last_timer = Instant::now();
                 self.rt.timers();
+                self.forget_silent_peers();
             }
         }
     }
@@ -990,6 +1002,7 @@ impl Engine {
         let dedup = h.op != Op::Read;
         if dedup {
             let peer = self.peers.entry((from, h.epoch)).or_default();
+            peer.last_seen = Some(Instant::now());
             if h.watermark > peer.watermark {
                 peer.watermark = h.watermark;
                 if peer.done.len() > 1024 {
@@ -1054,6 +1067,17 @@ impl Engine {
             },
         };
         self.outs[slot].push(to, pkt);
+    }
+
+    /// Drops the dedup state of requester incarnations silent for [`PEER_FORGET`].
+    fn forget_silent_peers(&mut self) {
+        if self.peers.len() > 64 {
+            let now = Instant::now();
+            self.peers.retain(|_, p| {
+                p.last_seen
+                    .is_some_and(|t| now.duration_since(t) < PEER_FORGET)
+            });
+        }
     }
 
     /// Sends the bundled responses of this receive batch.
