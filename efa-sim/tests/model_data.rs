@@ -721,7 +721,7 @@ fn peer_qp_destroyed_with_wr_outstanding_completes_with_9() {
     let c = next(&a.cq, 10);
     assert_eq!((c.wr_id, c.status), (1, 9));
     assert!(
-        t.elapsed() < std::time::Duration::from_millis(500),
+        t.elapsed() < std::time::Duration::from_millis(3000),
         "{:?}",
         t.elapsed()
     );
