@@ -82,6 +82,19 @@ fn send_and_send_imm_scatter_into_two_sges() {
 }
 
 #[test]
+fn same_process_requests_take_the_direct_path_unless_disabled() {
+    let (a, b) = pair(0);
+    let ah = a.ah_to(&b);
+    b.qp.post_recv(&recv(1, &[])).unwrap();
+    let before = a.dev.stats().direct;
+    a.qp.post_send_batch(&[wr(&ah, b.qp.qpn(), 1, SendOp::Send, &[])])
+        .unwrap();
+    assert_eq!(next(&a.cq, 10).status, 0);
+    let used = a.dev.stats().direct > before;
+    assert_eq!(used, std::env::var_os("EFA_SIM_DIRECT").is_none());
+}
+
+#[test]
 fn inline_zero_length_and_loopback() {
     let d = dev(0);
     let a = Side::new(&d, 0);
@@ -796,4 +809,31 @@ fn malformed_and_forged_packets_are_harmless() {
         .unwrap();
     assert_eq!(next(&a.cq, 10).status, 0);
     assert_eq!(next(&b.cq, 10).wr_id, 1);
+}
+
+/// Same-process requests normally take the direct path (no datagrams); this
+/// re-runs every other test of this file over the datagram path
+/// (`EFA_SIM_DIRECT=0`), so both paths must give the same results.
+#[test]
+fn whole_suite_also_passes_over_datagrams() {
+    if std::env::var_os("EFA_SIM_DIRECT").is_some() {
+        return; // we are the re-run
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--skip",
+            "whole_suite_also_passes_over_datagrams",
+            "--test-threads=4",
+        ])
+        .env("EFA_SIM_DIRECT", "0")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "datagram-path run failed:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("test result: ok"), "{text}");
+    assert!(!text.contains(" 0 passed"), "nothing ran: {text}");
 }

@@ -27,6 +27,8 @@
 //!   process_vm_* fast path, forcing the chunked data-in-datagram path used
 //!   between hosts.
 //! * `EFA_SIM_TRACE=1` — print a line to stderr for every WR that times out.
+//! * `EFA_SIM_DIRECT=0` — same-process peers also use datagrams (the direct
+//!   path is on by default when no faults are configured; see [`runtime`]).
 //! * `EFA_SIM_PROFILE` — overrides: if the value contains `=` it is an inline list,
 //!   otherwise it is the path of a file holding the list. List syntax: `key=value`
 //!   items separated by `,`, `;` or newlines; `#` starts a comment; an item

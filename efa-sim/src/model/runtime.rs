@@ -30,6 +30,17 @@
 //! additionally checked against a live MR of this process, so a forged packet
 //! can never make us read or write our own memory outside registered MRs.
 //!
+//! # Same-process direct path
+//!
+//! When requester and responder devices live in one process and no faults
+//! are configured (and `EFA_SIM_DIRECT` is not `0`), the posting thread
+//! executes the request on the target device itself (same checks, same code
+//! as the engine) and completes the WR at once: no datagram, no syscall.
+//! Outcomes that need time (RNR, a silent drop such as a Q_Key mismatch, the
+//! bulk fallback) go on over the datagram path, so every status and timing
+//! rule above still holds. Completions can therefore be in the CQ before
+//! `post_send_batch` returns.
+//!
 //! # Choices where the hardware is unspecified (model §7)
 //!
 //! * Receive buffer too small for a SEND: sender status 11; the receiver gets
@@ -121,6 +132,8 @@ pub struct Stats {
     pub stale: u64,
     /// Bulk RDMA WRs moved in chunks because the responder could not use process_vm_*.
     pub chunked: u64,
+    /// WRs executed on a same-process device without datagrams.
+    pub direct: u64,
 }
 
 #[derive(Default)]
@@ -133,6 +146,7 @@ pub(crate) struct StatsInner {
     ud_drops: AtomicU64,
     stale: AtomicU64,
     chunked: AtomicU64,
+    direct: AtomicU64,
 }
 
 impl StatsInner {
@@ -147,6 +161,7 @@ impl StatsInner {
             ud_drops: l(&self.ud_drops),
             stale: l(&self.stale),
             chunked: l(&self.chunked),
+            direct: l(&self.direct),
         }
     }
 }
@@ -234,12 +249,19 @@ pub(crate) struct Runtime {
     /// `EFA_SIM_NO_PROCESS_VM=1`: answer every bulk request with FALLBACK
     /// (forces the data-in-datagram chunk path, as between hosts).
     no_process_vm: bool,
+    /// Device index.
+    index: u32,
+    /// Same-process requests may skip the datagram path (no faults configured,
+    /// `EFA_SIM_DIRECT` not `0`).
+    direct: bool,
     heard: Mutex<HashSet<SocketAddrV4>>,
     pub stats: StatsInner,
 }
 
 thread_local! {
     static SCRATCH: RefCell<Vec<u8>> = RefCell::new(vec![0u8; wire::MAX_DATAGRAM]);
+    /// Packet and response buffers of the same-process direct path.
+    static DIRECT: RefCell<(Vec<u8>, Vec<u8>)> = RefCell::new((vec![0u8; wire::MAX_DATAGRAM], vec![0u8; wire::MAX_DATAGRAM]));
     /// Requests of one `post_send_batch`, bundled per destination.
     static TX: RefCell<(bool, wire::BundleBuf)> = RefCell::new((false, wire::BundleBuf::default()));
 }
@@ -262,6 +284,8 @@ fn completion(qp: &Qp, wr_id: u64, kind: CompletionKind, status: u8) -> Completi
 impl Runtime {
     pub(crate) fn start(dev: &Arc<Device>) -> Result<Arc<Runtime>, String> {
         let faults = Faults::from_env()?;
+        let direct_ok =
+            !faults.active() && std::env::var("EFA_SIM_DIRECT").map_or(true, |v| v != "0");
         let ep = Endpoint::bind(dev.addr, dev.index, faults)?;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -290,6 +314,8 @@ impl Runtime {
             next_req: AtomicU64::new(1),
             low_water: AtomicU64::new(1),
             no_process_vm: std::env::var("EFA_SIM_NO_PROCESS_VM").is_ok_and(|v| v == "1"),
+            index: dev.index,
+            direct: direct_ok,
             heard: Mutex::new(HashSet::new()),
             stats: StatsInner::default(),
         });
@@ -463,6 +489,11 @@ impl Runtime {
             let sent = self.transmit(&qp.pd, &spec, dest);
             return fail(if sent { 0 } else { 5 });
         }
+        if let Some(target) = self.direct_target(ip, dev, wr.remote_qpn) {
+            if self.try_direct(&target, qp, wr.wr_id, kind, &spec, dest) {
+                return;
+            }
+        }
         let now = Instant::now();
         let mut spec = spec;
         let req_id = {
@@ -497,32 +528,102 @@ impl Runtime {
     fn transmit(&self, pd: &Arc<Pd>, spec: &Spec, dest: SocketAddrV4) -> bool {
         SCRATCH.with(|buf| {
             let mut buf = buf.borrow_mut();
-            let mut len = wire::HEADER;
-            if spec.carries_data {
-                if !spec.inline.is_empty() {
-                    buf[len..len + spec.inline.len()].copy_from_slice(&spec.inline);
-                    len += spec.inline.len();
-                } else {
-                    let mrs = self.mrs.read().unwrap_or_else(|e| e.into_inner());
-                    for g in &spec.sges {
-                        let Some(host) = Self::local_range(&mrs, pd, g, 0) else {
-                            return false;
-                        };
-                        let l = g.length as usize;
-                        if len + l > wire::MAX_DATAGRAM {
-                            return false;
-                        }
-                        // SAFETY: host..host+l lies in a live MR (checked under the read lock we hold).
-                        unsafe { mem::read_registered(host, &mut buf[len..len + l]) };
-                        len += l;
+            match self.build_packet(pd, spec, &mut buf) {
+                Some(len) => {
+                    self.emit(&buf[..len], dest);
+                    true
+                }
+                None => false,
+            }
+        })
+    }
+
+    /// Encodes `spec` (gathering its data from registered memory) into `buf`;
+    /// the packet length, or `None` if a local key went away.
+    fn build_packet(&self, pd: &Arc<Pd>, spec: &Spec, buf: &mut [u8]) -> Option<usize> {
+        let mut len = wire::HEADER;
+        if spec.carries_data {
+            if !spec.inline.is_empty() {
+                buf[len..len + spec.inline.len()].copy_from_slice(&spec.inline);
+                len += spec.inline.len();
+            } else {
+                let mrs = self.mrs.read().unwrap_or_else(|e| e.into_inner());
+                for g in &spec.sges {
+                    let host = Self::local_range(&mrs, pd, g, 0)?;
+                    let l = g.length as usize;
+                    if len + l > wire::MAX_DATAGRAM {
+                        return None;
                     }
+                    // SAFETY: host..host+l lies in a live MR (checked under the read lock we hold).
+                    unsafe { mem::read_registered(host, &mut buf[len..len + l]) };
+                    len += l;
                 }
             }
-            let mut h = spec.header;
-            h.data_len = (len - wire::HEADER) as u32;
-            h.watermark = self.low_water.load(Ordering::Relaxed);
-            h.encode(&mut buf[..]);
-            self.emit(&buf[..len], dest);
+        }
+        let mut h = spec.header;
+        h.data_len = (len - wire::HEADER) as u32;
+        h.watermark = self.low_water.load(Ordering::Relaxed);
+        h.encode(buf);
+        Some(len)
+    }
+
+    /// The runtime of device `dev` at `ip` if it lives in this process and QP
+    /// `qpn` would be ours, and neither side injects faults: requests to it
+    /// may be executed directly, without datagrams.
+    fn direct_target(&self, ip: std::net::Ipv4Addr, dev: u32, qpn: u32) -> Option<Arc<Runtime>> {
+        if !self.direct || transport::slot_of_qpn(qpn) != self.ep.slot() {
+            return None;
+        }
+        let rts = RUNTIMES.lock().unwrap_or_else(|e| e.into_inner());
+        rts.iter()
+            .filter_map(Weak::upgrade)
+            .find(|rt| rt.index == dev && *rt.ep.local.ip() == ip && rt.direct)
+    }
+
+    /// Executes a request on a same-process `target` and completes the WR.
+    /// Returns false (nothing done) when the outcome needs the datagram path:
+    /// RNR (retried with delay), fallback, or a silent drop (times out).
+    fn try_direct(
+        &self,
+        target: &Arc<Runtime>,
+        qp: &Arc<Qp>,
+        wr_id: u64,
+        kind: CompletionKind,
+        spec: &Spec,
+        dest: SocketAddrV4,
+    ) -> bool {
+        DIRECT.with(|bufs| {
+            let mut bufs = bufs.borrow_mut();
+            let (pkt, out) = &mut *bufs;
+            let Some(len) = self.build_packet(&qp.pd, spec, pkt) else {
+                return false;
+            };
+            let mut resp_len = 0usize;
+            let h = spec.header;
+            let outcome = target.execute(&h, &pkt[wire::HEADER..len], out, &mut resp_len);
+            let mut status = match outcome {
+                Outcome::Respond(st) if st != STATUS_RNR && st != wire::STATUS_FALLBACK => st,
+                _ => return false,
+            };
+            if status == 0 && kind == CompletionKind::RdmaRead && h.flags & wire::FLAG_FAST == 0 {
+                let mrs = self.mrs.read().unwrap_or_else(|e| e.into_inner());
+                let local = spec
+                    .sges
+                    .first()
+                    .and_then(|g| Self::local_range(&mrs, &qp.pd, g, ACCESS_LOCAL_WRITE));
+                match local {
+                    // SAFETY: inside a live MR with LOCAL_WRITE (read lock held).
+                    Some(host) => unsafe {
+                        mem::write_registered(host, &out[wire::HEADER..wire::HEADER + resp_len])
+                    },
+                    None if resp_len == 0 => {}
+                    None => status = 5,
+                }
+            }
+            self.mark_heard(dest);
+            bump(&self.stats.direct);
+            qp.send_cq
+                .push(completion(qp, wr_id, kind, status), Slot::Sq(qp.clone()));
             true
         })
     }
@@ -996,7 +1097,7 @@ impl Engine {
             return;
         }
         if h.flags & wire::FLAG_UD != 0 {
-            self.ud_receive(&h, data);
+            self.rt.ud_receive(&h, data);
             return;
         }
         let dedup = h.op != Op::Read;
@@ -1021,7 +1122,7 @@ impl Engine {
             }
         }
         let mut resp_len = 0usize;
-        match self.execute(&h, data, &mut resp_len) {
+        match self.rt.execute(&h, data, &mut self.out, &mut resp_len) {
             Outcome::Drop => {}
             Outcome::Respond(st) => {
                 if st == STATUS_RNR {
@@ -1089,15 +1190,26 @@ impl Engine {
             }
         }
     }
+}
 
+impl Runtime {
     fn receiver_info(qp: &Qp, h: &Header) -> (u16, Option<Gid>) {
         let slid = qp.pd.ah_number_of(&h.src_gid);
         let sgid = (slid == 0xffff && qp.recv_cq.opts.with_sgid).then_some(h.src_gid);
         (slid, sgid)
     }
 
-    fn execute(&mut self, h: &Header, data: &[u8], resp_len: &mut usize) -> Outcome {
-        let rt = self.rt.clone();
+    /// Executes one SRD request against this device's QPs and MRs (engine
+    /// thread, or a same-process requester's direct path). `out[HEADER..]`
+    /// receives the data of a small RDMA read.
+    fn execute(
+        self: &Arc<Self>,
+        h: &Header,
+        data: &[u8],
+        out: &mut [u8],
+        resp_len: &mut usize,
+    ) -> Outcome {
+        let rt = self.clone();
         let Some(qp) = rt.qp_by_qpn(h.dst_qpn as u32) else {
             return Outcome::Respond(9);
         };
@@ -1153,6 +1265,16 @@ impl Engine {
                 {
                     return Outcome::Respond(STATUS_RNR);
                 }
+                // A same-process requester's buffer must be registered memory of
+                // this process (checked before taking our MR lock: the check reads
+                // every local MR table, ours included).
+                if fast && !commit && h.pid == rt.pid && !rt.no_process_vm {
+                    let local_need = if write { 0 } else { ACCESS_LOCAL_WRITE };
+                    if !Runtime::own_range_registered(h.local_addr, len as u64, local_need) {
+                        bump(&rt.stats.malformed);
+                        return Outcome::Drop;
+                    }
+                }
                 let mrs = rt.mrs.read().unwrap_or_else(|e| e.into_inner());
                 let target = mrs
                     .get(&h.rkey)
@@ -1166,13 +1288,6 @@ impl Engine {
                 } else if fast {
                     if rt.no_process_vm {
                         return Outcome::Respond(wire::STATUS_FALLBACK);
-                    }
-                    let same = h.pid == rt.pid;
-                    let local_need = if write { 0 } else { ACCESS_LOCAL_WRITE };
-                    if same && !Runtime::own_range_registered(h.local_addr, len as u64, local_need)
-                    {
-                        bump(&rt.stats.malformed);
-                        return Outcome::Drop;
                     }
                     let r = if write {
                         // SAFETY: host..host+len is inside our live MR (read lock held).
@@ -1190,7 +1305,7 @@ impl Engine {
                 } else {
                     // SAFETY: host..host+len is inside our live MR with REMOTE_READ (read lock held).
                     unsafe {
-                        mem::read_registered(host, &mut self.out[wire::HEADER..wire::HEADER + len])
+                        mem::read_registered(host, &mut out[wire::HEADER..wire::HEADER + len])
                     };
                     *resp_len = len;
                 }
@@ -1225,14 +1340,14 @@ impl Engine {
 
     /// SEND into the head receive WR: scatter, complete, answer.
     fn deliver_send(
-        &mut self,
+        &self,
         qp: &Arc<Qp>,
         h: &Header,
         data: &[u8],
         imm: Option<u32>,
         skip: usize,
     ) -> Outcome {
-        let rt = &self.rt;
+        let rt = self;
         let mut rq = qp.rq.lock().unwrap_or_else(|e| e.into_inner());
         let Some(wr) = rq.front() else {
             return Outcome::Respond(STATUS_RNR);
@@ -1292,8 +1407,8 @@ impl Engine {
         Outcome::Respond(if ok { 0 } else { 7 })
     }
 
-    fn ud_receive(&mut self, h: &Header, data: &[u8]) {
-        let rt = self.rt.clone();
+    fn ud_receive(self: &Arc<Self>, h: &Header, data: &[u8]) {
+        let rt = self.clone();
         let qp = match rt.qp_by_qpn(h.dst_qpn as u32) {
             Some(qp)
                 if qp.qp_type == QpType::Ud
