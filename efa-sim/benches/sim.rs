@@ -1,6 +1,9 @@
 //! efa-sim device-model benchmarks (one criterion run reports everything):
 //!
-//! * `post_send`: ns per `Qp::post_send_batch` of one 64-byte SEND (in-process pair);
+//! * `post_send`: ns per `Qp::post_send_batch` of one 64-byte SEND to a QPN of
+//!   this process that does not exist (same-process direct path: the request
+//!   is executed and answered, status 9, inside the call; no datagram). The
+//!   datagram path's posting cost is inside the `two_processes` numbers;
 //! * `poll_empty` / `poll_retire`: ns per `Cq::peek` on an empty CQ, and per
 //!   `peek + retire` of a waiting completion;
 //! * `send64_two_processes`: 64-byte SENDs/s to a receiver in a child process
