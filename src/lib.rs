@@ -1,7 +1,7 @@
 //! `efa`: safe, zero-overhead access to AWS Elastic Fabric Adapter from Rust.
 //!
 //! This facade re-exports the safe API of [`efa_typestate`]. With the `cuda` feature,
-//! [`cuda`] re-exports `efa_cuda` (dma-buf registration of CUDA memory, loaded at run time).
+//! `efa::cuda` re-exports `efa_cuda` (dma-buf registration of CUDA memory, loaded at run time).
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(missing_docs)]
 
