@@ -93,6 +93,12 @@ fn threads() {
     support::run_c("threads", &[]);
 }
 
+/// NULL/zero-length SGEs and overflowing inline lengths (no crash, EINVAL where invalid).
+#[test]
+fn null_sge() {
+    support::run_c("null_sge", &[]);
+}
+
 /// A C test that fails must make the harness fail (the suite can fail).
 #[test]
 fn failing_c_program_is_reported() {

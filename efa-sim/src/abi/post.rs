@@ -91,7 +91,14 @@ unsafe fn legacy_send_wr(sim: &SimQp, w: &SendWrC) -> Result<SendWr, c_int> {
         }
         let mut data = ArrayVec::<u8, MAX_INLINE>::new();
         for s in sges {
-            // SAFETY: inline data is read from the caller's buffers at post time.
+            if s.length == 0 {
+                continue; // a zero-length SGE may carry any address, even NULL
+            }
+            if s.addr == 0 {
+                return Err(EINVAL);
+            }
+            // SAFETY: inline data is read from the caller's buffers at post time; the
+            // SGE names `length` readable bytes at a non-NULL `addr` (caller contract).
             let bytes =
                 unsafe { core::slice::from_raw_parts(s.addr as *const u8, s.length as usize) };
             data.try_extend_from_slice(bytes).map_err(|_| EINVAL)?;
@@ -403,12 +410,17 @@ unsafe fn set_inline(qp: *mut v::ibv_qp_ex, bufs: &[(*const u8, usize)]) {
     let (sim, s) = unsafe { session(qp) };
     let max = sim.caps.max_inline_data as usize;
     let Some(p) = current(s) else { return };
-    let total: usize = bufs.iter().map(|b| b.1).sum();
+    // Saturating: lengths come from C and must not overflow (and panic) here.
+    let total = bufs.iter().fold(0usize, |t, b| t.saturating_add(b.1));
     if !inline_allowed(sim, p.op) || total > max || total > MAX_INLINE {
         s.err = EINVAL;
         return;
     }
     let mut data = ArrayVec::<u8, MAX_INLINE>::new();
+    if bufs.iter().any(|&(addr, len)| len != 0 && addr.is_null()) {
+        s.err = EINVAL;
+        return;
+    }
     for &(addr, len) in bufs {
         if len == 0 {
             continue;
