@@ -193,17 +193,29 @@ impl PingPong {
 /// Runs `fi_pingpong -p efa -e <ep> -c -I ITERATIONS -S <size>` as server and client,
 /// both on the software device. `server_wrap` prefixes the server command (e.g. strace).
 fn pingpong(ep: &str, size: &str, env: &[(&str, &str)], server_wrap: &[&str]) -> PingPong {
+    pingpong_with(ep, size, &[], env, server_wrap)
+}
+
+/// [`pingpong`] with extra fi_pingpong options for both sides (e.g. `-m tagged`).
+fn pingpong_with(
+    ep: &str,
+    size: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+    server_wrap: &[&str],
+) -> PingPong {
     require_tool("fi_pingpong", "libfabric-bin");
     let port = free_port().to_string();
     let iters = ITERATIONS.to_string();
-    let common = ["-p", "efa", "-e", ep, "-c", "-I", &iters, "-S", size];
+    let mut common = vec!["-p", "efa", "-e", ep, "-c", "-I", &iters, "-S", size];
+    common.extend(extra);
     let mut server_args: Vec<&str> = server_wrap.to_vec();
     server_args.push("fi_pingpong");
-    server_args.extend(common);
+    server_args.extend(&common);
     server_args.extend(["-B", &port]);
     let mut server_cmd = on_sim(&server_args);
     let mut client_args = vec!["fi_pingpong"];
-    client_args.extend(common);
+    client_args.extend(&common);
     client_args.extend(["-P", &port, "127.0.0.1"]);
     let mut client_cmd = on_sim(&client_args);
     for (k, v) in env {
@@ -328,6 +340,9 @@ fn fi_info_nic_attributes_come_from_the_device_and_its_sysfs() {
 fn fi_pingpong_rdm_sweep_eager_medium_and_long_read() {
     // -S all: 64 B .. 4 KiB eager, 64 KiB medium, 1 MiB (>= MIN_READ_MESSAGE_SIZE) long-read.
     let pp = pingpong("rdm", "all", &[], &[]);
+    pp.assert_completed(&["64", "256", "1k", "4k", "64k", "1m"]);
+    // The same protocols carry tagged messages.
+    let pp = pingpong_with("rdm", "all", &["-m", "tagged"], &[], &[]);
     pp.assert_completed(&["64", "256", "1k", "4k", "64k", "1m"]);
 }
 
