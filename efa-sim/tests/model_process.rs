@@ -330,7 +330,12 @@ fn two_processes_send_recv() {
 
 #[test]
 fn hundred_thousand_messages_under_reorder_loss_and_dup_lose_nothing() {
-    stream(100_000, "seed=1,reorder=0.2,loss=0.05,dup=0.05", None, None);
+    stream(
+        100_000,
+        "seed=1,reorder=0.2,loss=0.05,dup=0.05,delay_us=20",
+        None,
+        None,
+    );
 }
 
 #[test]
