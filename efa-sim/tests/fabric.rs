@@ -190,26 +190,30 @@ impl PingPong {
     }
 }
 
-/// Runs `fi_pingpong -p efa -e <ep> -c -I ITERATIONS -S <size>` as server and client,
-/// both on the software device. `server_wrap` prefixes the server command (e.g. strace).
-fn pingpong(ep: &str, size: &str, env: &[(&str, &str)], server_wrap: &[&str]) -> PingPong {
-    pingpong_with(ep, size, &[], env, server_wrap)
+/// Variations of a [`pingpong`] run.
+#[derive(Default)]
+struct Opts<'a> {
+    /// More fi_pingpong options for both sides (e.g. `-m tagged`).
+    extra: &'a [&'a str],
+    /// Environment for both sides.
+    env: &'a [(&'a str, &'a str)],
+    /// Environment for the server only (applied after `env`).
+    server_env: &'a [(&'a str, &'a str)],
+    /// Variables removed from both sides' environment.
+    unset: &'a [&'a str],
+    /// Prefix of the server command (e.g. strace).
+    server_wrap: &'a [&'a str],
 }
 
-/// [`pingpong`] with extra fi_pingpong options for both sides (e.g. `-m tagged`).
-fn pingpong_with(
-    ep: &str,
-    size: &str,
-    extra: &[&str],
-    env: &[(&str, &str)],
-    server_wrap: &[&str],
-) -> PingPong {
+/// Runs `fi_pingpong -p efa -e <ep> -c -I ITERATIONS -S <size>` as server and client,
+/// both on the software device.
+fn pingpong(ep: &str, size: &str, opts: &Opts) -> PingPong {
     require_tool("fi_pingpong", "libfabric-bin");
     let port = free_port().to_string();
     let iters = ITERATIONS.to_string();
     let mut common = vec!["-p", "efa", "-e", ep, "-c", "-I", &iters, "-S", size];
-    common.extend(extra);
-    let mut server_args: Vec<&str> = server_wrap.to_vec();
+    common.extend(opts.extra);
+    let mut server_args: Vec<&str> = opts.server_wrap.to_vec();
     server_args.push("fi_pingpong");
     server_args.extend(&common);
     server_args.extend(["-B", &port]);
@@ -218,9 +222,16 @@ fn pingpong_with(
     client_args.extend(&common);
     client_args.extend(["-P", &port, "127.0.0.1"]);
     let mut client_cmd = on_sim(&client_args);
-    for (k, v) in env {
+    for (k, v) in opts.env {
         server_cmd.env(k, v);
         client_cmd.env(k, v);
+    }
+    for (k, v) in opts.server_env {
+        server_cmd.env(k, v);
+    }
+    for k in opts.unset {
+        server_cmd.env_remove(k);
+        client_cmd.env_remove(k);
     }
 
     let mut server = spawn_with_timeout(&server_cmd, CHILD_TIMEOUT_S);
@@ -339,26 +350,30 @@ fn fi_info_nic_attributes_come_from_the_device_and_its_sysfs() {
 #[test]
 fn fi_pingpong_rdm_sweep_eager_medium_and_long_read() {
     // -S all: 64 B .. 4 KiB eager, 64 KiB medium, 1 MiB (>= MIN_READ_MESSAGE_SIZE) long-read.
-    let pp = pingpong("rdm", "all", &[], &[]);
+    let pp = pingpong("rdm", "all", &Opts::default());
     pp.assert_completed(&["64", "256", "1k", "4k", "64k", "1m"]);
     // The same protocols carry tagged messages.
-    let pp = pingpong_with("rdm", "all", &["-m", "tagged"], &[], &[]);
+    let tagged = Opts {
+        extra: &["-m", "tagged"],
+        ..Opts::default()
+    };
+    let pp = pingpong("rdm", "all", &tagged);
     pp.assert_completed(&["64", "256", "1k", "4k", "64k", "1m"]);
 }
 
 #[test]
 fn fi_pingpong_rdm_long_cts_and_multi_mib_read() {
     // 256 KiB: above the medium limit, below the read threshold → long-CTS (sends).
-    pingpong("rdm", "262144", &[], &[]).assert_completed(&["256k"]);
+    pingpong("rdm", "262144", &Opts::default()).assert_completed(&["256k"]);
     // 4 MiB: long-read.
-    pingpong("rdm", "4194304", &[], &[]).assert_completed(&["4m"]);
+    pingpong("rdm", "4194304", &Opts::default()).assert_completed(&["4m"]);
 }
 
 #[test]
 fn fi_pingpong_dgram_sweep_up_to_the_mtu() {
-    pingpong("dgram", "all", &[], &[]).assert_completed(&["64", "256", "1k", "4k"]);
+    pingpong("dgram", "all", &Opts::default()).assert_completed(&["64", "256", "1k", "4k"]);
     // The largest datagram payload: the port's max_msg_sz (the model's MTU).
-    pingpong("dgram", "8192", &[], &[]).assert_completed(&["8k"]);
+    pingpong("dgram", "8192", &Opts::default()).assert_completed(&["8k"]);
 }
 
 /// Smallest copy counted as device RDMA: the software device moves bulk RDMA (over
@@ -393,7 +408,12 @@ fn traced_pingpong(size: usize, env: &[(&str, &str)]) -> (PingPong, u64) {
         "-o",
         &trace_s,
     ];
-    let pp = pingpong("rdm", &size.to_string(), env, &wrap);
+    let opts = Opts {
+        env,
+        server_wrap: &wrap,
+        ..Opts::default()
+    };
+    let pp = pingpong("rdm", &size.to_string(), &opts);
     let bytes = bulk_rdma_bytes(&trace);
     let _ = std::fs::remove_file(&trace);
     (pp, bytes)
@@ -527,4 +547,25 @@ fn librdmacm_programs_start_and_rdma_cm_calls_fail_cleanly() {
             describe(&what, &out)
         );
     }
+}
+
+#[test]
+fn fi_pingpong_between_two_simulated_hosts_with_libfabric_defaults() {
+    // Server devices on 127.0.0.2, client devices on 127.0.0.1: different GIDs, so
+    // libfabric sees a remote peer and, with its default settings (shm transfer on),
+    // sends everything through the device.
+    let opts = Opts {
+        server_env: &[("EFA_SIM_ADDR", "127.0.0.2"), ("FI_LOG_LEVEL", "info")],
+        unset: &["FI_EFA_ENABLE_SHM_TRANSFER"],
+        ..Opts::default()
+    };
+    let pp = pingpong("rdm", "all", &opts);
+    pp.assert_completed(&["64", "256", "1k", "4k", "64k", "1m"]);
+    let log = text(&pp.server.stderr);
+    assert!(
+        log.contains("efa_av_insert_one") && !log.contains("The peer is local"),
+        "libfabric should have inserted the client as a remote peer\n{}",
+        pp.report()
+    );
+    pingpong("dgram", "all", &opts).assert_completed(&["64", "256", "1k", "4k"]);
 }
