@@ -1,7 +1,8 @@
 //! The deployed stack on the software device, unmodified as Debian installs it:
 //! libfabric 1.17's EFA provider (`fi_info`, `fi_pingpong` over `rdm` and `dgram`)
-//! and librdmacm (a C client built with `-lrdmacm -libverbs`), all started through
-//! `efa-sim run`, which selects the stand-in libraries and the generated sysfs tree.
+//! librdmacm (a C client built with `-lrdmacm -libverbs`) and ibverbs-utils'
+//! `ibv_*_pingpong`, all started through `efa-sim run`, which selects the stand-in
+//! libraries and the generated sysfs tree.
 //!
 //! `FI_EFA_ENABLE_SHM_TRANSFER=0` keeps libfabric from moving same-host traffic
 //! through its shared-memory provider, so every byte crosses the software device.
@@ -234,8 +235,14 @@ fn pingpong(ep: &str, size: &str, opts: &Opts) -> PingPong {
         client_cmd.env_remove(k);
     }
 
-    let mut server = spawn_with_timeout(&server_cmd, CHILD_TIMEOUT_S);
-    let port_n: u16 = port.parse().unwrap();
+    run_pair(&server_cmd, &mut client_cmd, port.parse().unwrap())
+}
+
+/// Starts `server_cmd`, waits until it listens on TCP `port` (its out-of-band channel),
+/// then runs `client_cmd`; both bounded by [`CHILD_TIMEOUT_S`].
+fn run_pair(server_cmd: &Command, client_cmd: &mut Command, port: u16) -> PingPong {
+    let mut server = spawn_with_timeout(server_cmd, CHILD_TIMEOUT_S);
+    let port_n = port;
     let deadline = Instant::now() + Duration::from_secs(30);
     while !listening(port_n) {
         if Instant::now() > deadline || server.try_wait().ok().flatten().is_some() {
@@ -248,7 +255,7 @@ fn pingpong(ep: &str, size: &str, opts: &Opts) -> PingPong {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let client = support::run_with_timeout(&mut client_cmd, CHILD_TIMEOUT_S);
+    let client = support::run_with_timeout(client_cmd, CHILD_TIMEOUT_S);
     if !client.status.success() {
         // Don't wait out the server's timeout: it would wait for a peer that is gone.
         // SIGTERM to `timeout` reaches the server too (SIGKILL would orphan it, and the
@@ -568,4 +575,52 @@ fn fi_pingpong_between_two_simulated_hosts_with_libfabric_defaults() {
         pp.report()
     );
     pingpong("dgram", "all", &opts).assert_completed(&["64", "256", "1k", "4k"]);
+}
+
+#[test]
+fn ibverbs_utils_ud_pingpong_runs_and_connected_types_are_refused() {
+    // rdma-core's own UD example (ibverbs-utils 44) between two processes, addressing
+    // by GID (`-g 0`): EFA's UD QPs need a GRH address.
+    require_tool("ibv_ud_pingpong", "ibverbs-utils");
+    let port = free_port();
+    let p = port.to_string();
+    let server_args = [
+        "ibv_ud_pingpong",
+        "-d",
+        "efa_0",
+        "-g",
+        "0",
+        "-n",
+        "200",
+        "-p",
+        &p,
+    ];
+    let mut client_args = server_args.to_vec();
+    client_args.push("127.0.0.1");
+    let pp = run_pair(&on_sim(&server_args), &mut on_sim(&client_args), port);
+    for (side, out) in [("server", &pp.server), ("client", &pp.client)] {
+        assert!(out.status.success(), "{side} failed\n{}", pp.report());
+        assert!(
+            text(&out.stdout).contains("200 iters in"),
+            "{side} did not complete 200 iterations\n{}",
+            pp.report()
+        );
+    }
+    // EFA has no RC/UC QPs and no SRQs: the examples for them stop at creation.
+    for (tool, msg) in [
+        ("ibv_rc_pingpong", "Couldn't create QP"),
+        ("ibv_uc_pingpong", "Couldn't create QP"),
+        ("ibv_srq_pingpong", "Couldn't create SRQ"),
+    ] {
+        let p = free_port().to_string();
+        let out = support::run_with_timeout(
+            &mut on_sim(&[tool, "-d", "efa_0", "-g", "0", "-p", &p]),
+            CHILD_TIMEOUT_S,
+        );
+        assert!(
+            !out.status.success() && text(&out.stderr).contains(msg),
+            "{}",
+            describe(tool, &out)
+        );
+    }
 }
