@@ -309,7 +309,10 @@ pub fn prepare(cache: &Path, tree: &Tree) -> io::Result<PathBuf> {
         return Ok(dir);
     }
     std::fs::create_dir_all(cache)?;
-    let staging = cache.join(format!(".{key}.{}", std::process::id()));
+    // Unique per call: threads of one process may prepare concurrently.
+    static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let staging = cache.join(format!(".{key}.{}.{seq}", std::process::id()));
     let _ = std::fs::remove_dir_all(&staging);
     std::fs::create_dir(&staging)?;
     let written = tree
