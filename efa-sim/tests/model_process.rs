@@ -55,7 +55,11 @@ fn peer_gid() -> Gid {
 #[test]
 #[ignore = "child process entry point, run by the other tests of this file"]
 fn child_entry() {
-    let role = std::env::var("EFA_SIM_CHILD_ROLE").expect("run by the parent tests only");
+    let Ok(role) = std::env::var("EFA_SIM_CHILD_ROLE") else {
+        // Not a test of its own: only meaningful as a child of the tests below.
+        eprintln!("child_entry: EFA_SIM_CHILD_ROLE unset, nothing to do");
+        return;
+    };
     match role.as_str() {
         "recv" => child_recv(),
         "send" => child_send(),
