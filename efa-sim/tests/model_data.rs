@@ -244,6 +244,8 @@ fn bulk_rdma_one_mib_fast_path() {
     .unwrap();
     assert_eq!(next(&a.cq, 5).status, 0);
     assert!(local.bytes(MIB, MIB) == data);
+    // Both copies went through process_vm_* (direct path or datagrams alike).
+    assert!(b.dev.stats().process_vm >= 2, "{:?}", b.dev.stats());
 }
 
 #[test]
@@ -809,6 +811,151 @@ fn malformed_and_forged_packets_are_harmless() {
         .unwrap();
     assert_eq!(next(&a.cq, 10).status, 0);
     assert_eq!(next(&b.cq, 10).wr_id, 1);
+}
+
+/// Sends `h` (no data) from `sock` to `to` and returns the status of the
+/// response to it (panics if none comes within 2 s).
+fn forge(
+    sock: &std::net::UdpSocket,
+    to: std::net::SocketAddrV4,
+    h: &efa_sim::model::transport::wire::Header,
+) -> u8 {
+    use efa_sim::model::transport::wire;
+    let mut buf = vec![0u8; wire::HEADER];
+    h.encode(&mut buf);
+    sock.send_to(&buf, to).unwrap();
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .unwrap();
+    let mut resp = vec![0u8; wire::MAX_DATAGRAM];
+    loop {
+        let n = sock
+            .recv(&mut resp)
+            .expect("no response to a forged request");
+        let items: Vec<&[u8]> = match wire::bundle_items(&resp[..n]) {
+            Some(items) => items.collect(),
+            None => vec![&resp[..n]],
+        };
+        for item in items {
+            let (r, _) = wire::Header::decode(item).expect("well-formed response");
+            if r.req_id == h.req_id && r.epoch == h.epoch {
+                return r.status;
+            }
+        }
+    }
+}
+
+/// Forged bulk (process_vm_*) requests: whatever pid and address they name,
+/// and whichever source they come from, the responder never copies to or
+/// from memory that the named process did not itself put in the request.
+/// Without proof of the sender it answers FALLBACK (data must come in
+/// datagrams) and moves nothing: not our registered memory of another MR,
+/// not our unregistered memory, not another process's memory.
+#[test]
+fn forged_bulk_requests_never_reach_process_memory() {
+    use efa_sim::model::transport::{self, wire};
+    let (a, b) = pair(0);
+    let _known = b.ah_to(&a);
+    let target = Region::new(&b.pd, 64 << 10, ALL_ACCESS);
+    let target_bytes = pattern(64 << 10, 3);
+    target.fill(0, &target_bytes);
+    // Registered memory of this process that the forger names as "its" buffer.
+    let secret = Region::new(&a.pd, 64 << 10, ALL_ACCESS);
+    let secret_bytes = pattern(64 << 10, 77);
+    secret.fill(0, &secret_bytes);
+    // Unregistered memory of this process.
+    let plain = vec![0x5au8; 64 << 10];
+    let port = transport::port_for(b.dev.index, transport::slot_of_qpn(b.qp.qpn())).unwrap();
+    let to = std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, port);
+    let before = b.dev.stats();
+    let base = |op: wire::Op, pid: u32, local: u64, src_qpn: u16, id: u64| {
+        let mut h = wire::Header::new(wire::KIND_REQ, op);
+        h.flags = wire::FLAG_FAST;
+        h.dst_qpn = b.qp.qpn() as u16;
+        h.qkey = QKEY;
+        h.src_gid = a.dev.gid;
+        h.src_qpn = src_qpn;
+        h.rkey = target.mr.rkey();
+        h.remote_addr = target.addr();
+        h.total_len = 32 << 10;
+        h.pid = pid;
+        h.local_addr = local;
+        h.epoch = 0xf0f0;
+        h.req_id = id;
+        h
+    };
+    // 1. From an arbitrary port, claiming to be our requester QP: this
+    //    process (registered / unregistered memory) and our parent process.
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let me = std::process::id();
+    let parent = std::os::unix::process::parent_id();
+    let mut id = 1000;
+    let mut sent = 0;
+    for (pid, local) in [
+        (me, secret.addr()),
+        (parent, secret.addr()),
+        (parent, plain.as_ptr() as u64),
+    ] {
+        for op in [wire::Op::Write, wire::Op::Read] {
+            id += 1;
+            let st = forge(&sock, to, &base(op, pid, local, a.qp.qpn() as u16, id));
+            assert_eq!(st, wire::STATUS_FALLBACK, "pid {pid} op {op:?}");
+            sent += 1;
+        }
+    }
+    // 2. From the very address a QP of a *free* slot would use (so source
+    //    address and GID/QPN agree), naming this process: the slot's owner
+    //    record does not name us, so no proof.
+    let my_slot = transport::slot_of_qpn(a.qp.qpn());
+    let (free_slot, sock2) = (0..transport::SLOTS)
+        .filter(|s| *s != my_slot)
+        .find_map(|s| {
+            let p = transport::port_for(a.dev.index, s)?;
+            std::net::UdpSocket::bind(("127.0.0.1", p))
+                .ok()
+                .map(|k| (s, k))
+        })
+        .expect("a free slot port");
+    for op in [wire::Op::Write, wire::Op::Read] {
+        id += 1;
+        let qpn = (free_slot << transport::QP_INDEX_BITS | 1) as u16;
+        let st = forge(&sock2, to, &base(op, me, secret.addr(), qpn, id));
+        assert_eq!(st, wire::STATUS_FALLBACK, "free slot {free_slot} op {op:?}");
+        sent += 1;
+    }
+    // Nothing moved in either direction, nothing completed.
+    assert!(target.bytes(0, 64 << 10) == target_bytes);
+    assert!(secret.bytes(0, 64 << 10) == secret_bytes);
+    assert!(plain.iter().all(|b| *b == 0x5a));
+    let after = b.dev.stats();
+    assert!(after.unproven >= before.unproven + sent, "{after:?}");
+    none_within(&b.cq, 20);
+    none_within(&a.cq, 1);
+    // A bad rkey is still reported as such (the fallback answer reveals no more
+    // than a genuine requester would learn).
+    let mut h = base(
+        wire::Op::Write,
+        me,
+        secret.addr(),
+        a.qp.qpn() as u16,
+        id + 1,
+    );
+    h.rkey ^= 0x40;
+    assert_eq!(forge(&sock, to, &h), 7);
+    // Genuine bulk traffic still takes the fast path.
+    let ah = a.ah_to(&b);
+    let vm_before = b.dev.stats().process_vm;
+    a.qp.post_send_batch(&[rdma(
+        &ah,
+        b.qp.qpn(),
+        9,
+        SendOp::RdmaWrite,
+        secret.sge(0, 32 << 10),
+        (target.addr(), target.mr.rkey()),
+    )])
+    .unwrap();
+    assert_eq!(next(&a.cq, 5).status, 0);
+    assert!(target.bytes(0, 32 << 10) == secret_bytes[..32 << 10]);
+    assert!(b.dev.stats().process_vm > vm_before);
 }
 
 /// Same-process requests normally take the direct path (no datagrams); this

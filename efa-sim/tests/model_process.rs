@@ -64,6 +64,7 @@ fn child_entry() {
         "recv" => child_recv(),
         "send" => child_send(),
         "target" => child_target(),
+        "victim" => child_victim(),
         other => panic!("unknown role {other}"),
     }
 }
@@ -175,6 +176,10 @@ fn child_send() {
 fn child_target() {
     let side = Side::new(&dev(0), 0);
     let _ah = side.pd.create_ah(&peer_gid()).unwrap();
+    // Device 1 of the peer's host is known too (forged-request test).
+    let mut gid1 = peer_gid();
+    gid1[15] = 1;
+    let _ah1 = side.pd.create_ah(&gid1).unwrap();
     let region = Region::new(&side.pd, 1 << 20, ALL_ACCESS);
     side.qp.post_recv(&recv(1, &[])).unwrap();
     side.qp.post_recv(&recv(2, &[])).unwrap();
@@ -188,10 +193,37 @@ fn child_target() {
     for line in std::io::stdin().lock().lines() {
         match line.unwrap().trim() {
             "sum" => println!("SUM {}", fnv(&region.bytes(0, 1 << 20))),
+            "stats" => {
+                let s = side.dev.stats();
+                println!("STATS process_vm={} unproven={}", s.process_vm, s.unproven);
+            }
             "imm" => {
                 let c = next(&side.cq, 5);
                 println!("IMM {:?} {} {:?}", c.kind, c.byte_len, c.imm_be);
             }
+            _ => break,
+        }
+        std::io::stdout().flush().unwrap();
+    }
+}
+
+/// A bystander process with an open device (so it holds a slot and device
+/// 0's port of it) and a buffer that is not registered anywhere: prints
+/// `READY pid slot qpn addr`, answers `sum` with the buffer's FNV.
+fn child_victim() {
+    let side = Side::new(&dev(0), 0);
+    let secret: Vec<u8> = (0..256usize << 10).map(|i| (i * 11 + 5) as u8).collect();
+    println!(
+        "READY {} {} {} {}",
+        std::process::id(),
+        efa_sim::model::transport::slot_of_qpn(side.qp.qpn()),
+        side.qp.qpn(),
+        secret.as_ptr() as u64
+    );
+    std::io::stdout().flush().unwrap();
+    for line in std::io::stdin().lock().lines() {
+        match line.unwrap().trim() {
+            "sum" => println!("SUM {}", fnv(std::hint::black_box(&secret))),
             _ => break,
         }
         std::io::stdout().flush().unwrap();
@@ -430,8 +462,103 @@ fn rdma_between_processes(env: &[(&str, String)]) {
     w.remote = Some((addr + (1 << 20) - 32, rkey));
     side.qp.post_send_batch(&[w]).unwrap();
     assert_eq!(next(&side.cq, 5).status, 7);
+    // The target copied bulk data with process_vm_* only where allowed, and
+    // every bulk request of ours was proven to come from us.
+    kid.say("stats");
+    let stats = kid.line("STATS");
+    let fallback = env.iter().any(|(k, _)| *k == "EFA_SIM_NO_PROCESS_VM");
+    assert_eq!(field(&stats, "unproven"), 0, "{stats}");
+    if fallback {
+        assert_eq!(field(&stats, "process_vm"), 0, "{stats}");
+    } else {
+        assert!(field(&stats, "process_vm") >= 3, "{stats}");
+    }
     kid.say("quit");
     kid.wait(10);
+}
+
+/// A forger (this process) sends bulk requests to a target process naming a
+/// third process (the victim) and its unregistered buffer: from an arbitrary
+/// port, and from the victim's own slot address on a device the victim has
+/// not bound. The target must neither read the victim's bytes into its MR
+/// (a leak to whoever holds its rkey) nor write its MR over them.
+#[test]
+fn forged_bulk_requests_cannot_reach_a_third_process() {
+    use efa_sim::model::transport::{self, wire};
+    let mut target = Kid::spawn("target", &[], None);
+    let v: Vec<u64> = target
+        .line("READY")
+        .split_whitespace()
+        .map(|s| s.parse().unwrap())
+        .collect();
+    let (t_qpn, t_addr, t_rkey) = (v[0] as u32, v[1], v[2] as u32);
+    let mut victim = Kid::spawn("victim", &[], None);
+    let v: Vec<u64> = victim
+        .line("READY")
+        .split_whitespace()
+        .map(|s| s.parse().unwrap())
+        .collect();
+    let (v_pid, v_slot, v_qpn, v_addr) = (v[0] as u32, v[1] as u32, v[2] as u16, v[3]);
+    victim.say("sum");
+    let victim_sum = victim.line("SUM");
+    let t_port = transport::port_for(0, transport::slot_of_qpn(t_qpn)).unwrap();
+    let to = std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, t_port);
+    let lo = std::net::Ipv4Addr::LOCALHOST;
+    let any_port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let v_dev1_port = transport::port_for(1, v_slot).unwrap();
+    let victims_dev1 = std::net::UdpSocket::bind(("127.0.0.1", v_dev1_port))
+        .expect("victim's device-1 port is free (it only opened device 0)");
+    let mut id = 0;
+    for (sock, dev) in [(&any_port, 0u32), (&victims_dev1, 1)] {
+        for op in [wire::Op::Write, wire::Op::Read] {
+            id += 1;
+            let mut h = wire::Header::new(wire::KIND_REQ, op);
+            h.flags = wire::FLAG_FAST;
+            h.dst_qpn = t_qpn as u16;
+            h.qkey = QKEY;
+            h.src_gid = gid_for(lo, dev);
+            h.src_qpn = v_qpn;
+            h.rkey = t_rkey;
+            h.remote_addr = t_addr;
+            h.total_len = 128 << 10;
+            h.pid = v_pid;
+            h.local_addr = v_addr;
+            h.epoch = 0xbad;
+            h.req_id = id;
+            let mut buf = vec![0u8; wire::HEADER];
+            h.encode(&mut buf);
+            sock.send_to(&buf, to).unwrap();
+            sock.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+            let mut resp = vec![0u8; wire::MAX_DATAGRAM];
+            let n = sock.recv(&mut resp).expect("target answers");
+            let first = match wire::bundle_items(&resp[..n]) {
+                Some(mut items) => items.next().unwrap(),
+                None => &resp[..n],
+            };
+            let (r, _) = wire::Header::decode(first).unwrap();
+            assert_eq!(
+                (r.req_id, r.status),
+                (id, wire::STATUS_FALLBACK),
+                "device {dev} op {op:?}"
+            );
+        }
+    }
+    target.say("sum");
+    assert_eq!(
+        target.line("SUM"),
+        fnv(&vec![0u8; 1 << 20]).to_string(),
+        "victim bytes leaked into the target's MR"
+    );
+    victim.say("sum");
+    assert_eq!(victim.line("SUM"), victim_sum, "victim memory overwritten");
+    target.say("stats");
+    let stats = target.line("STATS");
+    assert_eq!(field(&stats, "process_vm"), 0, "{stats}");
+    assert_eq!(field(&stats, "unproven"), 4, "{stats}");
+    target.say("quit");
+    victim.say("quit");
+    target.wait(10);
+    victim.wait(10);
 }
 
 #[test]

@@ -26,9 +26,48 @@
 //! the rkey and range) and the requester moves the WR as ordinary
 //! data-in-datagram requests of [`INLINE_RDMA`] bytes (8 in flight), each
 //! acknowledged; a write-with-imm ends with a data-less *commit* request that
-//! delivers the immediate once every chunk landed. Within one process the requester range is
-//! additionally checked against a live MR of this process, so a forged packet
-//! can never make us read or write our own memory outside registered MRs.
+//! delivers the immediate once every chunk landed.
+//!
+//! # Trust model
+//!
+//! A datagram is data from an untrusted peer. Memory of *this* process is
+//! only ever reached through one of its own MRs: every responder access is
+//! checked against the rkey, range and access of a live MR of the target QP's
+//! PD (under the MR table lock, so deregistration waits for it), and every
+//! requester-side write (small-read data in a response) goes to the WR's own
+//! SGE, re-validated against its lkey when the response arrives. Responses
+//! carry no addresses; they are matched to a pending WR by id, epoch and
+//! source address (the WR's destination). A commit request carries no data
+//! and re-validates the whole remote range.
+//!
+//! The one field that names memory of *another* process is the bulk fast
+//! path's `(pid, local_addr)`. The responder acts on it only when it can
+//! prove the request came from that very process:
+//!
+//! * the datagram's source `(IP, UDP port)` equals the address derived from
+//!   the requester GID and the slot of its QPN (a process can send from a
+//!   port only while it has it bound, and efa-sim sockets are never shared
+//!   through `SO_REUSEPORT`);
+//! * that slot's owner record (`slot-<N>.owner` in the lock directory,
+//!   written by the slot holder, owned by our effective uid and writable by
+//!   nobody else) names `pid`, lists the source address as bound, and is in
+//!   our pid namespace;
+//! * the live process `pid` has the start time the record names; it is then
+//!   pinned with a pidfd, so its exit (and any later reuse of the pid) voids
+//!   the proof. A mismatching pid re-reads the record.
+//!
+//! Anything else (a forged or stale pid, an address the sender does not own,
+//! no pidfd support, a different pid namespace) gets the answer
+//! `STATUS_FALLBACK` once the rkey and range are valid, and the data moves in
+//! datagrams, which is always safe because the bytes are in the packets
+//! (counted in [`Stats::unproven`]). The requester re-validates its own range
+//! against its lkey at every (re)transmission before naming it. A request
+//! naming this very process is additionally checked against a live MR of one
+//! of its devices. What this does not defend against: a process of the same
+//! uid that writes false owner records or raw packets (it could read and
+//! write the victim's memory through ptrace or `/proc/<pid>/mem` anyway), and
+//! deregistering an MR while a WR on it is in flight (user error, as on
+//! hardware: the copy may still land).
 //!
 //! # Same-process direct path
 //!
@@ -134,6 +173,11 @@ pub struct Stats {
     pub chunked: u64,
     /// WRs executed on a same-process device without datagrams.
     pub direct: u64,
+    /// Bulk RDMA copies this responder made with process_vm_readv/writev.
+    pub process_vm: u64,
+    /// Bulk requests naming process memory whose sender was not proven to be
+    /// that process (see "Trust model"): answered with the chunk fallback.
+    pub unproven: u64,
 }
 
 #[derive(Default)]
@@ -147,6 +191,8 @@ pub(crate) struct StatsInner {
     stale: AtomicU64,
     chunked: AtomicU64,
     direct: AtomicU64,
+    process_vm: AtomicU64,
+    unproven: AtomicU64,
 }
 
 impl StatsInner {
@@ -162,6 +208,8 @@ impl StatsInner {
             stale: l(&self.stale),
             chunked: l(&self.chunked),
             direct: l(&self.direct),
+            process_vm: l(&self.process_vm),
+            unproven: l(&self.unproven),
         }
     }
 }
@@ -255,8 +303,26 @@ pub(crate) struct Runtime {
     /// `EFA_SIM_DIRECT` not `0`).
     direct: bool,
     heard: Mutex<HashSet<SocketAddrV4>>,
+    /// Requester processes proven (or refused) per source address.
+    proofs: Mutex<IdMap<SocketAddrV4, Proof>>,
     pub stats: StatsInner,
 }
+
+/// What this responder knows about the process behind a source address.
+enum Proof {
+    /// The owner record named `pid` at this address; `pidfd` pins that very
+    /// process (it becomes readable when the process exits).
+    Proven {
+        pid: u32,
+        pidfd: std::os::fd::OwnedFd,
+    },
+    /// Proof for `pid` failed; not retried before `until`.
+    Refused { pid: u32, until: Instant },
+}
+
+/// How long a failed proof is remembered (a flood of forged requests costs
+/// one owner-record read per address and second).
+const PROOF_RETRY: Duration = Duration::from_secs(1);
 
 thread_local! {
     static SCRATCH: RefCell<Vec<u8>> = RefCell::new(vec![0u8; wire::MAX_DATAGRAM]);
@@ -317,6 +383,7 @@ impl Runtime {
             index: dev.index,
             direct: direct_ok,
             heard: Mutex::new(HashSet::new()),
+            proofs: Mutex::new(IdMap::default()),
             stats: StatsInner::default(),
         });
         RUNTIMES
@@ -541,6 +608,18 @@ impl Runtime {
     /// Encodes `spec` (gathering its data from registered memory) into `buf`;
     /// the packet length, or `None` if a local key went away.
     fn build_packet(&self, pd: &Arc<Pd>, spec: &Spec, buf: &mut [u8]) -> Option<usize> {
+        let mut h = spec.header;
+        if h.flags & wire::FLAG_FAST != 0 {
+            // The peer will copy to/from this address: it must still be our
+            // registered memory at every (re)transmission.
+            let need = if h.op == Op::Read {
+                ACCESS_LOCAL_WRITE
+            } else {
+                0
+            };
+            let mrs = self.mrs.read().unwrap_or_else(|e| e.into_inner());
+            h.local_addr = Self::local_range(&mrs, pd, spec.sges.first()?, need)? as u64;
+        }
         let mut len = wire::HEADER;
         if spec.carries_data {
             if !spec.inline.is_empty() {
@@ -560,7 +639,6 @@ impl Runtime {
                 }
             }
         }
-        let mut h = spec.header;
         h.data_len = (len - wire::HEADER) as u32;
         h.watermark = self.low_water.load(Ordering::Relaxed);
         h.encode(buf);
@@ -600,7 +678,7 @@ impl Runtime {
             };
             let mut resp_len = 0usize;
             let h = spec.header;
-            let outcome = target.execute(&h, &pkt[wire::HEADER..len], out, &mut resp_len);
+            let outcome = target.execute(&h, &pkt[wire::HEADER..len], None, out, &mut resp_len);
             let mut status = match outcome {
                 Outcome::Respond(st) if st != STATUS_RNR && st != wire::STATUS_FALLBACK => st,
                 _ => return false,
@@ -990,6 +1068,69 @@ impl Runtime {
     // Responder side
     // -----------------------------------------------------------------
 
+    /// Whether the bulk request `h`, which arrived from `from`, really comes
+    /// from process `h.pid` (so process_vm_* on `h.local_addr` touches only
+    /// memory that process named itself): `from` must be exactly the address
+    /// of the requester's GID and QPN slot, and that slot's owner record (see
+    /// [`transport::read_owner`]) must name `h.pid`, list `from` as bound, be
+    /// in our pid namespace and match the live process's start time. The
+    /// process is then pinned by a pidfd, so a pid reused after its exit
+    /// proves nothing.
+    fn requester_proven(&self, h: &Header, from: SocketAddrV4) -> bool {
+        let Some((ip, dev)) = gid_endpoint(&h.src_gid) else {
+            return false;
+        };
+        if transport::addr_of(ip, dev, h.src_qpn as u32) != Some(from) {
+            return false;
+        }
+        let now = Instant::now();
+        let mut proofs = self.proofs.lock().unwrap_or_else(|e| e.into_inner());
+        match proofs.get(&from) {
+            Some(Proof::Proven { pid, pidfd }) if *pid == h.pid && !process_exited(pidfd) => {
+                return true;
+            }
+            Some(Proof::Refused { pid, until }) if *pid == h.pid && now < *until => return false,
+            _ => {}
+        }
+        if proofs.len() > 4096 {
+            proofs.clear();
+        }
+        let proof = match Self::prove(h.pid, transport::slot_of_qpn(h.src_qpn as u32), from) {
+            Some(pidfd) => Proof::Proven { pid: h.pid, pidfd },
+            None => Proof::Refused {
+                pid: h.pid,
+                until: now + PROOF_RETRY,
+            },
+        };
+        let ok = matches!(proof, Proof::Proven { .. });
+        proofs.insert(from, proof);
+        ok
+    }
+
+    /// Reads `slot`'s owner record and pins its process if it proves that
+    /// `pid` owns `from`.
+    fn prove(pid: u32, slot: u32, from: SocketAddrV4) -> Option<std::os::fd::OwnedFd> {
+        use std::os::fd::FromRawFd;
+        let owner = transport::read_owner(slot)?;
+        if owner.slot != slot
+            || owner.pid != pid
+            || !owner.bound.contains(&from)
+            || Some(owner.pidns) != transport::own_pid_namespace()
+        {
+            return None;
+        }
+        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        if fd < 0 {
+            return None; // no pidfds (old kernel, seccomp): stay on the datagram path
+        }
+        // SAFETY: `fd` was just returned by pidfd_open and is owned by nobody else.
+        let pidfd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as libc::c_int) };
+        // Read after pinning: if the start time matches, the pidfd is that process.
+        (transport::process_start_time(pid) == Some(owner.start) && !process_exited(&pidfd))
+            .then_some(pidfd)
+    }
+
     /// Checks that `[addr, addr+len)` of this process lies in a live MR of
     /// some device of this process (with `need` access). Used before copying
     /// on behalf of a same-process requester named by a packet.
@@ -1013,6 +1154,19 @@ impl Runtime {
             })
         })
     }
+}
+
+/// Whether the process behind `pidfd` has exited (its pidfd is readable).
+fn process_exited(pidfd: &std::os::fd::OwnedFd) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut pfd = libc::pollfd {
+        fd: pidfd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the duration of the call; zero timeout.
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    n != 0 // readable (exited) or poll failed: either way, not provably alive
 }
 
 /// What the responder does with a request.
@@ -1122,7 +1276,10 @@ impl Engine {
             }
         }
         let mut resp_len = 0usize;
-        match self.rt.execute(&h, data, &mut self.out, &mut resp_len) {
+        match self
+            .rt
+            .execute(&h, data, Some(from), &mut self.out, &mut resp_len)
+        {
             Outcome::Drop => {}
             Outcome::Respond(st) => {
                 if st == STATUS_RNR {
@@ -1202,10 +1359,14 @@ impl Runtime {
     /// Executes one SRD request against this device's QPs and MRs (engine
     /// thread, or a same-process requester's direct path). `out[HEADER..]`
     /// receives the data of a small RDMA read.
+    ///
+    /// `from` is the datagram's source; `None` for the same-process direct
+    /// path, whose header this process built itself.
     fn execute(
         self: &Arc<Self>,
         h: &Header,
         data: &[u8],
+        from: Option<SocketAddrV4>,
         out: &mut [u8],
         resp_len: &mut usize,
     ) -> Outcome {
@@ -1275,6 +1436,12 @@ impl Runtime {
                         return Outcome::Drop;
                     }
                 }
+                // process_vm_* only for the process that really sent this
+                // request (file I/O on first contact: before taking our MR lock).
+                let proven = !fast
+                    || commit
+                    || rt.no_process_vm
+                    || from.map_or(true, |f| rt.requester_proven(h, f));
                 let mrs = rt.mrs.read().unwrap_or_else(|e| e.into_inner());
                 let target = mrs
                     .get(&h.rkey)
@@ -1289,6 +1456,10 @@ impl Runtime {
                     if rt.no_process_vm {
                         return Outcome::Respond(wire::STATUS_FALLBACK);
                     }
+                    if !proven {
+                        bump(&rt.stats.unproven);
+                        return Outcome::Respond(wire::STATUS_FALLBACK);
+                    }
                     let r = if write {
                         // SAFETY: host..host+len is inside our live MR (read lock held).
                         unsafe { mem::pull_from_process(h.pid, h.local_addr, host, len) }
@@ -1299,6 +1470,7 @@ impl Runtime {
                     if r.is_err() {
                         return Outcome::Respond(wire::STATUS_FALLBACK);
                     }
+                    bump(&rt.stats.process_vm);
                 } else if write {
                     // SAFETY: host..host+len is inside our live MR with REMOTE_WRITE (read lock held).
                     unsafe { mem::write_registered(host, data) };

@@ -14,6 +14,15 @@
 //! in different network namespaces on one host share the lock directory (it
 //! is a file system path), so their slots never collide either.
 //!
+//! # Owner records
+//!
+//! Next to `slot-<N>` the holder keeps `slot-<N>.owner` (mode 0600, replaced
+//! atomically by rename): its pid, the start time of that pid
+//! (`/proc/<pid>/stat`), its pid namespace and every address it has bound.
+//! A responder reads it ([`read_owner`]) to prove that a request naming
+//! process memory really comes from the process it names (see
+//! `crate::model::runtime`, "Trust model").
+//!
 //! # Faults
 //!
 //! `EFA_SIM_FAULTS=seed=42,reorder=0.2,delay_us=50,loss=0.05,dup=0.05`
@@ -68,6 +77,16 @@ pub fn addr_of(ip: Ipv4Addr, device: u32, qpn: u32) -> Option<SocketAddrV4> {
     Some(SocketAddrV4::new(ip, port_for(device, slot_of_qpn(qpn))?))
 }
 
+/// The slot lock directory (`EFA_SIM_LOCK_DIR`, default `/tmp/efa-sim-<uid>`).
+pub fn lock_dir() -> &'static str {
+    static DIR: OnceLock<String> = OnceLock::new();
+    DIR.get_or_init(|| {
+        // SAFETY: getuid has no preconditions and cannot fail.
+        let uid = unsafe { libc::getuid() };
+        std::env::var("EFA_SIM_LOCK_DIR").unwrap_or_else(|_| format!("/tmp/efa-sim-{uid}"))
+    })
+}
+
 /// This process's slot, claimed once with `flock` (held until exit).
 pub fn process_slot() -> Result<u32, String> {
     static SLOT: OnceLock<Result<(u32, std::fs::File), String>> = OnceLock::new();
@@ -78,10 +97,8 @@ pub fn process_slot() -> Result<u32, String> {
 }
 
 fn claim_slot() -> Result<(u32, std::fs::File), String> {
-    // SAFETY: getuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::getuid() };
-    let dir = std::env::var("EFA_SIM_LOCK_DIR").unwrap_or_else(|_| format!("/tmp/efa-sim-{uid}"));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create lock dir {dir}: {e}"))?;
+    let dir = lock_dir();
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create lock dir {dir}: {e}"))?;
     // Start at a pid-dependent slot so a slot (and its QPNs) is rarely reused
     // right after its process died.
     let first = std::process::id() % SLOTS;
@@ -96,10 +113,125 @@ fn claim_slot() -> Result<(u32, std::fs::File), String> {
         // SAFETY: flock on a valid, owned fd; non-blocking.
         let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
         if rc == 0 {
+            // A record left by a dead holder must not survive into our tenure.
+            let _ = std::fs::remove_file(owner_path(slot));
             return Ok((slot, file));
         }
     }
     Err(format!("all {SLOTS} process slots under {dir} are in use"))
+}
+
+fn owner_path(slot: u32) -> String {
+    format!("{}/slot-{slot}.owner", lock_dir())
+}
+
+/// What a slot's owner record says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlotOwner {
+    /// The slot.
+    pub slot: u32,
+    /// Pid of the holder (in its pid namespace).
+    pub pid: u32,
+    /// Start time of that pid (field 22 of `/proc/<pid>/stat`).
+    pub start: u64,
+    /// Inode of the holder's pid namespace.
+    pub pidns: u64,
+    /// Every address the holder has bound.
+    pub bound: Vec<SocketAddrV4>,
+}
+
+/// Start time (clock ticks after boot) of process `pid`, from `/proc`.
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which ends at the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // Field 3 (state) is the first one after ')'; start time is field 22.
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Inode of this process's pid namespace.
+pub fn own_pid_namespace() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    static NS: OnceLock<Option<u64>> = OnceLock::new();
+    *NS.get_or_init(|| std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino()))
+}
+
+/// Addresses this process has bound (all slots' endpoints).
+static BOUND: Mutex<Vec<SocketAddrV4>> = Mutex::new(Vec::new());
+
+/// Rewrites this process's owner record (write to a private file, rename).
+fn publish_owner(slot: u32) -> io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let pid = std::process::id();
+    let start = process_start_time(pid).ok_or(io::ErrorKind::NotFound)?;
+    let pidns = own_pid_namespace().ok_or(io::ErrorKind::NotFound)?;
+    let bound = BOUND.lock().unwrap_or_else(|e| e.into_inner());
+    let list: Vec<String> = bound.iter().map(|a| a.to_string()).collect();
+    let text = format!(
+        "efa-sim-owner slot={slot} pid={pid} start={start} pidns={pidns} bound={} end\n",
+        list.join(",")
+    );
+    let path = owner_path(slot);
+    let tmp = format!("{path}.{pid}.tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(text.as_bytes())?;
+    drop(f);
+    std::fs::rename(&tmp, &path)
+}
+
+/// The owner record of `slot`, if one exists that this user wrote (owned by
+/// our effective uid, writable by nobody else) and parses completely.
+pub fn read_owner(slot: u32) -> Option<SlotOwner> {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let mut f = std::fs::File::open(owner_path(slot)).ok()?;
+    let meta = f.metadata().ok()?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    if !meta.is_file() || meta.uid() != euid || meta.mode() & 0o022 != 0 || meta.len() > 8192 {
+        return None;
+    }
+    let mut text = String::new();
+    f.read_to_string(&mut text).ok()?;
+    parse_owner(&text)
+}
+
+fn parse_owner(text: &str) -> Option<SlotOwner> {
+    let line = text.strip_suffix(" end\n")?;
+    let mut words = line.split(' ');
+    if words.next()? != "efa-sim-owner" {
+        return None;
+    }
+    let mut field = |key: &str| -> Option<&str> { words.next()?.strip_prefix(key) };
+    let slot = field("slot=")?.parse().ok()?;
+    let pid = field("pid=")?.parse().ok()?;
+    let start = field("start=")?.parse().ok()?;
+    let pidns = field("pidns=")?.parse().ok()?;
+    let bound = field("bound=")?;
+    let bound = if bound.is_empty() {
+        Vec::new()
+    } else {
+        bound
+            .split(',')
+            .map(|a| a.parse().ok())
+            .collect::<Option<Vec<SocketAddrV4>>>()?
+    };
+    if words.next().is_some() {
+        return None;
+    }
+    Some(SlotOwner {
+        slot,
+        pid,
+        start,
+        pidns,
+        bound,
+    })
 }
 
 struct Delayed {
@@ -148,6 +280,10 @@ impl Endpoint {
                 }
             }
         }
+        // Peers may trust process_vm_* requests from this address only once
+        // our record names it (a failure just keeps them on the datagram path).
+        BOUND.lock().unwrap_or_else(|e| e.into_inner()).push(local);
+        let _ = publish_owner(slot);
         Ok(Endpoint {
             sock,
             local,
@@ -279,5 +415,48 @@ impl Endpoint {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_record_round_trip_and_rejects() {
+        let ok = "efa-sim-owner slot=5 pid=42 start=99 pidns=7 bound=127.0.0.1:47005,10.0.0.1:47133 end\n";
+        let o = parse_owner(ok).unwrap();
+        assert_eq!((o.slot, o.pid, o.start, o.pidns), (5, 42, 99, 7));
+        assert_eq!(
+            o.bound,
+            vec![
+                "127.0.0.1:47005".parse().unwrap(),
+                "10.0.0.1:47133".parse().unwrap()
+            ]
+        );
+        assert_eq!(
+            parse_owner("efa-sim-owner slot=5 pid=42 start=99 pidns=7 bound= end\n")
+                .unwrap()
+                .bound,
+            vec![]
+        );
+        // Truncated, extended or garbled records prove nothing.
+        assert!(parse_owner(&ok[..ok.len() - 5]).is_none());
+        assert!(parse_owner("efa-sim-owner slot=5 pid=4x start=99 pidns=7 bound= end\n").is_none());
+        assert!(
+            parse_owner("efa-sim-owner slot=5 pid=42 start=99 pidns=7 bound= x end\n").is_none()
+        );
+        assert!(
+            parse_owner("efa-sim-owner slot=5 pid=42 start=99 pidns=7 bound=1.2.3.4 end\n")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn start_time_of_this_process_is_stable() {
+        let pid = std::process::id();
+        let a = process_start_time(pid).unwrap();
+        assert_eq!(process_start_time(pid), Some(a));
+        assert!(own_pid_namespace().is_some());
     }
 }
