@@ -624,3 +624,15 @@ fn ibverbs_utils_ud_pingpong_runs_and_connected_types_are_refused() {
         );
     }
 }
+
+#[test]
+fn fi_pingpong_rdm_over_a_lossy_reordering_fabric() {
+    // SRD is reliable but unordered: the device retransmits lost datagrams and
+    // delivers out of order; libfabric's RDM protocol reorders (its receive window)
+    // and the data checks (-c) must still pass, long-read included.
+    let opts = Opts {
+        env: &[("EFA_SIM_FAULTS", "seed=7,loss=0.05,reorder=0.2,dup=0.05")],
+        ..Opts::default()
+    };
+    pingpong("rdm", "all", &opts).assert_completed(&["64", "256", "1k", "4k", "64k", "1m"]);
+}
