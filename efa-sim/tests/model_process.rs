@@ -137,11 +137,16 @@ fn child_send() {
     let region = Region::new(&side.pd, window * MSG, ALL_ACCESS);
     let (mut posted, mut done, mut errors) = (0u64, 0u64, 0u64);
     let mut free: Vec<u64> = (0..window as u64).collect();
+    // Sequence number in each slot; completions of a lower sequence number
+    // than one completed before count as reordered.
+    let mut seq_of = vec![0u64; window];
+    let (mut reordered, mut max_done) = (0u64, 0u64);
     let deadline = Instant::now() + Duration::from_secs(60);
     while done < count && Instant::now() < deadline {
         while posted < count {
             let Some(slot) = free.pop() else { break };
             region.fill(slot as usize * MSG, &message(posted));
+            seq_of[slot as usize] = posted;
             let w = wr(
                 &ah,
                 peer_qpn,
@@ -158,6 +163,11 @@ fn child_send() {
                 errors += 1;
                 eprintln!("send error {c:?}");
             }
+            let seq = seq_of[c.wr_id as usize];
+            if seq < max_done {
+                reordered += 1;
+            }
+            max_done = max_done.max(seq);
             free.push(c.wr_id);
             done += 1;
         }
@@ -166,7 +176,7 @@ fn child_send() {
     let st = side.dev.stats();
     eprintln!("sender stats {st:?}");
     println!(
-        "SENT done={done} errors={errors} retransmits={}",
+        "SENT done={done} errors={errors} retransmits={} reordered={reordered}",
         st.retransmits
     );
 }
@@ -346,6 +356,10 @@ fn stream(count: u64, faults: &str, recv_ns: Option<(&str, &str)>, send_ns: Opti
         assert!(
             field(&done, "reordered") > 0,
             "reorder injection must reorder deliveries: {done}"
+        );
+        assert!(
+            field(&sent, "reordered") > 0,
+            "reorder injection must reorder the sender's completions: {sent}"
         );
     }
     if faults.contains("dup") {
@@ -606,6 +620,72 @@ fn killed_peer_gives_bounded_errors() {
         t.elapsed() < Duration::from_millis(5000),
         "{:?}",
         t.elapsed()
+    );
+}
+
+/// The peer-kill knob (`EFA_SIM_FAULTS=kill_after=N`) kills the receiver
+/// in the middle of a stream: every WR of the sender still completes, those
+/// the receiver acknowledged with status 0, the rest with 13 (the peer
+/// answered before), all within the documented bound after the death.
+#[test]
+fn peer_kill_knob_kills_mid_stream_and_every_wr_completes() {
+    use std::os::unix::process::ExitStatusExt;
+    let mut rx = Kid::spawn(
+        "recv",
+        &[
+            ("EXPECT", "1000000".to_string()),
+            ("EFA_SIM_FAULTS", "kill_after=40".to_string()),
+        ],
+        None,
+    );
+    let qpn: u32 = rx.line("READY").parse().unwrap();
+    let d = dev(0);
+    let side = Side::new(&d, 0);
+    let ah = side.pd.create_ah(&d.gid).unwrap();
+    let region = Region::new(&side.pd, 64 * MSG, ALL_ACCESS);
+    let (mut posted, mut ok, mut failed) = (0u64, 0u64, 0u64);
+    let mut outstanding = 0u64;
+    let mut died_at: Option<Instant> = None;
+    let start = Instant::now();
+    while died_at.is_none() || outstanding > 0 {
+        assert!(start.elapsed() < Duration::from_secs(30), "stream hung");
+        if died_at.is_none() {
+            if let Some(st) = rx.child.try_wait().unwrap() {
+                assert_eq!(st.signal(), Some(libc::SIGKILL), "{st:?}");
+                died_at = Some(Instant::now());
+            }
+        }
+        while died_at.is_none() && outstanding < 64 {
+            region.fill((posted % 64) as usize * MSG, &message(posted));
+            let w = wr(
+                &ah,
+                qpn,
+                posted,
+                SendOp::Send,
+                &[region.sge((posted % 64) as usize * MSG, MSG as u32)],
+            );
+            side.qp.post_send_batch(&[w]).unwrap();
+            posted += 1;
+            outstanding += 1;
+        }
+        while let Some(c) = side.cq.peek() {
+            side.cq.retire();
+            outstanding -= 1;
+            match c.status {
+                0 => ok += 1,
+                13 => failed += 1,
+                s => panic!("unexpected status {s}: {c:?}"),
+            }
+        }
+        std::thread::yield_now();
+    }
+    let after_death = died_at.unwrap().elapsed();
+    assert!(ok > 0, "the receiver acknowledged nothing before dying");
+    assert!(failed > 0, "no WR was outstanding at the kill");
+    assert_eq!(ok + failed, posted);
+    assert!(
+        after_death < Duration::from_secs(5),
+        "errors took {after_death:?} after the kill"
     );
 }
 

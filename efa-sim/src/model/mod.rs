@@ -18,8 +18,9 @@
 //!   (address, then the 16-bit device index), see [`gid_for`].
 //! * `EFA_SIM_READ_OPCODE=send|rdma_read` — how RDMA-read requester completions are
 //!   reported (`send` = rdma-core fidelity, the default). Same as profile key `read_opcode`.
-//! * `EFA_SIM_FAULTS=seed=42,reorder=0.2,delay_us=50,loss=0.05,dup=0.05` — fault
-//!   injection on every datagram this process sends (see [`transport`]).
+//! * `EFA_SIM_FAULTS=seed=42,reorder=0.2,delay_us=50,loss=0.05,dup=0.05,kill_after=N` —
+//!   fault injection on every datagram this process sends; `kill_after` kills the
+//!   process (SIGKILL) at its N-th datagram (see [`transport`]).
 //! * `EFA_SIM_PORT_BASE` (default 47000), `EFA_SIM_LOCK_DIR` (default
 //!   `/tmp/efa-sim-<uid>`) — UDP port layout and process-slot lock files
 //!   (see [`transport`]).

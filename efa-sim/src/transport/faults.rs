@@ -13,6 +13,11 @@ pub struct Faults {
     pub reorder: f64,
     /// Fixed extra delay of every datagram.
     pub delay_us: u64,
+    /// Peer kill: this process SIGKILLs itself when it is about to send its
+    /// `kill_after`-th datagram (0 = never), so a test can kill a peer in the
+    /// middle of a transfer, at a reproducible point.
+    pub kill_after: u64,
+    sent: AtomicU64,
     state: AtomicU64,
     active: bool,
 }
@@ -54,15 +59,22 @@ impl Faults {
                         .parse()
                         .map_err(|_| format!("delay_us: `{v}` is not a number"))?
                 }
+                "kill_after" => {
+                    f.kill_after = v
+                        .trim()
+                        .parse()
+                        .map_err(|_| format!("kill_after: `{v}` is not a number"))?
+                }
                 other => {
                     return Err(format!(
-                        "unknown fault `{other}` (seed, loss, dup, reorder, delay_us)"
+                        "unknown fault `{other}` (seed, loss, dup, reorder, delay_us, kill_after)"
                     ))
                 }
             }
         }
         f.state = AtomicU64::new(seed);
-        f.active = f.loss > 0.0 || f.dup > 0.0 || f.reorder > 0.0 || f.delay_us > 0;
+        f.active =
+            f.loss > 0.0 || f.dup > 0.0 || f.reorder > 0.0 || f.delay_us > 0 || f.kill_after > 0;
         Ok(f)
     }
 
@@ -79,6 +91,15 @@ impl Faults {
     /// Whether any fault is configured.
     pub fn active(&self) -> bool {
         self.active
+    }
+
+    /// Counts one outgoing datagram; the `kill_after`-th kills this process
+    /// (SIGKILL: no unwinding, no goodbye, like a crash or `kill -9`).
+    pub fn count_send(&self) {
+        if self.kill_after > 0 && self.sent.fetch_add(1, Ordering::Relaxed) + 1 >= self.kill_after {
+            // SAFETY: kill(2) on our own pid; it does not return for SIGKILL.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
     }
 
     /// Next pseudo-random number (splitmix64 over an atomic counter).
@@ -111,5 +132,10 @@ mod tests {
         assert!(Faults::parse("loss=2").is_err());
         assert!(Faults::parse("chaos=1").unwrap_err().contains("chaos"));
         assert!(!Faults::parse("").unwrap().active());
+        let k = Faults::parse("kill_after=3").unwrap();
+        assert!(k.active() && k.kill_after == 3 && k.loss == 0.0);
+        assert!(Faults::parse("kill_after=x")
+            .unwrap_err()
+            .contains("kill_after"));
     }
 }

@@ -32,6 +32,9 @@
 //! `reorder`, and always held back `delay_us` microseconds. Requests and
 //! responses are both subject to faults; the reliability layer
 //! (retransmission + duplicate suppression in `crate::model`) hides them.
+//! `kill_after=N` is the peer-kill knob: the process SIGKILLs itself when it
+//! is about to send its N-th datagram (its peers' outstanding WRs then fail
+//! within the bounded peer timeout of `crate::model::runtime`).
 
 pub mod faults;
 pub mod wire;
@@ -304,6 +307,7 @@ impl Endpoint {
             let _ = self.sock.send_to(data, to);
             return;
         }
+        self.faults.count_send();
         if self.faults.roll(self.faults.loss) {
             return;
         }
