@@ -392,6 +392,28 @@ mod tests {
     }
 
     #[test]
+    fn profile_file_is_read_and_a_missing_one_is_named() {
+        let path = std::env::temp_dir().join(format!("efa-sim-profile-{}.txt", std::process::id()));
+        std::fs::write(
+            &path,
+            "# small device\nmax_rdma_size=8192\ncaps=-rdma_write\nefa_1.max_sq_wr=32\n",
+        )
+        .unwrap();
+        let o = Overrides::from_env_value(path.to_str().unwrap()).unwrap();
+        let _ = std::fs::remove_file(&path);
+        let p0 = o.profile_for(0, &Profile::default()).unwrap();
+        let p1 = o.profile_for(1, &Profile::default()).unwrap();
+        assert_eq!(p0.max_rdma_size, 8192);
+        assert_eq!(p0.device_caps & CAP_RDMA_WRITE, 0);
+        assert_eq!(
+            (p0.max_sq_wr, p1.max_sq_wr),
+            (Profile::default().max_sq_wr, 32)
+        );
+        let err = Overrides::from_env_value("/nonexistent/efa-sim.profile").unwrap_err();
+        assert!(err.contains("/nonexistent/efa-sim.profile"), "{err}");
+    }
+
+    #[test]
     fn malformed_items_are_rejected_with_a_reason() {
         let err = Overrides::parse("max_sq_wr=lots").unwrap_err();
         assert!(err.contains("max_sq_wr"), "{err}");
