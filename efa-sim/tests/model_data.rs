@@ -491,10 +491,11 @@ fn rnr_retries_then_status_10_or_success_once_posted() {
     qp.post_send_batch(&[wr(&ah, b.qp.qpn(), 1, SendOp::Send, &[])])
         .unwrap();
     assert_eq!(next(&cq, 10).status, 10);
-    // Default rnr_retry 7 = forever: the send waits until a receive shows up.
+    // Default rnr_retry 7 = forever: the send waits until a receive shows up,
+    // longer than the peer timeout (RNR answers prove the peer alive).
     a.qp.post_send_batch(&[wr(&ah, b.qp.qpn(), 2, SendOp::Send, &[])])
         .unwrap();
-    none_within(&a.cq, 100);
+    none_within(&a.cq, runtime::PEER_TIMEOUT.as_millis() as u64 + 300);
     b.qp.post_recv(&recv(3, &[])).unwrap();
     assert_eq!(next(&a.cq, 10).status, 0);
     assert_eq!(next(&b.cq, 10).wr_id, 3);
