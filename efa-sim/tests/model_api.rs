@@ -578,3 +578,34 @@ fn cq_notifier_fires_once_per_arm() {
     next(&a.cq, 10);
     assert_eq!(hits.load(Ordering::SeqCst), 2);
 }
+
+#[test]
+fn rq_slot_freed_only_on_retire() {
+    let a = Side::new(&dev(0), 0);
+    let d = dev(1);
+    let pd = d.alloc_pd().unwrap();
+    let (cq, _) = d.create_cq(64, CqOptions::default()).unwrap();
+    let (qp, g) = pd.create_qp(&srd_init(&cq, caps(8, 4), 0)).unwrap();
+    to_rts(&qp);
+    assert_eq!(g.max_recv_wr, 4);
+    let r = Region::new(&pd, 64, ALL_ACCESS);
+    for i in 0..4 {
+        qp.post_recv(&recv(i, &[r.sge(0, 8)])).unwrap();
+    }
+    assert_eq!(qp.post_recv(&recv(9, &[r.sge(0, 8)])), Err(ENOMEM));
+    let ah = a.pd.create_ah(&d.gid).unwrap();
+    a.qp.post_send_batch(&[wr(&ah, qp.qpn(), 1, SendOp::Send, &[])])
+        .unwrap();
+    assert_eq!(next(&a.cq, 5).status, 0);
+    // The receive completed (its WQE consumed) but is not retired: still full.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while cq.len() < 1 {
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::yield_now();
+    }
+    assert_eq!(qp.post_recv(&recv(9, &[r.sge(0, 8)])), Err(ENOMEM));
+    let c = next(&cq, 1);
+    assert_eq!((c.wr_id, c.status, c.kind), (0, 0, CompletionKind::Recv));
+    qp.post_recv(&recv(9, &[r.sge(0, 8)])).unwrap();
+    assert_eq!(qp.post_recv(&recv(10, &[r.sge(0, 8)])), Err(ENOMEM));
+}
