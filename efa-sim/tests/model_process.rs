@@ -65,6 +65,7 @@ fn child_entry() {
         "send" => child_send(),
         "target" => child_target(),
         "victim" => child_victim(),
+        "rdma" => child_rdma(),
         other => panic!("unknown role {other}"),
     }
 }
@@ -238,6 +239,41 @@ fn child_victim() {
         }
         std::io::stdout().flush().unwrap();
     }
+}
+
+/// RDMA requester: writes 1 MiB of a pattern to PEER_QPN's MR
+/// (PEER_RADDR, PEER_RKEY), reads it back into a second buffer and prints
+/// `RDMA write=<status> read=<status> same=<bool>`.
+fn child_rdma() {
+    let side = Side::new(&dev(0), 0);
+    let ah = side.pd.create_ah(&peer_gid()).unwrap();
+    let (qpn, raddr, rkey) = (
+        env_u64("PEER_QPN") as u32,
+        env_u64("PEER_RADDR"),
+        env_u64("PEER_RKEY") as u32,
+    );
+    let local = Region::new(&side.pd, 2 << 20, ALL_ACCESS);
+    let data: Vec<u8> = (0..1usize << 20)
+        .map(|i| (i * 13 + i / 777) as u8)
+        .collect();
+    local.fill(0, &data);
+    let mut w = wr(&ah, qpn, 1, SendOp::RdmaWrite, &[local.sge(0, 1 << 20)]);
+    w.remote = Some((raddr, rkey));
+    side.qp.post_send_batch(&[w]).unwrap();
+    let write = next(&side.cq, 10).status;
+    let mut w = wr(
+        &ah,
+        qpn,
+        2,
+        SendOp::RdmaRead,
+        &[local.sge(1 << 20, 1 << 20)],
+    );
+    w.remote = Some((raddr, rkey));
+    side.qp.post_send_batch(&[w]).unwrap();
+    let read = next(&side.cq, 10).status;
+    let same = local.bytes(1 << 20, 1 << 20) == data;
+    println!("RDMA write={write} read={read} same={same}");
+    std::io::stdout().flush().unwrap();
 }
 
 struct Kid {
@@ -729,4 +765,38 @@ fn two_network_namespaces() {
         ip(&["-n", ns, "link", "set", "lo", "up"]);
     }
     stream(5000, "", Some((&b, "10.77.0.2")), Some((&a, "10.77.0.1")));
+    // Bulk RDMA across the namespaces: the target proves the requester (its
+    // owner record lists 10.77.0.1) and copies with process_vm_*.
+    let mut target = Kid::spawn(
+        "target",
+        &[
+            ("EFA_SIM_ADDR", "10.77.0.2".to_string()),
+            ("PEER_ADDR", "10.77.0.1".to_string()),
+        ],
+        Some(&b),
+    );
+    let v: Vec<u64> = target
+        .line("READY")
+        .split_whitespace()
+        .map(|s| s.parse().unwrap())
+        .collect();
+    let mut rdma = Kid::spawn(
+        "rdma",
+        &[
+            ("EFA_SIM_ADDR", "10.77.0.1".to_string()),
+            ("PEER_ADDR", "10.77.0.2".to_string()),
+            ("PEER_QPN", v[0].to_string()),
+            ("PEER_RADDR", v[1].to_string()),
+            ("PEER_RKEY", v[2].to_string()),
+        ],
+        Some(&a),
+    );
+    assert_eq!(rdma.line("RDMA"), "write=0 read=0 same=true");
+    target.say("stats");
+    let stats = target.line("STATS");
+    assert_eq!(field(&stats, "unproven"), 0, "{stats}");
+    assert!(field(&stats, "process_vm") >= 2, "{stats}");
+    target.say("quit");
+    rdma.wait(10);
+    target.wait(10);
 }
