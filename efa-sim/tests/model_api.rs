@@ -599,7 +599,7 @@ fn rq_slot_freed_only_on_retire() {
     assert_eq!(next(&a.cq, 5).status, 0);
     // The receive completed (its WQE consumed) but is not retired: still full.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while cq.len() < 1 {
+    while cq.is_empty() {
         assert!(std::time::Instant::now() < deadline);
         std::thread::yield_now();
     }
