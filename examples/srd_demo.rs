@@ -172,30 +172,20 @@ pub fn run(args: &Args) -> DemoResult<Report> {
         qp_b.endpoint().gid()
     );
 
-    ping(
-        args.messages,
-        &pd_a,
-        &pd_b,
-        &qp_a,
-        &qp_b,
-        &cq_a,
-        &cq_b,
-        &to_b,
-    )?;
+    let link = Link {
+        pd_a: &pd_a,
+        pd_b: &pd_b,
+        qp_a: &qp_a,
+        qp_b: &qp_b,
+        cq_a: &cq_a,
+        cq_b: &cq_b,
+        to_b: &to_b,
+    };
+    ping(args.messages, &link)?;
     let caps = ctx_a.caps();
     let rdma_bytes =
         if caps.contains(DeviceCaps::RDMA_WRITE) && caps.contains(DeviceCaps::RDMA_READ) {
-            rdma(
-                args.bytes,
-                efa.max_rdma_size,
-                &pd_a,
-                &pd_b,
-                &qp_a,
-                &qp_b,
-                &cq_a,
-                &cq_b,
-                &to_b,
-            )?;
+            rdma(args.bytes, efa.max_rdma_size, &link)?;
             Some(args.bytes)
         } else {
             println!("rdma: skipped, the device lacks RDMA read/write");
@@ -209,17 +199,27 @@ pub fn run(args: &Args) -> DemoResult<Report> {
     })
 }
 
-#[allow(clippy::too_many_arguments)]
-fn ping(
-    messages: u64,
-    pd_a: &Pd,
-    pd_b: &Pd,
-    qp_a: &Qp<Rts>,
-    qp_b: &Qp<Rts>,
-    cq_a: &ExtCq,
-    cq_b: &ExtCq,
-    to_b: &Peer,
-) -> DemoResult<()> {
+/// Both ends of the demo: A sends and initiates RDMA, B receives and is the RDMA target.
+struct Link<'a> {
+    pd_a: &'a Pd<'a>,
+    pd_b: &'a Pd<'a>,
+    qp_a: &'a Qp<'a, Rts>,
+    qp_b: &'a Qp<'a, Rts>,
+    cq_a: &'a ExtCq<'a>,
+    cq_b: &'a ExtCq<'a>,
+    to_b: &'a Peer<'a>,
+}
+
+fn ping(messages: u64, link: &Link) -> DemoResult<()> {
+    let Link {
+        pd_a,
+        pd_b,
+        qp_a,
+        qp_b,
+        cq_a,
+        cq_b,
+        to_b,
+    } = *link;
     let mut src = pd_a.register(vec![0u8; MSG * BATCH], AccessFlags::empty())?;
     let ring = pd_b.register(vec![0u8; MSG * RING], AccessFlags::LOCAL_WRITE)?;
     // Keep every ring slot posted; wr_id = slot index.
@@ -297,18 +297,16 @@ fn ping(
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn rdma(
-    bytes: u64,
-    max_rdma: u32,
-    pd_a: &Pd,
-    pd_b: &Pd,
-    qp_a: &Qp<Rts>,
-    qp_b: &Qp<Rts>,
-    cq_a: &ExtCq,
-    cq_b: &ExtCq,
-    to_b: &Peer,
-) -> DemoResult<()> {
+fn rdma(bytes: u64, max_rdma: u32, link: &Link) -> DemoResult<()> {
+    let Link {
+        pd_a,
+        pd_b,
+        qp_a,
+        qp_b,
+        cq_a,
+        cq_b,
+        to_b,
+    } = *link;
     let data: Vec<u8> = (0..bytes).map(pattern).collect();
     let src = pd_a.register(data, AccessFlags::LOCAL_WRITE)?;
     let target = pd_b.register(
