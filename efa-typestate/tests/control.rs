@@ -372,11 +372,7 @@ fn raw_modify_escape_hatch() {
     let ctx = open(0);
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(CqOptions::new(16)).unwrap();
-    let qp = pd
-        .create_qp(&cq, &cq, &QpConfig::srd())
-        .unwrap()
-        .prepare(5, None)
-        .unwrap();
+    let qp = rts_qp(&pd, &cq, &QpConfig::srd(), 5);
     let mut attr: efa_typestate::sys::verbs::ibv_qp_attr = unsafe { std::mem::zeroed() };
     attr.qkey = 77;
     // SAFETY: RTS -> RTS with a new qkey keeps the state the type claims.

@@ -30,22 +30,15 @@ macro_rules! pair {
         let $cqb = $ctx
             .create_ext_cq(CqOptions::new(256).unsolicited_flag().sender_gid())
             .unwrap();
-        let $a = $pd
-            .create_qp(&$cqa, &$cqa, &$cfga)
-            .unwrap()
-            .prepare(QKEY_A, None)
-            .unwrap();
-        let $b = $pd
-            .create_qp(&$cqb, &$cqb, &$cfgb)
-            .unwrap()
-            .prepare(QKEY_B, None)
-            .unwrap();
+        let $a = rts_qp(&$pd, &$cqa, &$cfga, QKEY_A);
+        let $b = rts_qp(&$pd, &$cqb, &$cfgb, QKEY_B);
         let $to_b = $pd.connect(&$b.endpoint()).unwrap();
         let $to_a = $pd.connect(&$a.endpoint()).unwrap();
     };
 }
 
-fn recv_one(qp: &Qp<'_, Rts>, wr_id: u64, sge: Sge<'_>) {
+/// Posts one receive of `sge` (in any state that accepts receives).
+fn recv_one<S: RecvReady>(qp: &Qp<'_, S>, wr_id: u64, sge: Sge<'_>) {
     let mut r = RecvBatch::<1>::new();
     r.push(wr_id, sge).unwrap();
     // SAFETY: tests read receive buffers only after polling their completion.
@@ -337,16 +330,8 @@ fn unknown_peer_for_rdma_write_is_status_14_and_sender_gid_for_send() {
     let cqb = ctx_b
         .create_ext_cq(CqOptions::new(16).sender_gid())
         .unwrap();
-    let a = pd_a
-        .create_qp(&cqa, &cqa, &QpConfig::srd())
-        .unwrap()
-        .prepare(QKEY_A, None)
-        .unwrap();
-    let b = pd_b
-        .create_qp(&cqb, &cqb, &QpConfig::srd())
-        .unwrap()
-        .prepare(QKEY_B, None)
-        .unwrap();
+    let a = rts_qp(&pd_a, &cqa, &QpConfig::srd(), QKEY_A);
+    let b = rts_qp(&pd_b, &cqb, &QpConfig::srd(), QKEY_B);
     let to_b = pd_a.connect(&b.endpoint()).unwrap();
 
     let src = pd_a.register(vec![3u8; 16], AccessFlags::empty()).unwrap();
@@ -424,11 +409,7 @@ fn rnr_when_receiver_posts_nothing() {
         .unwrap()
         .prepare(QKEY_A, Some(0))
         .unwrap();
-    let b = pd
-        .create_qp(&cq, &cq, &QpConfig::srd())
-        .unwrap()
-        .prepare(QKEY_B, None)
-        .unwrap();
+    let b = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_B);
     let to_b = pd.connect(&b.endpoint()).unwrap();
     let mut s = SendBatch::<1>::new();
     s.send_inline(77, &to_b, b"anyone?").unwrap();
@@ -444,16 +425,8 @@ fn send_queue_full_is_recoverable() {
     let ctx = open(0);
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_ext_cq(CqOptions::new(256)).unwrap();
-    let a = pd
-        .create_qp(&cq, &cq, &QpConfig::srd().depth(8, 8))
-        .unwrap()
-        .prepare(QKEY_A, None)
-        .unwrap();
-    let b = pd
-        .create_qp(&cq, &cq, &QpConfig::srd().depth(64, 64))
-        .unwrap()
-        .prepare(QKEY_B, None)
-        .unwrap();
+    let a = rts_qp(&pd, &cq, &QpConfig::srd().depth(8, 8), QKEY_A);
+    let b = rts_qp(&pd, &cq, &QpConfig::srd().depth(64, 64), QKEY_B);
     let to_b = pd.connect(&b.endpoint()).unwrap();
     let depth = a.caps().max_send_wr as usize;
     let dst = pd
@@ -548,21 +521,13 @@ fn ud_send_and_receive_with_grh_prefix() {
     let ctx = open(0);
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(CqOptions::new(16)).unwrap();
-    let a = pd
-        .create_qp(&cq, &cq, &QpConfig::ud())
-        .unwrap()
-        .prepare(QKEY_A, None)
-        .unwrap();
-    let b = pd
-        .create_qp(&cq, &cq, &QpConfig::ud())
-        .unwrap()
-        .prepare(QKEY_B, None)
-        .unwrap();
+    let a = rts_qp(&pd, &cq, &QpConfig::ud(), QKEY_A);
+    let b = rts_qp(&pd, &cq, &QpConfig::ud(), QKEY_B);
     let to_b = pd.connect(&b.endpoint()).unwrap();
     let dst = pd
         .register(vec![0u8; 40 + 64], AccessFlags::LOCAL_WRITE)
         .unwrap();
-    recv_one_any(&b, 5, dst.sge_all().unwrap());
+    recv_one(&b, 5, dst.sge_all().unwrap());
     let mut s = SendBatch::<1>::new();
     s.send_imm(6, &to_b, Payload::Inline(b"datagram"), 12)
         .unwrap();
@@ -583,12 +548,6 @@ fn ud_send_and_receive_with_grh_prefix() {
     assert_eq!(&dst.as_slice()[40..48], b"datagram");
 }
 
-fn recv_one_any<S: RecvReady>(qp: &Qp<'_, S>, wr_id: u64, sge: Sge<'_>) {
-    let mut r = RecvBatch::<1>::new();
-    r.push(wr_id, sge).unwrap();
-    unsafe { qp.post_recv(&r) }.unwrap();
-}
-
 #[test]
 fn receives_can_be_posted_in_init_and_rtr() {
     let ctx = open(0);
@@ -602,15 +561,11 @@ fn receives_can_be_posted_in_init_and_rtr() {
         .unwrap()
         .init(QKEY_B)
         .unwrap();
-    recv_one_any(&b, 1, dst.sge(0, 32).unwrap());
+    recv_one(&b, 1, dst.sge(0, 32).unwrap());
     let b = b.rtr().unwrap();
-    recv_one_any(&b, 2, dst.sge(32, 32).unwrap());
+    recv_one(&b, 2, dst.sge(32, 32).unwrap());
     let b = b.rts(RtsOptions::default()).unwrap();
-    let a = pd
-        .create_qp(&cq, &cq, &QpConfig::srd())
-        .unwrap()
-        .prepare(QKEY_A, None)
-        .unwrap();
+    let a = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_A);
     let to_b = pd.connect(&b.endpoint()).unwrap();
     let mut s = SendBatch::<2>::new();
     s.send_inline(10, &to_b, b"one").unwrap();
@@ -631,16 +586,8 @@ fn classic_cq_batch_polling_respects_capacity() {
     let ctx = open(0);
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(CqOptions::new(64)).unwrap();
-    let a = pd
-        .create_qp(&cq, &cq, &QpConfig::srd().depth(32, 32))
-        .unwrap()
-        .prepare(QKEY_A, None)
-        .unwrap();
-    let b = pd
-        .create_qp(&cq, &cq, &QpConfig::srd().depth(32, 32))
-        .unwrap()
-        .prepare(QKEY_B, None)
-        .unwrap();
+    let a = rts_qp(&pd, &cq, &QpConfig::srd().depth(32, 32), QKEY_A);
+    let b = rts_qp(&pd, &cq, &QpConfig::srd().depth(32, 32), QKEY_B);
     let to_b = pd.connect(&b.endpoint()).unwrap();
     let dst = pd
         .register(vec![0u8; 20 * 8], AccessFlags::LOCAL_WRITE)
@@ -685,11 +632,7 @@ fn completion_channel_wakes_on_completion() {
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_ext_cq(CqOptions::new(16).channel(&ch)).unwrap();
     let other = ctx.create_cq(CqOptions::new(16).channel(&ch)).unwrap();
-    let a = pd
-        .create_qp(&cq, &cq, &QpConfig::srd())
-        .unwrap()
-        .prepare(QKEY_A, None)
-        .unwrap();
+    let a = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_A);
     let to_a = pd.connect(&a.endpoint()).unwrap();
     let dst = pd
         .register(vec![0u8; 16], AccessFlags::LOCAL_WRITE)
@@ -828,11 +771,7 @@ fn inline_rdma_write_on_an_inline_write_qp() {
     assert_eq!(&target.as_slice()[5..16], b"inline rdma");
 
     // Without the flag the provider refuses an inline write (whole batch, EINVAL).
-    let plain = pd
-        .create_qp(&cqa, &cqa, &QpConfig::srd())
-        .unwrap()
-        .prepare(QKEY_A, None)
-        .unwrap();
+    let plain = rts_qp(&pd, &cqa, &QpConfig::srd(), QKEY_A);
     let err = unsafe { plain.post_send(&s) }.unwrap_err();
     assert_eq!(
         err,
@@ -865,16 +804,8 @@ fn several_threads_post_to_one_qp() {
     let pd = ctx.alloc_pd().unwrap();
     let send_cq = ctx.create_ext_cq(CqOptions::new(4096)).unwrap();
     let recv_cq = ctx.create_cq(CqOptions::new(4096)).unwrap();
-    let a = pd
-        .create_qp(&send_cq, &send_cq, &QpConfig::srd().depth(64, 8))
-        .unwrap()
-        .prepare(QKEY_A, None)
-        .unwrap();
-    let b = pd
-        .create_qp(&recv_cq, &recv_cq, &QpConfig::srd().depth(8, 2048))
-        .unwrap()
-        .prepare(QKEY_B, None)
-        .unwrap();
+    let a = rts_qp(&pd, &send_cq, &QpConfig::srd().depth(64, 8), QKEY_A);
+    let b = rts_qp(&pd, &recv_cq, &QpConfig::srd().depth(8, 2048), QKEY_B);
     let to_b = pd.connect(&b.endpoint()).unwrap();
     let dst = pd
         .register(vec![0u8; total * 8], AccessFlags::LOCAL_WRITE)

@@ -12,11 +12,7 @@ fn two_processes_send_and_rdma_write() {
     let ctx = open(0);
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_ext_cq(CqOptions::new(32)).unwrap();
-    let qp = pd
-        .create_qp(&cq, &cq, &QpConfig::srd())
-        .unwrap()
-        .prepare(QKEY_B, None)
-        .unwrap();
+    let qp = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_B);
     // RDMA from the child needs an AH for its GID here; on one host both use efa_0's GID.
     let _ah = pd.create_ah(ctx.gid().unwrap()).unwrap();
     let inbox = pd
@@ -76,11 +72,7 @@ fn child_side() {
     let ctx = open(0);
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(CqOptions::new(8)).unwrap();
-    let qp = pd
-        .create_qp(&cq, &cq, &QpConfig::srd())
-        .unwrap()
-        .prepare(QKEY_A, None)
-        .unwrap();
+    let qp = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_A);
     let to_parent = pd.connect(&peer).unwrap();
     let mut msg = pd.register(vec![0u8; 64], AccessFlags::empty()).unwrap();
     msg.as_mut_slice()[..29].copy_from_slice(b"hello from the child process\0");

@@ -19,16 +19,8 @@ fn chunked_write_and_read_across_max_rdma_size() {
             assert_eq!(max, 4096, "profile applied");
             let pd = ctx.alloc_pd().unwrap();
             let cq = ctx.create_ext_cq(CqOptions::new(64)).unwrap();
-            let a = pd
-                .create_qp(&cq, &cq, &QpConfig::srd())
-                .unwrap()
-                .prepare(QKEY_A, None)
-                .unwrap();
-            let b = pd
-                .create_qp(&cq, &cq, &QpConfig::srd())
-                .unwrap()
-                .prepare(QKEY_B, None)
-                .unwrap();
+            let a = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_A);
+            let b = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_B);
             let to_b = pd.connect(&b.endpoint()).unwrap();
 
             let pattern: Vec<u8> = (0..LEN).map(|i| (i * 7 % 251) as u8).collect();

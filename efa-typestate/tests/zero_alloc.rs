@@ -48,16 +48,8 @@ fn steady_state_post_and_poll_does_not_allocate() {
     let ctx = open(0);
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_ext_cq(CqOptions::new(64)).unwrap();
-    let a = pd
-        .create_qp(&cq, &cq, &QpConfig::srd())
-        .unwrap()
-        .prepare(QKEY_A, None)
-        .unwrap();
-    let b = pd
-        .create_qp(&cq, &cq, &QpConfig::srd())
-        .unwrap()
-        .prepare(QKEY_B, None)
-        .unwrap();
+    let a = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_A);
+    let b = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_B);
     let to_b = pd.connect(&b.endpoint()).unwrap();
     let mut src = pd.register(vec![0u8; 64], AccessFlags::empty()).unwrap();
     let dst = pd

@@ -55,6 +55,20 @@ pub fn expect_none<C: CompletionQueue>(cq: &C, wait: Duration) {
     assert!(got.is_empty(), "unexpected completions: {got:?}");
 }
 
+/// Creates a QP on `pd` whose sends and receives both complete on `cq` and brings it to
+/// RTS with `qkey` and the device's default RNR retry.
+pub fn rts_qp<'a, C: CompletionQueue>(
+    pd: &'a Pd<'_>,
+    cq: &'a C,
+    config: &QpConfig,
+    qkey: u32,
+) -> Qp<'a, Rts> {
+    pd.create_qp(cq, cq, config)
+        .unwrap()
+        .prepare(qkey, None)
+        .unwrap()
+}
+
 pub const QKEY_A: u32 = 0x1111_1111;
 pub const QKEY_B: u32 = 0x2222_2222;
 
