@@ -55,21 +55,28 @@ impl Payload<'_> {
     }
 }
 
-impl<'a> From<Sge<'a>> for Payload<'a> {
-    fn from(s: Sge<'a>) -> Self {
-        Payload::Sge(s)
-    }
+/// `From` conversions of a buffer enum with `Sge` and `Sges` variants: one SGE, a slice of
+/// SGEs, or an array of SGEs.
+macro_rules! from_sges {
+    ($buffers:ident) => {
+        impl<'a> From<Sge<'a>> for $buffers<'a> {
+            fn from(s: Sge<'a>) -> Self {
+                $buffers::Sge(s)
+            }
+        }
+        impl<'a> From<&'a [Sge<'a>]> for $buffers<'a> {
+            fn from(s: &'a [Sge<'a>]) -> Self {
+                $buffers::Sges(s)
+            }
+        }
+        impl<'a, const K: usize> From<&'a [Sge<'a>; K]> for $buffers<'a> {
+            fn from(s: &'a [Sge<'a>; K]) -> Self {
+                $buffers::Sges(s)
+            }
+        }
+    };
 }
-impl<'a> From<&'a [Sge<'a>]> for Payload<'a> {
-    fn from(s: &'a [Sge<'a>]) -> Self {
-        Payload::Sges(s)
-    }
-}
-impl<'a, const K: usize> From<&'a [Sge<'a>; K]> for Payload<'a> {
-    fn from(s: &'a [Sge<'a>; K]) -> Self {
-        Payload::Sges(s)
-    }
-}
+from_sges!(Payload);
 
 /// The operation of a send work request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -331,21 +338,7 @@ pub enum RecvBufs<'a> {
     Sges(&'a [Sge<'a>]),
 }
 
-impl<'a> From<Sge<'a>> for RecvBufs<'a> {
-    fn from(s: Sge<'a>) -> Self {
-        RecvBufs::Sge(s)
-    }
-}
-impl<'a> From<&'a [Sge<'a>]> for RecvBufs<'a> {
-    fn from(s: &'a [Sge<'a>]) -> Self {
-        RecvBufs::Sges(s)
-    }
-}
-impl<'a, const K: usize> From<&'a [Sge<'a>; K]> for RecvBufs<'a> {
-    fn from(s: &'a [Sge<'a>; K]) -> Self {
-        RecvBufs::Sges(s)
-    }
-}
+from_sges!(RecvBufs);
 
 /// One receive work request.
 #[derive(Clone, Copy, Debug)]
