@@ -9,7 +9,6 @@
 //! The constants below are the C offsets (x86_64 LP64); compile-time assertions tie them to
 //! rdma-sys's structs, and `tests/layout.rs` ties them to the C headers.
 
-use core::mem::{offset_of, size_of};
 use rdma_sys::{ibv_cq_ex, ibv_qp, ibv_qp_ex};
 use static_assertions::const_assert_eq;
 
@@ -56,51 +55,37 @@ pub const IBV_QP_EX_WR_COMPLETE: usize = 328;
 /// `offsetof(struct ibv_qp_ex, wr_abort)`.
 pub const IBV_QP_EX_WR_ABORT: usize = 336;
 
-const_assert_eq!(size_of::<ibv_qp>(), IBV_QP_SIZE);
-const_assert_eq!(size_of::<ibv_qp_ex>(), IBV_QP_EX_SIZE_V44);
-const_assert_eq!(offset_of!(ibv_qp_ex, qp_base), 0);
-const_assert_eq!(offset_of!(ibv_qp_ex, comp_mask), 160);
-const_assert_eq!(offset_of!(ibv_qp_ex, wr_id), IBV_QP_EX_WR_ID);
-const_assert_eq!(offset_of!(ibv_qp_ex, wr_flags), IBV_QP_EX_WR_FLAGS);
-const_assert_eq!(offset_of!(ibv_qp_ex, wr_atomic_cmp_swp), 184);
-const_assert_eq!(offset_of!(ibv_qp_ex, wr_atomic_fetch_add), 192);
-const_assert_eq!(offset_of!(ibv_qp_ex, wr_bind_mw), 200);
-const_assert_eq!(offset_of!(ibv_qp_ex, wr_local_inv), 208);
-const_assert_eq!(offset_of!(ibv_qp_ex, wr_rdma_read), IBV_QP_EX_WR_RDMA_READ);
-const_assert_eq!(
-    offset_of!(ibv_qp_ex, wr_rdma_write),
-    IBV_QP_EX_WR_RDMA_WRITE
+assert_layout!(ibv_qp, size = IBV_QP_SIZE, align = 8);
+assert_layout!(
+    ibv_qp_ex,
+    size = IBV_QP_EX_SIZE_V44,
+    align = 8,
+    qp_base = 0,
+    comp_mask = 160,
+    wr_id = IBV_QP_EX_WR_ID,
+    wr_flags = IBV_QP_EX_WR_FLAGS,
+    wr_atomic_cmp_swp = 184,
+    wr_atomic_fetch_add = 192,
+    wr_bind_mw = 200,
+    wr_local_inv = 208,
+    wr_rdma_read = IBV_QP_EX_WR_RDMA_READ,
+    wr_rdma_write = IBV_QP_EX_WR_RDMA_WRITE,
+    wr_rdma_write_imm = IBV_QP_EX_WR_RDMA_WRITE_IMM,
+    wr_send = IBV_QP_EX_WR_SEND,
+    wr_send_imm = IBV_QP_EX_WR_SEND_IMM,
+    wr_send_inv = 256,
+    wr_send_tso = 264,
+    wr_set_ud_addr = IBV_QP_EX_WR_SET_UD_ADDR,
+    wr_set_xrc_srqn = 280,
+    wr_set_inline_data = IBV_QP_EX_WR_SET_INLINE_DATA,
+    wr_set_inline_data_list = IBV_QP_EX_WR_SET_INLINE_DATA_LIST,
+    wr_set_sge = IBV_QP_EX_WR_SET_SGE,
+    wr_set_sge_list = IBV_QP_EX_WR_SET_SGE_LIST,
+    wr_start = IBV_QP_EX_WR_START,
+    wr_complete = IBV_QP_EX_WR_COMPLETE,
+    wr_abort = IBV_QP_EX_WR_ABORT,
+    wr_atomic_write = 344,
 );
-const_assert_eq!(
-    offset_of!(ibv_qp_ex, wr_rdma_write_imm),
-    IBV_QP_EX_WR_RDMA_WRITE_IMM
-);
-const_assert_eq!(offset_of!(ibv_qp_ex, wr_send), IBV_QP_EX_WR_SEND);
-const_assert_eq!(offset_of!(ibv_qp_ex, wr_send_imm), IBV_QP_EX_WR_SEND_IMM);
-const_assert_eq!(offset_of!(ibv_qp_ex, wr_send_inv), 256);
-const_assert_eq!(offset_of!(ibv_qp_ex, wr_send_tso), 264);
-const_assert_eq!(
-    offset_of!(ibv_qp_ex, wr_set_ud_addr),
-    IBV_QP_EX_WR_SET_UD_ADDR
-);
-const_assert_eq!(offset_of!(ibv_qp_ex, wr_set_xrc_srqn), 280);
-const_assert_eq!(
-    offset_of!(ibv_qp_ex, wr_set_inline_data),
-    IBV_QP_EX_WR_SET_INLINE_DATA
-);
-const_assert_eq!(
-    offset_of!(ibv_qp_ex, wr_set_inline_data_list),
-    IBV_QP_EX_WR_SET_INLINE_DATA_LIST
-);
-const_assert_eq!(offset_of!(ibv_qp_ex, wr_set_sge), IBV_QP_EX_WR_SET_SGE);
-const_assert_eq!(
-    offset_of!(ibv_qp_ex, wr_set_sge_list),
-    IBV_QP_EX_WR_SET_SGE_LIST
-);
-const_assert_eq!(offset_of!(ibv_qp_ex, wr_start), IBV_QP_EX_WR_START);
-const_assert_eq!(offset_of!(ibv_qp_ex, wr_complete), IBV_QP_EX_WR_COMPLETE);
-const_assert_eq!(offset_of!(ibv_qp_ex, wr_abort), IBV_QP_EX_WR_ABORT);
-const_assert_eq!(offset_of!(ibv_qp_ex, wr_atomic_write), 344);
 const_assert_eq!(IBV_QP_EX_READ_PREFIX, IBV_QP_EX_WR_ABORT + 8);
 
 /// `sizeof(struct ibv_cq_ex)` (rdma-core 44 and 65).
@@ -134,37 +119,29 @@ pub const IBV_CQ_EX_READ_SLID: usize = 224;
 /// `offsetof(struct ibv_cq_ex, read_sl)`.
 pub const IBV_CQ_EX_READ_SL: usize = 232;
 
-const_assert_eq!(size_of::<ibv_cq_ex>(), IBV_CQ_EX_SIZE);
-const_assert_eq!(offset_of!(ibv_cq_ex, comp_mask), 128);
-const_assert_eq!(offset_of!(ibv_cq_ex, status), IBV_CQ_EX_STATUS);
-const_assert_eq!(offset_of!(ibv_cq_ex, wr_id), IBV_CQ_EX_WR_ID);
-const_assert_eq!(offset_of!(ibv_cq_ex, start_poll), IBV_CQ_EX_START_POLL);
-const_assert_eq!(offset_of!(ibv_cq_ex, next_poll), IBV_CQ_EX_NEXT_POLL);
-const_assert_eq!(offset_of!(ibv_cq_ex, end_poll), IBV_CQ_EX_END_POLL);
-const_assert_eq!(offset_of!(ibv_cq_ex, read_opcode), IBV_CQ_EX_READ_OPCODE);
-const_assert_eq!(
-    offset_of!(ibv_cq_ex, read_vendor_err),
-    IBV_CQ_EX_READ_VENDOR_ERR
+assert_layout!(
+    ibv_cq_ex,
+    size = IBV_CQ_EX_SIZE,
+    align = 8,
+    comp_mask = 128,
+    status = IBV_CQ_EX_STATUS,
+    wr_id = IBV_CQ_EX_WR_ID,
+    start_poll = IBV_CQ_EX_START_POLL,
+    next_poll = IBV_CQ_EX_NEXT_POLL,
+    end_poll = IBV_CQ_EX_END_POLL,
+    read_opcode = IBV_CQ_EX_READ_OPCODE,
+    read_vendor_err = IBV_CQ_EX_READ_VENDOR_ERR,
+    read_byte_len = IBV_CQ_EX_READ_BYTE_LEN,
+    read_imm_data = IBV_CQ_EX_READ_IMM_DATA,
+    read_qp_num = IBV_CQ_EX_READ_QP_NUM,
+    read_src_qp = IBV_CQ_EX_READ_SRC_QP,
+    read_wc_flags = IBV_CQ_EX_READ_WC_FLAGS,
+    read_slid = IBV_CQ_EX_READ_SLID,
+    read_sl = IBV_CQ_EX_READ_SL,
+    read_dlid_path_bits = 240,
+    read_completion_ts = 248,
+    read_cvlan = 256,
+    read_flow_tag = 264,
+    read_tm_info = 272,
+    read_completion_wallclock_ns = 280,
 );
-const_assert_eq!(
-    offset_of!(ibv_cq_ex, read_byte_len),
-    IBV_CQ_EX_READ_BYTE_LEN
-);
-const_assert_eq!(
-    offset_of!(ibv_cq_ex, read_imm_data),
-    IBV_CQ_EX_READ_IMM_DATA
-);
-const_assert_eq!(offset_of!(ibv_cq_ex, read_qp_num), IBV_CQ_EX_READ_QP_NUM);
-const_assert_eq!(offset_of!(ibv_cq_ex, read_src_qp), IBV_CQ_EX_READ_SRC_QP);
-const_assert_eq!(
-    offset_of!(ibv_cq_ex, read_wc_flags),
-    IBV_CQ_EX_READ_WC_FLAGS
-);
-const_assert_eq!(offset_of!(ibv_cq_ex, read_slid), IBV_CQ_EX_READ_SLID);
-const_assert_eq!(offset_of!(ibv_cq_ex, read_sl), IBV_CQ_EX_READ_SL);
-const_assert_eq!(offset_of!(ibv_cq_ex, read_dlid_path_bits), 240);
-const_assert_eq!(offset_of!(ibv_cq_ex, read_completion_ts), 248);
-const_assert_eq!(offset_of!(ibv_cq_ex, read_cvlan), 256);
-const_assert_eq!(offset_of!(ibv_cq_ex, read_flow_tag), 264);
-const_assert_eq!(offset_of!(ibv_cq_ex, read_tm_info), 272);
-const_assert_eq!(offset_of!(ibv_cq_ex, read_completion_wallclock_ns), 280);

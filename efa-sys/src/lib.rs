@@ -19,6 +19,16 @@
 #[cfg(feature = "std")]
 extern crate std;
 
+/// Compile-time checks of a `#[repr(C)]` type against the C layout: size, alignment and the
+/// offsets of the listed fields. Defined before the modules so that all of them can use it.
+macro_rules! assert_layout {
+    ($t:ty, size = $size:expr, align = $align:expr $(, $field:ident = $off:expr)* $(,)?) => {
+        static_assertions::const_assert_eq!(core::mem::size_of::<$t>(), $size);
+        static_assertions::const_assert_eq!(core::mem::align_of::<$t>(), $align);
+        $(static_assertions::const_assert_eq!(core::mem::offset_of!($t, $field), $off);)*
+    };
+}
+
 pub mod efadv;
 pub mod layout;
 pub mod vendor;

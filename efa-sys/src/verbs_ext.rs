@@ -127,13 +127,13 @@ pub struct ibv_comp_cntr_caps {
     /// Bitmask of `IBV_QP_ATTACH_COMP_CNTR_OP_*`.
     pub supported_qp_attach_ops: u32,
 }
-const_assert_eq!(core::mem::size_of::<ibv_comp_cntr_caps>(), 16);
-const_assert_eq!(core::mem::align_of::<ibv_comp_cntr_caps>(), 8);
-const_assert_eq!(core::mem::offset_of!(ibv_comp_cntr_caps, max_value), 0);
-const_assert_eq!(core::mem::offset_of!(ibv_comp_cntr_caps, max_counters), 8);
-const_assert_eq!(
-    core::mem::offset_of!(ibv_comp_cntr_caps, supported_qp_attach_ops),
-    12
+assert_layout!(
+    ibv_comp_cntr_caps,
+    size = 16,
+    align = 8,
+    max_value = 0,
+    max_counters = 8,
+    supported_qp_attach_ops = 12
 );
 
 /// `struct ibv_comp_cntr` (rdma-core 65): a completion counter object.
@@ -145,10 +145,7 @@ pub struct ibv_comp_cntr {
     /// Kernel handle.
     pub handle: u32,
 }
-const_assert_eq!(core::mem::size_of::<ibv_comp_cntr>(), 16);
-const_assert_eq!(core::mem::align_of::<ibv_comp_cntr>(), 8);
-const_assert_eq!(core::mem::offset_of!(ibv_comp_cntr, context), 0);
-const_assert_eq!(core::mem::offset_of!(ibv_comp_cntr, handle), 8);
+assert_layout!(ibv_comp_cntr, size = 16, align = 8, context = 0, handle = 8);
 
 /// `struct ibv_comp_cntr_init_attr` (rdma-core 65).
 #[repr(C)]
@@ -161,11 +158,14 @@ pub struct ibv_comp_cntr_init_attr {
     /// Flags; must be 0.
     pub flags: u32,
 }
-const_assert_eq!(core::mem::size_of::<ibv_comp_cntr_init_attr>(), 12);
-const_assert_eq!(core::mem::align_of::<ibv_comp_cntr_init_attr>(), 4);
-const_assert_eq!(core::mem::offset_of!(ibv_comp_cntr_init_attr, comp_mask), 0);
-const_assert_eq!(core::mem::offset_of!(ibv_comp_cntr_init_attr, type_), 4);
-const_assert_eq!(core::mem::offset_of!(ibv_comp_cntr_init_attr, flags), 8);
+assert_layout!(
+    ibv_comp_cntr_init_attr,
+    size = 12,
+    align = 4,
+    comp_mask = 0,
+    type_ = 4,
+    flags = 8
+);
 
 /// `struct ibv_qp_attach_comp_cntr_attr` (rdma-core 65).
 #[repr(C)]
@@ -176,13 +176,10 @@ pub struct ibv_qp_attach_comp_cntr_attr {
     /// Bitmask of `IBV_QP_ATTACH_COMP_CNTR_OP_*`.
     pub op_mask: u32,
 }
-const_assert_eq!(core::mem::size_of::<ibv_qp_attach_comp_cntr_attr>(), 8);
-const_assert_eq!(core::mem::align_of::<ibv_qp_attach_comp_cntr_attr>(), 4);
-const_assert_eq!(
-    core::mem::offset_of!(ibv_qp_attach_comp_cntr_attr, comp_mask),
-    0
-);
-const_assert_eq!(
-    core::mem::offset_of!(ibv_qp_attach_comp_cntr_attr, op_mask),
-    4
+assert_layout!(
+    ibv_qp_attach_comp_cntr_attr,
+    size = 8,
+    align = 4,
+    comp_mask = 0,
+    op_mask = 4
 );

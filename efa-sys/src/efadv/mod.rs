@@ -27,15 +27,6 @@ use rdma_sys::{
     ibv_ah, ibv_context, ibv_cq_ex, ibv_cq_init_attr_ex, ibv_gid, ibv_pd, ibv_qp, ibv_qp_init_attr,
     ibv_qp_init_attr_ex,
 };
-use static_assertions::const_assert_eq;
-
-macro_rules! assert_layout {
-    ($t:ty, size = $size:expr, align = $align:expr $(, $field:ident = $off:expr)* $(,)?) => {
-        const_assert_eq!(core::mem::size_of::<$t>(), $size);
-        const_assert_eq!(core::mem::align_of::<$t>(), $align);
-        $(const_assert_eq!(core::mem::offset_of!($t, $field), $off);)*
-    };
-}
 
 // ---------------------------------------------------------------------------------------------
 // Device attributes (EFA_1.1)
