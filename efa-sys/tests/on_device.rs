@@ -55,6 +55,28 @@ fn query_device(ctx: *mut ibv_context) -> ibv_device_attr {
     attr
 }
 
+/// `efadv_query_device` with the full rdma-core 65 struct; fails the test unless it returns 0.
+fn efa_device_attr(ctx: *mut ibv_context) -> efadv_device_attr {
+    let mut attr = efadv_device_attr::default();
+    // SAFETY: live context; `attr` is valid for its full size.
+    let rc = unsafe { efadv_query_device(ctx, &mut attr, size_of::<efadv_device_attr>() as u32) };
+    assert_eq!(rc, 0);
+    attr
+}
+
+/// Extended-CQ attributes for `cqe` entries reporting byte length and immediate data.
+fn cq_attr_with_len_and_imm(cqe: u32) -> ibv_cq_init_attr_ex {
+    // SAFETY: all-zero is a valid attr.
+    let mut cq_attr: ibv_cq_init_attr_ex = unsafe { zeroed() };
+    cq_attr.cqe = cqe;
+    cq_attr.wc_flags = u64::from(
+        (ibv_create_cq_wc_flags::IBV_WC_EX_WITH_BYTE_LEN
+            | ibv_create_cq_wc_flags::IBV_WC_EX_WITH_IMM)
+            .0,
+    );
+    cq_attr
+}
+
 #[test]
 fn runs_on_the_selected_efa_device() {
     let dev = Device::open_first();
@@ -78,11 +100,7 @@ fn runs_on_the_selected_efa_device() {
 #[test]
 fn linked_efadv_query_device_fills_the_rdma_core_65_layout() {
     let dev = Device::open_first();
-    let mut attr = efadv_device_attr::default();
-    // SAFETY: live context; `attr` is valid for its full size.
-    let rc =
-        unsafe { efadv_query_device(dev.ctx, &mut attr, size_of::<efadv_device_attr>() as u32) };
-    assert_eq!(rc, 0);
+    let attr = efa_device_attr(dev.ctx);
     assert!(attr.max_sq_wr > 0 && attr.max_rq_wr > 0, "{attr:?}");
     assert!(attr.max_sq_sge > 0 && attr.max_rq_sge > 0, "{attr:?}");
     assert!(attr.inline_buf_size > 0, "{attr:?}");
@@ -147,14 +165,7 @@ fn extended_verbs_reach_the_provider() {
         port.max_msg_sz
     );
 
-    // SAFETY: all-zero is a valid attr.
-    let mut cq_attr: ibv_cq_init_attr_ex = unsafe { zeroed() };
-    cq_attr.cqe = 16;
-    cq_attr.wc_flags = u64::from(
-        (ibv_create_cq_wc_flags::IBV_WC_EX_WITH_BYTE_LEN
-            | ibv_create_cq_wc_flags::IBV_WC_EX_WITH_IMM)
-            .0,
-    );
+    let mut cq_attr = cq_attr_with_len_and_imm(16);
     // SAFETY: live context, valid attr.
     let cq = unsafe { ibv_create_cq_ex(dev.ctx, &mut cq_attr) };
     assert!(
@@ -172,21 +183,9 @@ fn extended_verbs_reach_the_provider() {
 #[test]
 fn efadv_cq_and_qp_objects() {
     let dev = Device::open_first();
-    let mut caps = efadv_device_attr::default();
-    // SAFETY: live context, valid attr.
-    assert_eq!(
-        unsafe { efadv_query_device(dev.ctx, &mut caps, size_of::<efadv_device_attr>() as u32) },
-        0
-    );
+    let caps = efa_device_attr(dev.ctx);
 
-    // SAFETY: all-zero is a valid attr.
-    let mut cq_attr: ibv_cq_init_attr_ex = unsafe { zeroed() };
-    cq_attr.cqe = 16;
-    cq_attr.wc_flags = u64::from(
-        (ibv_create_cq_wc_flags::IBV_WC_EX_WITH_BYTE_LEN
-            | ibv_create_cq_wc_flags::IBV_WC_EX_WITH_IMM)
-            .0,
-    );
+    let mut cq_attr = cq_attr_with_len_and_imm(16);
     let with_sgid = caps.device_caps & EFADV_DEVICE_ATTR_CAPS_CQ_WITH_SGID != 0;
     let mut efa_cq_attr = efadv_cq_init_attr {
         wc_flags: if with_sgid { EFADV_WC_EX_WITH_SGID } else { 0 },
@@ -273,12 +272,7 @@ fn efadv_cq_and_qp_objects() {
 #[test]
 fn run_time_resolved_queue_depths() {
     let dev = Device::open_first();
-    let mut caps = efadv_device_attr::default();
-    // SAFETY: live context, valid attr.
-    assert_eq!(
-        unsafe { efadv_query_device(dev.ctx, &mut caps, size_of::<efadv_device_attr>() as u32) },
-        0
-    );
+    let caps = efa_device_attr(dev.ctx);
 
     let mut sq = efadv_sq_depth_attr {
         max_send_sge: 1,
