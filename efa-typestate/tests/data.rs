@@ -115,12 +115,7 @@ fn rdma_write_lands_without_receiver_completion() {
     let src = pd
         .register((0..=255u8).collect::<Vec<u8>>(), AccessFlags::empty())
         .unwrap();
-    let target = pd
-        .register(
-            vec![0u8; 512],
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-        )
-        .unwrap();
+    let target = write_target(&pd, 512);
     let mut s = SendBatch::<1>::new();
     s.write(
         9,
@@ -144,12 +139,7 @@ fn rdma_write_lands_without_receiver_completion() {
 fn rdma_write_with_imm_consumes_a_receive() {
     pair!(ctx, pd, cqa, cqb, a, b, to_b, _to_a);
     let src = pd.register(vec![0xabu8; 64], AccessFlags::empty()).unwrap();
-    let target = pd
-        .register(
-            vec![0u8; 64],
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-        )
-        .unwrap();
+    let target = write_target(&pd, 64);
     let rbuf = pd
         .register(vec![0u8; 16], AccessFlags::LOCAL_WRITE)
         .unwrap();
@@ -191,12 +181,7 @@ fn unsolicited_write_with_imm_consumes_no_receive() {
         QpConfig::srd().unsolicited_write_recv()
     );
     let src = pd.register(vec![7u8; 32], AccessFlags::empty()).unwrap();
-    let target = pd
-        .register(
-            vec![0u8; 32],
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-        )
-        .unwrap();
+    let target = write_target(&pd, 32);
     let mut s = SendBatch::<1>::new();
     s.write_imm(4, &to_b, src.sge_all().unwrap(), target.remote(), 99)
         .unwrap();
@@ -335,12 +320,7 @@ fn unknown_peer_for_rdma_write_is_status_14_and_sender_gid_for_send() {
     let to_b = pd_a.connect(&b.endpoint()).unwrap();
 
     let src = pd_a.register(vec![3u8; 16], AccessFlags::empty()).unwrap();
-    let target = pd_b
-        .register(
-            vec![0u8; 16],
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-        )
-        .unwrap();
+    let target = write_target(&pd_b, 16);
     let mut s = SendBatch::<1>::new();
     s.write(1, &to_b, src.sge_all().unwrap(), target.remote())
         .unwrap();
@@ -494,12 +474,7 @@ fn send_op_not_enabled_is_refused_before_the_device() {
         QpConfig::srd()
     );
     let src = pd.register(vec![0u8; 8], AccessFlags::empty()).unwrap();
-    let target = pd
-        .register(
-            vec![0u8; 8],
-            AccessFlags::REMOTE_WRITE | AccessFlags::LOCAL_WRITE,
-        )
-        .unwrap();
+    let target = write_target(&pd, 8);
     let mut s = SendBatch::<2>::new();
     s.send_inline(1, &to_b, b"ok").unwrap();
     s.write(2, &to_b, src.sge_all().unwrap(), target.remote())
@@ -750,12 +725,7 @@ fn inline_rdma_write_on_an_inline_write_qp() {
         QpConfig::srd().inline_write(),
         QpConfig::srd()
     );
-    let target = pd
-        .register(
-            vec![0u8; 64],
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-        )
-        .unwrap();
+    let target = write_target(&pd, 64);
     let bytes = *b"inline rdma";
     let mut s = SendBatch::<1>::new();
     s.write(

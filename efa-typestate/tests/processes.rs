@@ -18,12 +18,7 @@ fn two_processes_send_and_rdma_write() {
     let inbox = pd
         .register(vec![0u8; 64], AccessFlags::LOCAL_WRITE)
         .unwrap();
-    let target = pd
-        .register(
-            vec![0u8; 64],
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-        )
-        .unwrap();
+    let target = write_target(&pd, 64);
     let mut r = RecvBatch::<2>::new();
     r.push(1, inbox.sge_all().unwrap()).unwrap();
     r.push(2, inbox.sge(0, 0).unwrap()).unwrap(); // consumed by the write-with-imm

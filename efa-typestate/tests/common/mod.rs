@@ -69,6 +69,16 @@ pub fn rts_qp<'a, C: CompletionQueue>(
         .unwrap()
 }
 
+/// Registers `len` zero bytes as a target peers may RDMA-write into
+/// (`LOCAL_WRITE | REMOTE_WRITE`).
+pub fn write_target<'pd>(pd: &'pd Pd<'pd>, len: usize) -> Mr<'pd, Vec<u8>> {
+    pd.register(
+        vec![0u8; len],
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+    )
+    .unwrap()
+}
+
 pub const QKEY_A: u32 = 0x1111_1111;
 pub const QKEY_B: u32 = 0x2222_2222;
 
