@@ -636,3 +636,20 @@ fn fi_pingpong_rdm_over_a_lossy_reordering_fabric() {
     };
     pingpong("rdm", "all", &opts).assert_completed(&["64", "256", "1k", "4k", "64k", "1m"]);
 }
+
+#[test]
+fn without_the_rdma_read_cap_libfabric_falls_back_to_sends() {
+    // libfabric reads EFADV_DEVICE_ATTR_CAPS_RDMA_READ from efadv_query_device: a device
+    // without it gets 1 MiB messages by long-CTS (datagrams), never by RDMA read.
+    let (pp, bytes) = traced_pingpong(
+        MIN_READ_MESSAGE_SIZE,
+        &[("EFA_SIM_PROFILE", "caps=-rdma_read")],
+    );
+    pp.assert_completed(&["1m"]);
+    assert_eq!(
+        bytes,
+        0,
+        "RDMA read without the capability\n{}",
+        pp.report()
+    );
+}
