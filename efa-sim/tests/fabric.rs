@@ -653,3 +653,55 @@ fn without_the_rdma_read_cap_libfabric_falls_back_to_sends() {
         pp.report()
     );
 }
+
+/// `(name, version)` of the dynamic symbols `objdump -T` lists for `lib`, keeping the
+/// lines `keep` accepts (e.g. undefined ones, or defined in `.text`).
+fn dynamic_symbols(lib: &Path, keep: impl Fn(&str) -> bool) -> Vec<(String, String)> {
+    let out = Command::new("objdump")
+        .arg("-T")
+        .arg(lib)
+        .output()
+        .expect("run objdump (binutils)");
+    assert!(out.status.success(), "{}", describe("objdump -T", &out));
+    text(&out.stdout)
+        .lines()
+        .filter(|l| keep(l))
+        .filter_map(|l| {
+            let mut words = l.split_whitespace().rev();
+            let name = words.next()?.to_string();
+            let version = words.next()?.trim_matches(['(', ')']).to_string();
+            Some((name, version))
+        })
+        .collect()
+}
+
+#[test]
+fn every_verbs_symbol_librdmacm_imports_is_exported_at_its_version() {
+    // The system librdmacm.so.1 (what programs linked -lrdmacm load).
+    let out = Command::new("gcc")
+        .arg("-print-file-name=librdmacm.so.1")
+        .output()
+        .expect("run gcc");
+    let rdmacm = PathBuf::from(text(&out.stdout).trim());
+    assert!(
+        rdmacm.is_absolute() && rdmacm.exists(),
+        "librdmacm.so.1 not found (Debian package librdmacm1): {}",
+        rdmacm.display()
+    );
+    let imports = dynamic_symbols(&rdmacm, |l| l.contains("*UND*") && l.contains("IBVERBS_"));
+    assert!(
+        imports.len() >= 30,
+        "expected librdmacm to import its verbs symbols, found {imports:?}"
+    );
+    let exports = dynamic_symbols(&built_library(), |l| l.contains(" .text"));
+    let missing: Vec<String> = imports
+        .iter()
+        .filter(|i| !exports.contains(i))
+        .map(|(n, v)| format!("{n}@{v}"))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} imports these from libibverbs.so.1, the stand-in lacks them: {missing:?}",
+        rdmacm.display()
+    );
+}
