@@ -46,6 +46,14 @@ fn errors() {
     support::run_c("errors", &[]);
 }
 
+/// Errors that take time or need a profile: Q_Key mismatch (dropped, sender 13), an
+/// unreachable peer (15), a killed peer process (13, bounded), RDMA above
+/// `max_rdma_size` (6, nothing written).
+#[test]
+fn errors_timed() {
+    support::run_c("errors_timed", &[("EFA_SIM_PROFILE", "max_rdma_size=4096")]);
+}
+
 /// Completion channels and RNR retry exhaustion.
 #[test]
 fn channel() {

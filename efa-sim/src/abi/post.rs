@@ -10,6 +10,8 @@ use core::ffi::{c_int, c_void};
 use efa_sys::verbs as v;
 use libc::EINVAL;
 
+/// WRs of one legacy `ibv_post_send` list posted as one model batch.
+const LEGACY_BATCH: usize = 16;
 const WR_SEND: u32 = 2;
 const WR_SEND_WITH_IMM: u32 = 3;
 const SEND_INLINE: u32 = 1 << 3;
@@ -49,21 +51,49 @@ pub unsafe extern "C" fn post_send(
     let (wr, bad_wr) = (wr as *mut SendWrC, bad_wr as *mut *mut SendWrC);
     // SAFETY: qp is ours.
     let sim = unsafe { SimQp::from_ibv(qp) };
+    // Valid WRs of the list are posted in groups (one model batch: one datagram
+    // per destination), as rdma-core rings one doorbell per list.
+    let mut staged = ArrayVec::<SendWr, LEGACY_BATCH>::new();
+    let mut group_head = wr;
+    let fail = |at: *mut SendWrC, e: c_int| {
+        if !bad_wr.is_null() {
+            // SAFETY: caller out pointer.
+            unsafe { *bad_wr = at };
+        }
+        e
+    };
     let mut cur = wr;
     while !cur.is_null() {
         // SAFETY: the caller's WR list.
         let w = unsafe { &*cur };
+        if staged.is_full() {
+            if let Err(e) = sim.model.post_send_batch(&staged) {
+                return fail(group_head, e);
+            }
+            staged.clear();
+            group_head = cur;
+        }
         // SAFETY: as above; sg_list holds num_sge entries.
         let r = unsafe { legacy_send_wr(sim, w) }
-            .and_then(|swr| sim.model.post_send_batch(core::slice::from_ref(&swr)));
-        if let Err(e) = r {
-            if !bad_wr.is_null() {
-                // SAFETY: caller out pointer.
-                unsafe { *bad_wr = cur };
+            .and_then(|swr| sim.model.check_send(&swr, staged.len()).map(|()| swr));
+        match r {
+            Ok(swr) => staged.push(swr),
+            Err(e) => {
+                // The WRs before the bad one are posted, as by rdma-core.
+                if !staged.is_empty() {
+                    if let Err(e) = sim.model.post_send_batch(&staged) {
+                        return fail(group_head, e);
+                    }
+                }
+                return fail(cur, e);
             }
-            return e;
         }
         cur = w.next;
+    }
+    if !staged.is_empty() {
+        if let Err(e) = sim.model.post_send_batch(&staged) {
+            return fail(group_head, e);
+        }
     }
     0
 }

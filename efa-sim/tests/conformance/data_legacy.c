@@ -144,6 +144,50 @@ int main(void)
 		CHECK_EQ(ibv_poll_cq(q0, 1, &wc), 0);
 	}
 
+	/* A long WR list (posted in groups inside the library) completes every WR once. */
+	{
+		enum { N = 40 };
+		struct ibv_qp *l = make_ud(p0, q0, 64, 0);
+		to_rts(l, 0x11111111, 0);
+		struct ibv_send_wr w[N];
+		memset(w, 0, sizeof(w));
+		for (int i = 0; i < N; i++) {
+			w[i].wr_id = 300 + i;
+			w[i].sg_list = &sge;
+			w[i].num_sge = 1;
+			w[i].opcode = IBV_WR_SEND;
+			w[i].send_flags = IBV_SEND_SIGNALED;
+			w[i].wr.ud.ah = ah;
+			w[i].wr.ud.remote_qpn = b->qp_num;
+			w[i].wr.ud.remote_qkey = 0x11111111;
+			w[i].next = i < N - 1 ? &w[i + 1] : NULL;
+		}
+		bad = NULL;
+		CHECK_EQ(ibv_post_send(l, &w[0], &bad), 0);
+		CHECK(bad == NULL, "bad_wr untouched on success");
+		int seen[N] = { 0 };
+		for (int i = 0; i < N; i++) {
+			poll_one_wc(q0, &wc, 5);
+			CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+			CHECK(wc.wr_id >= 300 && wc.wr_id < 300 + N, "wr_id %llu", (unsigned long long)wc.wr_id);
+			CHECK_EQ(seen[wc.wr_id - 300]++, 0);
+		}
+		CHECK_EQ(ibv_poll_cq(q0, 1, &wc), 0);
+		/* a bad WR after the first group: the 20 before it are posted, bad_wr names it */
+		w[20].opcode = IBV_WR_RDMA_READ;
+		CHECK_EQ(ibv_post_send(l, &w[0], &bad), EINVAL);
+		CHECK(bad == &w[20], "bad_wr must point at WR 20");
+		memset(seen, 0, sizeof(seen));
+		for (int i = 0; i < 20; i++) {
+			poll_one_wc(q0, &wc, 5);
+			CHECK(wc.wr_id >= 300 && wc.wr_id < 320, "wr_id %llu", (unsigned long long)wc.wr_id);
+			CHECK_EQ(seen[wc.wr_id - 300]++, 0);
+		}
+		usleep(20000);
+		CHECK_EQ(ibv_poll_cq(q0, 1, &wc), 0);
+		CHECK_EQ(ibv_destroy_qp(l), 0);
+	}
+
 	/* SQ full: exactly max_send_wr outstanding (until polled), then ENOMEM */
 	struct ibv_qp_attr qattr;
 	struct ibv_qp_init_attr qinit;
