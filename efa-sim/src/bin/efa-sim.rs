@@ -23,8 +23,8 @@ environment: EFA_SIM_LIB=/path/to/libefa_sim.so overrides where the shared objec
 EFA_SIM_DEVICES, EFA_SIM_PROFILE, EFA_SIM_ADDR, EFA_SIM_READ_OPCODE configure the device
 (see the efa-sim README).";
 
-/// The stand-in shared object: `$EFA_SIM_LIB`, or next to / near this executable
-/// (cargo puts it in target/<profile>/ and target/<profile>/deps/).
+/// The stand-in shared object: `$EFA_SIM_LIB`, or the newest one next to / near this
+/// executable (cargo puts it in target/<profile>/ and target/<profile>/deps/).
 fn find_library() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("EFA_SIM_LIB") {
         let p = PathBuf::from(p);
@@ -43,9 +43,13 @@ fn find_library() -> Result<PathBuf, String> {
         dir.join("../lib/libefa_sim.so"),
         dir.join("../lib/efa-sim/libefa_sim.so"),
     ];
+    // `cargo build` refreshes target/<profile>/libefa_sim.so but `cargo test` only
+    // deps/libefa_sim.so: the newest candidate is the current build.
+    let modified = |p: &&PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
     candidates
         .iter()
-        .find(|p| p.is_file())
+        .filter(|p| p.is_file())
+        .max_by_key(modified)
         .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone()))
         .ok_or_else(|| {
             format!(
