@@ -44,6 +44,9 @@ fn efa_sim() -> Command {
         "EFA_SIM_DEVICES",
         "EFA_SIM_READ_OPCODE",
         "EFA_SIM_FAULTS",
+        "EFA_SIM_NO_PROCESS_VM",
+        "EFA_SIM_DIRECT",
+        "EFA_SIM_TRACE",
         "SYSFS_PATH",
         "FI_PROVIDER",
         "FI_LOG_LEVEL",
@@ -703,5 +706,19 @@ fn every_verbs_symbol_librdmacm_imports_is_exported_at_its_version() {
         missing.is_empty(),
         "{} imports these from libibverbs.so.1, the stand-in lacks them: {missing:?}",
         rdmacm.display()
+    );
+}
+
+#[test]
+fn long_read_also_works_with_bulk_rdma_in_datagram_chunks() {
+    // EFA_SIM_NO_PROCESS_VM: the device moves bulk RDMA in acknowledged datagram chunks,
+    // as between hosts, instead of copying process to process.
+    let (pp, bytes) = traced_pingpong(4 << 20, &[("EFA_SIM_NO_PROCESS_VM", "1")]);
+    pp.assert_completed(&["4m"]);
+    assert_eq!(
+        bytes,
+        0,
+        "process-to-process copies despite EFA_SIM_NO_PROCESS_VM\n{}",
+        pp.report()
     );
 }
