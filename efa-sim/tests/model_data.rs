@@ -907,15 +907,28 @@ fn forged_bulk_requests_never_reach_process_memory() {
     //    address and GID/QPN agree), naming this process: the slot's owner
     //    record does not name us, so no proof.
     let my_slot = transport::slot_of_qpn(a.qp.qpn());
-    let (free_slot, sock2) = (0..transport::SLOTS)
+    //    The slot's lock is held meanwhile, so no other process claims it.
+    let (free_slot, _slot_lock, sock2) = (0..transport::SLOTS)
         .filter(|s| *s != my_slot)
         .find_map(|s| {
+            use std::os::fd::AsRawFd;
+            let path = format!("{}/slot-{s}", transport::lock_dir());
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(path)
+                .ok()?;
+            // SAFETY: flock on a valid, owned fd; non-blocking.
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+                return None;
+            }
             let p = transport::port_for(a.dev.index, s)?;
             std::net::UdpSocket::bind(("127.0.0.1", p))
                 .ok()
-                .map(|k| (s, k))
+                .map(|k| (s, f, k))
         })
-        .expect("a free slot port");
+        .expect("a free slot");
     for op in [wire::Op::Write, wire::Op::Read] {
         id += 1;
         let qpn = (free_slot << transport::QP_INDEX_BITS | 1) as u16;
