@@ -10,6 +10,7 @@ packages=(
   ibverbs-utils                        # ibv_devices / ibv_devinfo, checked against efa-sim
   libfabric-bin                        # fi_info / fi_pingpong (libfabric EFA provider)
   iproute2                             # network namespaces for transport tests
+  strace                               # fabric tests prove RDMA reads happen (syscall trace)
   python3                              # ctypes dlopen check of efa-sim
 )
 
