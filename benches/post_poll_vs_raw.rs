@@ -42,7 +42,7 @@ unsafe fn end_poll(cq: *mut ibv_cq_ex) {
     unsafe { ((*cq).end_poll.unwrap_unchecked())(cq) }
 }
 
-/// Raw equivalent of draining `n` successful completions.
+/// Raw equivalent of draining `n` successful completions, reading what `Completion` holds.
 unsafe fn raw_drain(cq: *mut ibv_cq_ex, n: usize) {
     let mut seen = 0;
     while seen < n {
@@ -51,8 +51,29 @@ unsafe fn raw_drain(cq: *mut ibv_cq_ex, n: usize) {
             continue;
         }
         loop {
-            // SAFETY: between a successful start/next_poll and end_poll.
-            assert_eq!(unsafe { (*cq).status }, 0);
+            // SAFETY: between a successful start/next_poll and end_poll; the CQ was
+            // created with the byte-len/src-qp/slid/qp-num flags, so these are filled.
+            unsafe {
+                assert_eq!((*cq).status, 0);
+                // The fields the safe API's Completion carries, read the way C reads them.
+                let opcode = ((*cq).read_opcode.unwrap_unchecked())(cq);
+                let mut fields = [
+                    (*cq).wr_id,
+                    opcode as u64,
+                    ((*cq).read_qp_num.unwrap_unchecked())(cq) as u64,
+                    0,
+                    0,
+                    0,
+                    0,
+                ];
+                if opcode >= 128 {
+                    fields[3] = ((*cq).read_wc_flags.unwrap_unchecked())(cq) as u64;
+                    fields[4] = ((*cq).read_byte_len.unwrap_unchecked())(cq) as u64;
+                    fields[5] = ((*cq).read_src_qp.unwrap_unchecked())(cq) as u64;
+                    fields[6] = ((*cq).read_slid.unwrap_unchecked())(cq) as u64;
+                }
+                black_box(fields);
+            }
             seen += 1;
             if unsafe { next_poll(cq) } != 0 {
                 break;
