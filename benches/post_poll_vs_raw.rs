@@ -17,28 +17,46 @@ const MSG: u64 = 64;
 // SAFETY (for all): callers pass a live qp_ex/cq_ex whose provider filled these pointers
 // (checked once in `raw_qp`/`raw_cq` below).
 unsafe fn wr_start(q: *mut ibv_qp_ex) {
+    // SAFETY: the caller passes the live qp_ex of a QP the safe API created, and its
+    // creation (`SendFns::load`) failed unless `wr_start` was non-null, so the unchecked
+    // unwrap is on `Some`; the provider's function gets its own qp_ex.
     unsafe { ((*q).wr_start.unwrap_unchecked())(q) }
 }
 unsafe fn wr_send(q: *mut ibv_qp_ex) {
+    // SAFETY: live qp_ex from the safe API with SEND enabled (the SRD default), so
+    // `SendFns::load` required `wr_send` to be non-null; the caller is inside wr_start.
     unsafe { ((*q).wr_send.unwrap_unchecked())(q) }
 }
 unsafe fn wr_set_ud_addr(q: *mut ibv_qp_ex, ah: *mut efa::sys::verbs::ibv_ah, qpn: u32, qkey: u32) {
+    // SAFETY: live qp_ex whose `wr_set_ud_addr` `SendFns::load` checked non-null; the
+    // caller passes a live AH (`to_b`, alive for the whole bench) right after a wr_send.
     unsafe { ((*q).wr_set_ud_addr.unwrap_unchecked())(q, ah, qpn, qkey) }
 }
 unsafe fn wr_set_sge(q: *mut ibv_qp_ex, lkey: u32, addr: u64, len: u32) {
+    // SAFETY: live qp_ex whose `wr_set_sge` `SendFns::load` checked non-null; the caller
+    // passes the lkey/iova/length of a registered MR that outlives the send.
     unsafe { ((*q).wr_set_sge.unwrap_unchecked())(q, lkey, addr, len) }
 }
 unsafe fn wr_complete(q: *mut ibv_qp_ex) -> i32 {
+    // SAFETY: live qp_ex whose `wr_complete` `SendFns::load` checked non-null; the caller
+    // closes the session it opened with wr_start.
     unsafe { ((*q).wr_complete.unwrap_unchecked())(q) }
 }
 unsafe fn start_poll(cq: *mut ibv_cq_ex) -> i32 {
     let mut attr = ibv_poll_cq_attr { comp_mask: 0 };
+    // SAFETY: the caller passes the live cq_ex of an `ExtCq`, whose creation
+    // (`load_ops`) failed unless `start_poll` was non-null; `attr` is a valid, writable
+    // ibv_poll_cq_attr on this stack frame with comp_mask 0 as the verb requires.
     unsafe { ((*cq).start_poll.unwrap_unchecked())(cq, &mut attr) }
 }
 unsafe fn next_poll(cq: *mut ibv_cq_ex) -> i32 {
+    // SAFETY: live cq_ex of an `ExtCq` whose `next_poll` `load_ops` checked non-null; the
+    // caller is inside a poll session opened by a successful start_poll.
     unsafe { ((*cq).next_poll.unwrap_unchecked())(cq) }
 }
 unsafe fn end_poll(cq: *mut ibv_cq_ex) {
+    // SAFETY: live cq_ex of an `ExtCq` whose `end_poll` `load_ops` checked non-null; the
+    // caller closes the session its successful start_poll opened.
     unsafe { ((*cq).end_poll.unwrap_unchecked())(cq) }
 }
 
@@ -75,6 +93,8 @@ unsafe fn raw_drain(cq: *mut ibv_cq_ex, n: usize) {
                 black_box(fields);
             }
             seen += 1;
+            // SAFETY: `cq` is live (forwarded from our caller) and the session opened by
+            // the successful start_poll above is still open (end_poll comes after the loop).
             if unsafe { next_poll(cq) } != 0 {
                 break;
             }

@@ -76,8 +76,8 @@ fn remote_access_is_gated_by_caps() {
     let pd = d.alloc_pd().unwrap();
     let mut buf = [0u8; 64];
     for a in [ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE] {
-        // SAFETY: buf outlives the (never created) MR.
         assert_eq!(
+            // SAFETY: buf outlives the (never created) MR.
             unsafe { pd.reg_mr(buf.as_mut_ptr() as usize, 64, 0, a) }.err(),
             Some(EOPNOTSUPP)
         );

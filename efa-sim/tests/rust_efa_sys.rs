@@ -34,19 +34,30 @@ fn on_device(name: &str, body: fn()) {
 
 unsafe fn open(index: usize) -> *mut v::ibv_context {
     let mut n = 0;
+    // SAFETY: ibv_get_device_list takes no input besides `n`, a live c_int it writes the
+    // device count into.
     let list = unsafe { v::ibv_get_device_list(&mut n) };
     assert!(
         !list.is_null() && n == 2,
         "two software devices expected, got {n}"
     );
+    // SAFETY: `list` is non-null and holds `n == 2` device pointers (asserted above); the
+    // callers pass `index` 0 or 1, so the read stays inside the array.
     let ctx = unsafe { v::ibv_open_device(*list.add(index)) };
     assert!(!ctx.is_null());
+    // SAFETY: `list` came from ibv_get_device_list and is freed once; the opened context
+    // keeps its own reference to the device, as verbs allows.
     unsafe { v::ibv_free_device_list(list) };
     ctx
 }
 
 #[test]
 fn queries_through_rdma_sys_types() {
+    // SAFETY: `ctx` is the live context `open` returned, closed only at the end; the name
+    // and fw_ver strings are NUL-terminated C strings owned by the device/attr and read
+    // while those live; ibv_device_attr and ibv_port_attr are plain C structs (integers
+    // and byte arrays) valid when zeroed, and each query gets a live, writable one, with
+    // `inlen` for efadv_query_device the full size of the struct passed.
     on_device("queries_through_rdma_sys_types", || unsafe {
         let ctx = open(0);
         let name = CStr::from_ptr(v::ibv_get_device_name((*ctx).device))
@@ -90,6 +101,11 @@ struct Side {
 }
 
 unsafe fn side(index: usize) -> Side {
+    // SAFETY: every verb gets the live ctx/pd/cq/qp created just before (each checked
+    // non-null); ibv_cq_init_attr_ex, ibv_qp_init_attr_ex, ibv_qp_attr and ibv_gid are C
+    // structs of integers and null pointers, valid when zeroed, and are live and writable
+    // for each call; the efadv `inlen`s are the sizes of the structs passed; the qp_ex
+    // comes from ibv_qp_to_qp_ex on a QP created with SEND_OPS_FLAGS.
     unsafe {
         let ctx = open(index);
         let pd = v::ibv_alloc_pd(ctx);
@@ -156,6 +172,10 @@ unsafe fn side(index: usize) -> Side {
 }
 
 unsafe fn poll_one(cq: *mut v::ibv_cq_ex) -> (u32, u64, u32) {
+    // SAFETY: the caller passes a live cq_ex from efadv_create_cq; its start_poll,
+    // read_opcode and end_poll pointers are unwrapped (checked) before the call; `pa` is a
+    // live poll attr with comp_mask 0; status/wr_id/read_opcode are read only after a
+    // successful start_poll, and end_poll closes that session exactly once.
     unsafe {
         let start = (*cq).start_poll.unwrap();
         let mut pa = v::ibv_poll_cq_attr { comp_mask: 0 };
@@ -179,6 +199,14 @@ unsafe fn poll_one(cq: *mut v::ibv_cq_ex) -> (u32, u64, u32) {
 fn srd_send_and_rdma_write_through_qp_ex_pointers() {
     on_device(
         "srd_send_and_rdma_write_through_qp_ex_pointers",
+        // SAFETY: `a` and `b` hold live ctx/pd/cq/qp/qpx from `side`, destroyed only at the
+        // end, after the AHs and MRs that use them; `abuf`/`bbuf` are registered and
+        // outlive their MRs and every posted WR (each WR is polled to completion before the
+        // buffers are read or the MRs deregistered), and all SGEs/RDMA ranges lie inside
+        // the 4096-byte buffers; `sge`/`rwr`/`bad` live across post_recv, and
+        // ibv_ah_attr/ibv_recv_wr are valid zeroed; every provider function pointer is
+        // unwrapped (checked) before it is called, SEND and RDMA_WRITE being the ops the
+        // QPs were created with; the qp_ex borrow `q` is the only access to `*a.qpx`.
         || unsafe {
             let (a, b) = (side(0), side(1));
             let mut abuf = vec![0u8; 4096];

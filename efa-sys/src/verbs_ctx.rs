@@ -40,7 +40,8 @@ pub const VERBS_ABI_IS_EXTENDED: usize = usize::MAX;
 /// Distance from the start of rdma-core 44's `verbs_context` to its embedded `ibv_context`.
 const CONTEXT_OFFSET: usize = offset_of!(verbs_context, context);
 const_assert_eq!(CONTEXT_OFFSET, 320);
-const_assert_eq!(size_of::<verbs_context>(), 648);
+// 648 bytes on x86_64; the embedded `ibv_context` holds a `pthread_mutex_t`.
+const_assert_eq!(size_of::<verbs_context>(), 648 + crate::layout::MUTEX_SHIFT);
 // `sz` sits right before `context` in every version.
 const_assert_eq!(offset_of!(verbs_context, sz), CONTEXT_OFFSET - 8);
 
@@ -362,8 +363,9 @@ mod tests {
         let mut short = extended_context();
         short.create_cq_ex = Some(fake_create_cq_ex);
         short.sz = size_of::<verbs_context>() - offset_of!(verbs_context, create_cq_ex) - 1;
-        // SAFETY: reset errno, then live extended context.
+        // SAFETY: resetting this thread's errno.
         unsafe { *libc::__errno_location() = 0 };
+        // SAFETY: live extended context.
         assert!(unsafe { ibv_create_cq_ex(&mut short.context, &mut attr) }.is_null());
         // SAFETY: reading this thread's errno.
         assert_eq!(unsafe { *libc::__errno_location() }, libc::EOPNOTSUPP);
@@ -380,8 +382,8 @@ mod tests {
         // SAFETY: all-zero is a valid `ibv_cq`; only its `context` is read.
         let mut cq: ibv_cq = unsafe { MaybeUninit::zeroed().assume_init() };
         cq.context = &mut no_modify.context;
-        // SAFETY: `cq` and its context are live; the op is absent so nothing is called.
         assert_eq!(
+            // SAFETY: `cq` and its context are live; the op is absent so nothing is called.
             unsafe { ibv_modify_cq(&mut cq, null_mut()) },
             libc::EOPNOTSUPP
         );
@@ -394,8 +396,8 @@ mod tests {
         vctx.query_device_ex = Some(fake_query_device_ex);
         // SAFETY: all-zero attrs are valid.
         let mut port: ibv_port_attr = unsafe { MaybeUninit::zeroed().assume_init() };
-        // SAFETY: live extended context with the op set.
         assert_eq!(
+            // SAFETY: live extended context with the op set.
             unsafe { ibv_query_port(&mut vctx.context, 1, &mut port) },
             0
         );
@@ -403,8 +405,8 @@ mod tests {
 
         // SAFETY: all-zero attrs are valid.
         let mut dev: ibv_device_attr_ex = unsafe { MaybeUninit::zeroed().assume_init() };
-        // SAFETY: as above.
         assert_eq!(
+            // SAFETY: as above.
             unsafe { ibv_query_device_ex(&mut vctx.context, core::ptr::null(), &mut dev) },
             0
         );
@@ -414,8 +416,8 @@ mod tests {
         );
 
         let input = ibv_query_device_ex_input { comp_mask: 1 };
-        // SAFETY: as above; rejected before any call.
         assert_eq!(
+            // SAFETY: as above; rejected before any call.
             unsafe { ibv_query_device_ex(&mut vctx.context, &input, &mut dev) },
             libc::EINVAL
         );

@@ -92,7 +92,8 @@ macro_rules! field {
         FieldCheck {
             c_member: $c,
             offset: offset_of!($t, $f),
-            // The projection is never called; it only names the field's type.
+            // SAFETY: the projection is never called (`size_of_pointee` ignores it); it
+            // only names the field's type, so no pointer is ever dereferenced.
             size: size_of_pointee::<$t, _>(|p| unsafe { std::ptr::addr_of!((*p).$f) }),
             v44: InV44::Same,
         }
@@ -105,6 +106,8 @@ macro_rules! nested {
         FieldCheck {
             c_member: concat!(stringify!($outer), ".", stringify!($f)),
             offset: offset_of!($t, $outer) + offset_of!($inner_t, $f),
+            // SAFETY: as in `field!`: the projection is never called, it only names the
+            // inner field's type.
             size: size_of_pointee::<$inner_t, _>(|p| unsafe { std::ptr::addr_of!((*p).$f) }),
             v44: InV44::Same,
         }
@@ -1110,7 +1113,10 @@ fn run_c(version: Version, include: Option<&Path>, program: &str) -> Vec<String>
     let src = dir.join("layout.c");
     let exe = dir.join("layout");
     std::fs::write(&src, program).unwrap();
-    let mut cc = Command::new("cc");
+    // A cross run (scripts/check-aarch64.sh) names the target's C compiler and the runner
+    // of its programs, so the C side is laid out for the same architecture as the Rust side.
+    let compiler = std::env::var("EFA_TEST_TARGET_CC").unwrap_or_else(|_| "cc".into());
+    let mut cc = Command::new(&compiler);
     cc.arg("-std=c11")
         .arg("-Wall")
         .arg("-Werror")
@@ -1120,15 +1126,23 @@ fn run_c(version: Version, include: Option<&Path>, program: &str) -> Vec<String>
     if let Some(include) = include {
         cc.arg("-I").arg(include);
     }
-    let out = cc.output().expect("running cc (gcc) failed");
+    let out = cc
+        .output()
+        .unwrap_or_else(|e| panic!("running {compiler} failed: {e}"));
     assert!(
         out.status.success(),
         "cc failed for {version:?}:\n{}\n--- program ---\n{program}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let run = Command::new(&exe)
-        .output()
-        .expect("running the layout program failed");
+    let mut run = match std::env::var("EFA_TEST_TARGET_RUNNER") {
+        Ok(runner) => {
+            let mut c = Command::new(runner);
+            c.arg(&exe);
+            c
+        }
+        Err(_) => Command::new(&exe),
+    };
+    let run = run.output().expect("running the layout program failed");
     assert!(run.status.success(), "layout program failed: {run:?}");
     String::from_utf8(run.stdout)
         .unwrap()

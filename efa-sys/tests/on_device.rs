@@ -51,6 +51,8 @@ impl Drop for Device {
 fn query_device(ctx: *mut ibv_context) -> ibv_device_attr {
     // SAFETY: all-zero is a valid attr; `ctx` is live.
     let mut attr: ibv_device_attr = unsafe { zeroed() };
+    // SAFETY: the callers pass `Device::ctx`, live while the `Device` is; `attr` is a live,
+    // writable ibv_device_attr.
     assert_eq!(unsafe { ibv_query_device(ctx, &mut attr) }, 0);
     attr
 }
@@ -111,8 +113,8 @@ fn linked_efadv_query_device_fills_the_rdma_core_65_layout() {
 
     // An `inlen` that does not even cover `inline_buf_size` is rejected.
     let mut short = efadv_device_attr::default();
-    // SAFETY: as above; the provider writes at most `inlen` bytes.
     assert_eq!(
+        // SAFETY: as above; the provider writes at most `inlen` bytes.
         unsafe { efadv_query_device(dev.ctx, &mut short, 8) },
         libc::EINVAL
     );
@@ -123,6 +125,7 @@ fn gid_queries_agree_with_ibv_query_gid() {
     let dev = Device::open_first();
     // SAFETY: all-zero is a valid gid; `dev.ctx` is live.
     let mut gid: ibv_gid = unsafe { zeroed() };
+    // SAFETY: `dev.ctx` is live; port 1, index 0 exist on EFA; `gid` is live and writable.
     assert_eq!(unsafe { ibv_query_gid(dev.ctx, 1, 0, &mut gid) }, 0);
     // SAFETY: `raw` is the byte view of the union.
     let raw = unsafe { gid.raw };
@@ -130,6 +133,7 @@ fn gid_queries_agree_with_ibv_query_gid() {
 
     // SAFETY: all-zero is a valid entry; `dev.ctx` is live.
     let mut entry: ibv_gid_entry = unsafe { zeroed() };
+    // SAFETY: `dev.ctx` is live; `entry` is a live, writable ibv_gid_entry; flags 0.
     assert_eq!(unsafe { ibv_query_gid_ex(dev.ctx, 1, 0, &mut entry, 0) }, 0);
     // SAFETY: as above.
     assert_eq!(unsafe { entry.gid.raw }, raw);
@@ -137,6 +141,8 @@ fn gid_queries_agree_with_ibv_query_gid() {
 
     // SAFETY: all-zero entries are valid; the buffer holds 4.
     let mut table: [ibv_gid_entry; 4] = unsafe { zeroed() };
+    // SAFETY: `dev.ctx` is live; the pointer and length describe `table`, so the library
+    // writes at most its 4 entries; flags 0.
     let n = unsafe { ibv_query_gid_table(dev.ctx, table.as_mut_ptr(), table.len(), 0) };
     assert!(n >= 1, "ibv_query_gid_table returned {n}");
     // SAFETY: as above.
@@ -149,6 +155,8 @@ fn extended_verbs_reach_the_provider() {
     // SAFETY: all-zero is a valid attr; `dev.ctx` is live.
     let mut attr_ex: ibv_device_attr_ex = unsafe { zeroed() };
     assert_eq!(
+        // SAFETY: `dev.ctx` is live; a null input means no extended request; `attr_ex`
+        // is a live, writable ibv_device_attr_ex.
         unsafe { ibv_query_device_ex(dev.ctx, null(), &mut attr_ex) },
         0
     );
@@ -156,6 +164,7 @@ fn extended_verbs_reach_the_provider() {
 
     // SAFETY: all-zero is a valid attr; `dev.ctx` is live.
     let mut port: ibv_port_attr = unsafe { zeroed() };
+    // SAFETY: `dev.ctx` is live; port 1 exists; `port` is a live, writable ibv_port_attr.
     assert_eq!(unsafe { ibv_query_port(dev.ctx, 1, &mut port) }, 0);
     assert_eq!(port.state, ibv_port_state::IBV_PORT_ACTIVE);
     assert!(

@@ -9,6 +9,8 @@ use std::ptr::null_mut;
 
 /// Path of the libefa that defines the linked `efadv_query_device`.
 fn loaded_libefa() -> String {
+    // SAFETY: Dl_info holds only pointers (file/symbol names and addresses), for which
+    // all-zero bytes (null) are valid values.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     let address = efa_sys::efadv::efadv_query_device as *const libc::c_void;
     // SAFETY: dladdr only reads the address and writes `info`.
@@ -88,30 +90,38 @@ fn absent_functions_return_not_provided_without_calling_anything() {
     };
     // Each call only happens when the symbol is absent, so the null arguments are never used.
     if !EFADV_QUERY_MR.is_provided() {
+        // SAFETY: the symbol is absent (checked just above), so the wrapper's `resolve()?`
+        // returns NotProvided before anything is called; the null arguments are never used.
         let r = unsafe { efadv_query_mr(null_mut(), null_mut(), 0) };
         assert_eq!(r, Err(expected("efadv_query_mr", "EFA_1.3")));
     }
     if !EFADV_QUERY_QP_WQS.is_provided() {
+        // SAFETY: as above: symbol absent, so nothing is called with the null arguments.
         let r = unsafe { efadv_query_qp_wqs(null_mut(), null_mut(), null_mut(), 0) };
         assert_eq!(r, Err(expected("efadv_query_qp_wqs", "EFA_1.4")));
     }
     if !EFADV_QUERY_CQ.is_provided() {
+        // SAFETY: as above: symbol absent, so nothing is called with the null arguments.
         let r = unsafe { efadv_query_cq(null_mut(), null_mut(), 0) };
         assert_eq!(r, Err(expected("efadv_query_cq", "EFA_1.4")));
     }
     if !EFADV_GET_MAX_SQ_DEPTH.is_provided() {
+        // SAFETY: as above: symbol absent, so nothing is called with the null arguments.
         let r = unsafe { efadv_get_max_sq_depth(null_mut(), null_mut(), 0) };
         assert_eq!(r, Err(expected("efadv_get_max_sq_depth", "EFA_1.5")));
     }
     if !EFADV_GET_MAX_RQ_DEPTH.is_provided() {
+        // SAFETY: as above: symbol absent, so nothing is called with the null arguments.
         let r = unsafe { efadv_get_max_rq_depth(null_mut(), null_mut(), 0) };
         assert_eq!(r, Err(expected("efadv_get_max_rq_depth", "EFA_1.5")));
     }
     if !EFADV_QP_FROM_IBV_QP_EX.is_provided() {
+        // SAFETY: as above: symbol absent, so nothing is called with the null arguments.
         let r = unsafe { efadv_qp_from_ibv_qp_ex(null_mut()) };
         assert_eq!(r, Err(expected("efadv_qp_from_ibv_qp_ex", "EFA_1.6")));
     }
     if !EFADV_CREATE_COMP_CNTR.is_provided() {
+        // SAFETY: as above: symbol absent, so nothing is called with the null arguments.
         let r = unsafe { efadv_create_comp_cntr(null_mut(), null_mut(), null_mut(), 0) };
         assert_eq!(r, Err(expected("efadv_create_comp_cntr", "EFA_1.7")));
     }

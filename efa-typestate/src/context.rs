@@ -266,8 +266,8 @@ impl Context {
         if rc != 0 {
             return Err(Error::verb(Verb::QueryDevice, rc));
         }
-        // SAFETY: all-zero is a valid ibv_device_attr (plain integers) and the call filled it.
         Ok(DeviceAttr {
+            // SAFETY: all-zero is a valid ibv_device_attr (plain integers) and the call filled it.
             raw: unsafe { raw.assume_init() },
         })
     }

@@ -583,8 +583,8 @@ impl<'a> QpInner<'a> {
                 RecvBufs::Sge(s) => (s.raw() as *const ffi::ibv_sge, 1),
                 RecvBufs::Sges(l) => (l.as_ptr().cast::<ffi::ibv_sge>(), l.len() as c_int),
             };
-            // SAFETY: i < n <= N; `next` points at the following element of the same array.
             let next = if i + 1 < n {
+                // SAFETY: i < n <= N; `next` points at the following element of the same array.
                 unsafe { base.add(i + 1) }
             } else {
                 core::ptr::null_mut()

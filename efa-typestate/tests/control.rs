@@ -373,13 +373,18 @@ fn raw_modify_escape_hatch() {
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(CqOptions::new(16)).unwrap();
     let qp = rts_qp(&pd, &cq, &QpConfig::srd(), 5);
+    // SAFETY: ibv_qp_attr is a C struct of integers and nested integer structs/unions,
+    // for which all-zero bytes are valid.
     let mut attr: efa_typestate::sys::verbs::ibv_qp_attr = unsafe { std::mem::zeroed() };
     attr.qkey = 77;
     // SAFETY: RTS -> RTS with a new qkey keeps the state the type claims.
     unsafe { qp.modify(&mut attr, 1 << 6) }.unwrap();
     assert_eq!(qp.query().unwrap().qkey, 77);
     // An attribute EFA does not accept (AV) is refused.
+    // SAFETY: all-zero bytes are a valid ibv_qp_attr (integers and integer structs/unions).
     let mut attr: efa_typestate::sys::verbs::ibv_qp_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: the mask is IBV_QP_AV only (no IBV_QP_STATE), so the call cannot move the
+    // QP out of RTS, and EFA refuses it anyway; `attr` is live and writable.
     let err = unsafe { qp.modify(&mut attr, 1 << 7) }.unwrap_err();
     assert!(
         err.is_unsupported() || err.errno() == Some(Errno::EINVAL),

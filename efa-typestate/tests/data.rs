@@ -56,6 +56,8 @@ fn send_and_receive() {
     recv_one(&b, 42, dst.sge(0, 256).unwrap());
     let mut s = SendBatch::<1>::new();
     s.send(7, &to_b, src.sge(0, 11).unwrap()).unwrap();
+    // SAFETY: `src` is owned by its Mr, which lives to the end of the test, and is not
+    // written after this; the send's completion is polled just below.
     unsafe { a.post_send(&s) }.unwrap();
 
     let sc = expect_n(&cqa, 1)[0];
@@ -99,6 +101,8 @@ fn send_with_immediate_arrives_in_host_order() {
     let mut s = SendBatch::<1>::new();
     s.send_imm(2, &to_b, src.sge(0, 3).unwrap(), 0x0102_0304)
         .unwrap();
+    // SAFETY: `src` is owned by its Mr (alive to the end) and never written after the post;
+    // the send completes (polled) on the next line.
     unsafe { a.post_send(&s) }.unwrap();
     expect_n(&cqa, 1)[0].result().unwrap();
     let rc = expect_n(&cqb, 1)[0];
@@ -124,6 +128,8 @@ fn rdma_write_lands_without_receiver_completion() {
         target.remote().slice(200, 100).unwrap(),
     )
     .unwrap();
+    // SAFETY: the source bytes of `src` are only read, never written, and only after the
+    // completion polled below; its Mr lives to the end of the test.
     unsafe { a.post_send(&s) }.unwrap();
     let c = expect_n(&cqa, 1)[0];
     c.result().unwrap();
@@ -147,6 +153,8 @@ fn rdma_write_with_imm_consumes_a_receive() {
     let mut s = SendBatch::<1>::new();
     s.write_imm(3, &to_b, src.sge(0, 40).unwrap(), target.remote(), 0xfeed)
         .unwrap();
+    // SAFETY: `src` (owned by a live Mr) is never written after the post; the send
+    // completion is polled just below.
     unsafe { a.post_send(&s) }.unwrap();
     let c = expect_n(&cqa, 1)[0];
     c.result().unwrap();
@@ -185,6 +193,8 @@ fn unsolicited_write_with_imm_consumes_no_receive() {
     let mut s = SendBatch::<1>::new();
     s.write_imm(4, &to_b, src.sge_all().unwrap(), target.remote(), 99)
         .unwrap();
+    // SAFETY: `src` (owned by a live Mr) is never written after the post; the completion
+    // is polled on the next line.
     unsafe { a.post_send(&s) }.unwrap();
     expect_n(&cqa, 1)[0].result().unwrap();
     let r = expect_n(&cqb, 1)[0];
@@ -215,6 +225,8 @@ fn rdma_read_fetches_remote_bytes() {
         remote.remote().slice(32, 32).unwrap(),
     )
     .unwrap();
+    // SAFETY: `local`, the RDMA-read destination, is not touched until the completion is
+    // polled on the next line; both Mrs own their buffers and live to the end.
     unsafe { a.post_send(&s) }.unwrap();
     let c = expect_n(&cqa, 1)[0];
     c.result().unwrap();
@@ -240,6 +252,8 @@ fn inline_send_and_two_sge_gather() {
     let mut r = RecvBatch::<2>::new();
     r.push(1, dst.sge(0, 128).unwrap()).unwrap();
     r.push(2, dst.sge(128, 128).unwrap()).unwrap();
+    // SAFETY: `dst` is read only after both receive completions are polled on `cqb`
+    // below; its Mr owns the buffer and lives to the end of the test.
     unsafe { b.post_recv(&r) }.unwrap();
 
     let mut first = pd.register(vec![0u8; 8], AccessFlags::empty()).unwrap();
@@ -251,6 +265,9 @@ fn inline_send_and_two_sge_gather() {
     let mut s = SendBatch::<2>::new();
     s.send_inline(10, &to_b, &inline).unwrap();
     s.send(11, &to_b, &sges).unwrap();
+    // SAFETY: the inline payload is copied during the call; the gather sources `first`
+    // and `second` are not written after the post and their Mrs outlive the two
+    // send completions polled below.
     unsafe { a.post_send(&s) }.unwrap();
     let mut sc = expect_n(&cqa, 2);
     sc.sort_by_key(|c| c.wr_id());
@@ -290,6 +307,8 @@ fn oversized_send_fails_with_local_length_error() {
     recv_one(&b, 1, dst.sge_all().unwrap());
     let mut s = SendBatch::<1>::new();
     s.send(5, &to_b, big.sge_all().unwrap()).unwrap();
+    // SAFETY: `big` is not written after the post and its Mr lives to the end; the send
+    // completion (a local length error) is polled just below.
     unsafe { a.post_send(&s) }.unwrap();
     let c = expect_n(&cqa, 1)[0];
     assert_eq!(c.status(), WcStatus::LOC_LEN_ERR);
@@ -324,6 +343,8 @@ fn unknown_peer_for_rdma_write_is_status_14_and_sender_gid_for_send() {
     let mut s = SendBatch::<1>::new();
     s.write(1, &to_b, src.sge_all().unwrap(), target.remote())
         .unwrap();
+    // SAFETY: `src` is not written after the post and its Mr lives to the end; the
+    // completion is polled on the next line.
     unsafe { a.post_send(&s) }.unwrap();
     let c = expect_n(&cqa, 1)[0];
     assert_eq!(c.efa_status(), EfaStatus::REMOTE_UNKNOWN_PEER);
@@ -342,6 +363,7 @@ fn unknown_peer_for_rdma_write_is_status_14_and_sender_gid_for_send() {
     recv_one(&b, 8, dst.sge_all().unwrap());
     s.clear();
     s.send(2, &to_b, src.sge(0, 4).unwrap()).unwrap();
+    // SAFETY: as above: `src` stays unwritten and registered; polled next line.
     unsafe { a.post_send(&s) }.unwrap();
     expect_n(&cqa, 1)[0].result().unwrap();
     let r = expect_n(&cqb, 1)[0];
@@ -354,6 +376,7 @@ fn unknown_peer_for_rdma_write_is_status_14_and_sender_gid_for_send() {
     // After b creates an AH for a, the sender is known: slid = that AH, no GID.
     let ah = pd_b.create_ah(ctx_a.gid().unwrap()).unwrap();
     recv_one(&b, 9, dst.sge_all().unwrap());
+    // SAFETY: as above: the same batch over `src`, unwritten and registered; polled next line.
     unsafe { a.post_send(&s) }.unwrap();
     expect_n(&cqa, 1)[0].result().unwrap();
     let r = expect_n(&cqb, 1)[0];
@@ -371,6 +394,8 @@ fn remote_access_error_without_remote_write_right() {
     let mut s = SendBatch::<1>::new();
     s.write(1, &to_b, src.sge_all().unwrap(), target.remote())
         .unwrap();
+    // SAFETY: `src` is not written after the post and its Mr lives to the end; the
+    // completion is polled on the next line.
     unsafe { a.post_send(&s) }.unwrap();
     let c = expect_n(&cqa, 1)[0];
     assert_eq!(c.efa_status(), EfaStatus::REMOTE_BAD_ADDRESS);
@@ -393,6 +418,8 @@ fn rnr_when_receiver_posts_nothing() {
     let to_b = pd.connect(&b.endpoint()).unwrap();
     let mut s = SendBatch::<1>::new();
     s.send_inline(77, &to_b, b"anyone?").unwrap();
+    // SAFETY: the batch holds only an inline payload, copied during the call: no memory
+    // of ours is left to the device.
     unsafe { a.post_send(&s) }.unwrap();
     let c = expect_n(&cq, 1)[0];
     assert_eq!(c.wr_id(), 77);
@@ -416,6 +443,9 @@ fn send_queue_full_is_recoverable() {
     for i in 0..64 {
         r.push(1000 + i, dst.sge(i * 16, 16).unwrap()).unwrap();
     }
+    // SAFETY: `dst` is never read or written after this; its Mr owns the buffer and is
+    // dropped before `b`, which the contract allows (the device then fails the
+    // receive instead of writing).
     unsafe { b.post_recv(&r) }.unwrap();
 
     // Fill the SQ exactly; the next batch fails as a whole with SendQueueFull.
@@ -423,13 +453,16 @@ fn send_queue_full_is_recoverable() {
     for i in 0..depth {
         s.send_inline(i as u64, &to_b, b"x").unwrap();
     }
+    // SAFETY: every WR is inline, copied during the call: no memory is left to the device.
     unsafe { a.post_send(&s) }.unwrap();
     let mut one = SendBatch::<1>::new();
     one.send_inline(999, &to_b, b"y").unwrap();
+    // SAFETY: as above: inline only (and refused, the SQ being full).
     assert_eq!(unsafe { a.post_send(&one) }, Err(Error::SendQueueFull));
     // Polling retires completions and frees slots: the retry succeeds.
     let got = expect_n(&cq, 2 * depth);
     assert!(got.iter().all(|c| c.is_ok()));
+    // SAFETY: as above: inline only.
     unsafe { a.post_send(&one) }.unwrap();
     let got = expect_n(&cq, 2);
     assert!(got.iter().any(|c| c.wr_id() == 999));
@@ -454,6 +487,8 @@ fn recv_queue_full_reports_how_many_were_posted() {
         r.push(i as u64, buf.sge(0, 64).unwrap()).unwrap();
     }
     assert_eq!(
+        // SAFETY: `buf` is never accessed after this and its Mr lives to the end; nothing
+        // sends to this QP (still in INIT), so no receive ever completes.
         unsafe { qp.post_recv(&r) },
         Err(Error::RecvQueueFull { posted: depth })
     );
@@ -479,6 +514,8 @@ fn send_op_not_enabled_is_refused_before_the_device() {
     s.send_inline(1, &to_b, b"ok").unwrap();
     s.write(2, &to_b, src.sge_all().unwrap(), target.remote())
         .unwrap();
+    // SAFETY: the batch is refused before the device (write not enabled), so nothing is
+    // posted; `src` is not written afterwards in any case.
     let err = unsafe { a.post_send(&s) }.unwrap_err();
     assert_eq!(
         err,
@@ -506,6 +543,7 @@ fn ud_send_and_receive_with_grh_prefix() {
     let mut s = SendBatch::<1>::new();
     s.send_imm(6, &to_b, Payload::Inline(b"datagram"), 12)
         .unwrap();
+    // SAFETY: inline payload, copied during the call: no memory of ours is left to the device.
     unsafe { a.post_send(&s) }.unwrap();
     let got = expect_n(&cq, 2);
     let r = got
@@ -545,6 +583,7 @@ fn receives_can_be_posted_in_init_and_rtr() {
     let mut s = SendBatch::<2>::new();
     s.send_inline(10, &to_b, b"one").unwrap();
     s.send_inline(11, &to_b, b"two").unwrap();
+    // SAFETY: both sends are inline, copied during the call.
     unsafe { a.post_send(&s) }.unwrap();
     let got = expect_n(&cq, 4);
     let mut recv_ids: Vec<_> = got
@@ -571,11 +610,14 @@ fn classic_cq_batch_polling_respects_capacity() {
     for i in 0..20 {
         r.push(100 + i, dst.sge(i * 8, 8).unwrap()).unwrap();
     }
+    // SAFETY: `dst` is never read or written after this; its Mr owns the buffer and lives
+    // until the end of the test.
     unsafe { b.post_recv(&r) }.unwrap();
     let mut s = SendBatch::<20>::new();
     for i in 0..20 {
         s.send_inline(i, &to_b, b"abc").unwrap();
     }
+    // SAFETY: all 20 sends are inline, copied during the call.
     unsafe { a.post_send(&s) }.unwrap();
     // Wait until all 40 completions are queued, then poll in fixed-size pieces.
     std::thread::sleep(Duration::from_millis(100));
@@ -624,6 +666,9 @@ fn completion_channel_wakes_on_completion() {
             std::thread::sleep(Duration::from_millis(50));
             let mut s = SendBatch::<1>::new();
             s.send_inline(1, &to_a, b"wake").unwrap(); // loopback to a's own receive
+
+            // SAFETY: inline payload, copied during the call; `a` is Sync, so posting from
+            // this thread is allowed.
             unsafe { a.post_send(&s) }.unwrap();
         });
         let ev = ch
@@ -684,6 +729,8 @@ fn dmabuf_registration_is_a_target_and_a_source() {
         dmabuf.remote().slice(10, 18).unwrap(),
     )
     .unwrap();
+    // SAFETY: `src` (owned by a live Mr) is never written after the post; the target is
+    // the remote dma-buf MR; the completion is polled on the next line.
     unsafe { a.post_send(&s) }.unwrap();
     expect_n(&cqa, 1)[0].result().unwrap();
     let bytes = std::fs::read(&path).unwrap();
@@ -700,6 +747,9 @@ fn dmabuf_registration_is_a_target_and_a_source() {
     recv_one(&b, 2, dst.sge_all().unwrap());
     s.clear();
     s.send(3, &to_b, dmabuf.sge(10, 18).unwrap()).unwrap();
+    // SAFETY: the source range of the dma-buf file is not written after the post and
+    // `dmabuf` stays registered until the completion is polled (it is closed only
+    // after both completions are in).
     unsafe { a.post_send(&s) }.unwrap();
     expect_n(&cqa, 1)[0].result().unwrap();
     let r = expect_n(&cqb, 1)[0];
@@ -735,6 +785,7 @@ fn inline_rdma_write_on_an_inline_write_qp() {
         target.remote().slice(5, 11).unwrap(),
     )
     .unwrap();
+    // SAFETY: inline RDMA-write payload, copied during the call.
     unsafe { a.post_send(&s) }.unwrap();
     let c = expect_n(&cqa, 1)[0];
     c.result().unwrap();
@@ -742,6 +793,7 @@ fn inline_rdma_write_on_an_inline_write_qp() {
 
     // Without the flag the provider refuses an inline write (whole batch, EINVAL).
     let plain = rts_qp(&pd, &cqa, &QpConfig::srd(), QKEY_A);
+    // SAFETY: as above: the same inline batch (refused with EINVAL).
     let err = unsafe { plain.post_send(&s) }.unwrap_err();
     assert_eq!(
         err,
@@ -755,6 +807,7 @@ fn inline_rdma_write_on_an_inline_write_qp() {
     let mut s = SendBatch::<1>::new();
     s.send_inline(2, &to_b, &long).unwrap();
     assert_eq!(
+        // SAFETY: inline payload (refused with EINVAL): nothing of ours is left to the device.
         unsafe { a.post_send(&s) }.unwrap_err(),
         Error::Verb {
             verb: Verb::PostSend,
@@ -788,6 +841,8 @@ fn several_threads_post_to_one_qp() {
         for (j, sge) in chunk.1.iter().enumerate() {
             r.push((chunk.0 * 64 + j) as u64, *sge).unwrap();
         }
+        // SAFETY: `dst` is read only after all `total` receive completions are polled on
+        // `recv_cq`; its Mr owns the buffer and lives to the end of the test.
         unsafe { b.post_recv(&r) }.unwrap();
     }
     let sent = std::sync::Mutex::new(Vec::new());
@@ -801,6 +856,8 @@ fn several_threads_post_to_one_qp() {
                     let mut s = SendBatch::<1>::new();
                     s.send_inline(id, to_b, &payload).unwrap();
                     loop {
+                        // SAFETY: inline payload, copied during the call; `a` is Sync, so several threads
+                        // may post to it.
                         match unsafe { a.post_send(&s) } {
                             Ok(()) => break,
                             Err(Error::SendQueueFull) => {
@@ -865,9 +922,12 @@ fn receive_scatters_over_two_sges() {
     let sges = [head.sge_all().unwrap(), tail.sge_all().unwrap()];
     let mut r = RecvBatch::<1>::new();
     r.push(1, &sges).unwrap();
+    // SAFETY: `head` and `tail` are read only after the receive completion is polled on
+    // `cqb`; their Mrs own the buffers and live to the end of the test.
     unsafe { b.post_recv(&r) }.unwrap();
     let mut s = SendBatch::<1>::new();
     s.send_inline(2, &to_b, b"headtail!").unwrap();
+    // SAFETY: inline payload, copied during the call.
     unsafe { a.post_send(&s) }.unwrap();
     expect_n(&cqa, 1)[0].result().unwrap();
     let c = expect_n(&cqb, 1)[0];
@@ -885,6 +945,8 @@ fn receive_scatters_over_two_sges() {
     let mut r = RecvBatch::<1>::new();
     r.push(3, &three).unwrap();
     assert_eq!(
+        // SAFETY: the provider refuses the receive (EINVAL, asserted), so nothing is posted;
+        // `head` is not accessed afterwards anyway.
         unsafe { b.post_recv(&r) },
         Err(Error::Verb {
             verb: Verb::PostRecv,

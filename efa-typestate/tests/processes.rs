@@ -22,6 +22,9 @@ fn two_processes_send_and_rdma_write() {
     let mut r = RecvBatch::<2>::new();
     r.push(1, inbox.sge_all().unwrap()).unwrap();
     r.push(2, inbox.sge(0, 0).unwrap()).unwrap(); // consumed by the write-with-imm
+
+    // SAFETY: `inbox` is read only after both receive completions are polled (and their
+    // count asserted) below; its Mr owns the buffer and lives to the end of the test.
     unsafe { qp.post_recv(&r) }.unwrap();
 
     let child = std::process::Command::new(std::env::current_exe().unwrap())
@@ -82,6 +85,8 @@ fn child_side() {
         parent_pid ^ 0x5555,
     )
     .unwrap();
+    // SAFETY: `msg` is not written after the post and its Mr lives to the end; both
+    // completions are polled on the next line.
     unsafe { qp.post_send(&s) }.unwrap();
     let got = expect_n(&cq, 2);
     assert!(got.iter().all(|c| c.is_ok()), "{got:?}");

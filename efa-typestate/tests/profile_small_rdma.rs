@@ -36,6 +36,8 @@ fn chunked_write_and_read_across_max_rdma_size() {
             let mut one = SendBatch::<1>::new();
             one.write(1, &to_b, src.sge_all().unwrap(), target.remote())
                 .unwrap();
+            // SAFETY: `src` is never written and its Mr lives to the end; the (failing)
+            // completion is polled on the next line.
             unsafe { a.post_send(&one) }.unwrap();
             let c = expect_n(&cq, 1)[0];
             assert_eq!(c.efa_status(), EfaStatus::LOCAL_BAD_LENGTH, "{c:?}");
@@ -52,6 +54,8 @@ fn chunked_write_and_read_across_max_rdma_size() {
                 assert!(batch
                     .iter()
                     .all(|wr| matches!(wr.op(), SendOp::Write(r) if r.len() <= 4096)));
+                // SAFETY: `src`, the source of every chunk, is never written and its Mr lives to the
+                // end; all four completions are polled after the loop.
                 unsafe { a.post_send(&batch) }.unwrap();
                 posted += n;
             }
@@ -67,6 +71,8 @@ fn chunked_write_and_read_across_max_rdma_size() {
             let mut chunks = RdmaChunks::new(&back, 0, target.remote(), max).unwrap();
             let mut batch = SendBatch::<8>::new();
             assert_eq!(batch.fill_reads(3, &to_b, &mut chunks), 4);
+            // SAFETY: `back`, the RDMA-read destination, is not accessed until the four
+            // completions are polled on the next line; its Mr lives to the end.
             unsafe { a.post_send(&batch) }.unwrap();
             let got = expect_n(&cq, 4);
             assert!(got.iter().all(|c| c.is_ok() && c.wr_id() == 3), "{got:?}");

@@ -701,14 +701,14 @@ mod tests {
         // SAFETY: `raw` is the plain-bytes view of the union.
         assert_eq!(unsafe { gid.raw }, [0xfe; 16]);
         cq.wc_read_sgid = Some(read_sgid_known_sender);
-        // SAFETY: as above.
         assert_eq!(
+            // SAFETY: as above.
             unsafe { efadv_wc_read_sgid(&mut cq, &mut gid) },
             -libc::ENOENT
         );
         cq.wc_read_sgid = None;
-        // SAFETY: as above.
         assert_eq!(
+            // SAFETY: as above.
             unsafe { efadv_wc_read_sgid(&mut cq, &mut gid) },
             -libc::EOPNOTSUPP
         );

@@ -268,8 +268,8 @@ pub type efadv_create_comp_cntr_fn = unsafe extern "C" fn(
 macro_rules! runtime_symbols {
     ($($(#[$doc:meta])* $stat:ident: $fn_ty:ident = $name:literal @ $node:literal;)*) => {$(
         $(#[$doc])*
-        // SAFETY: `$fn_ty` is the C prototype of `$name` from efadv.h (rdma-core 65).
         pub static $stat: RuntimeSymbol<$fn_ty> =
+            // SAFETY: `$fn_ty` is the C prototype of `$name` from efadv.h (rdma-core 65).
             unsafe { RuntimeSymbol::new(LIBEFA, concat!($name, "\0"), concat!($node, "\0")) };
     )*};
 }
