@@ -32,6 +32,30 @@ const EFA_NODES: &[&str] = &[
     "EFA_1.0", "EFA_1.1", "EFA_1.2", "EFA_1.3", "EFA_1.4", "EFA_1.5", "EFA_1.6", "EFA_1.7",
 ];
 
+/// GNU ld refuses to combine rustc's anonymous version script with the named nodes; LLVM's
+/// lld accepts both. rustc links x86_64 Linux with its bundled rust-lld already. Elsewhere
+/// (aarch64) the C compiler driver is told to use lld too: rustc's own, through the `gcc-ld`
+/// wrapper directory every toolchain ships, or else the system's `ld.lld`.
+fn use_lld() {
+    if std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() == Ok("x86_64") {
+        return;
+    }
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let host = std::env::var("HOST").expect("cargo sets HOST");
+    let sysroot = std::process::Command::new(rustc)
+        .args(["--print", "sysroot"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
+    if let Some(gcc_ld) = sysroot.map(|s| s.join("lib/rustlib").join(&host).join("bin/gcc-ld")) {
+        if gcc_ld.join("ld.lld").exists() {
+            println!("cargo:rustc-link-arg=-B{}", gcc_ld.display());
+        }
+    }
+    println!("cargo:rustc-link-arg=-fuse-ld=lld");
+}
+
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     let mut script = String::new();
@@ -48,6 +72,7 @@ fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let path = out.join("efa_sim_nodes.map");
     std::fs::write(&path, script).expect("write version script");
+    use_lld();
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libibverbs.so.1");
     // The trampolines carry versioned names, so every binary that links this crate's
     // code (the cdylib, the CLI, tests) must know the nodes.

@@ -19,6 +19,12 @@
 #[cfg(feature = "std")]
 extern crate std;
 
+// The layouts below are checked for the two architectures EFA instances have (LP64 glibc).
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+compile_error!(
+    "efa-sys supports x86_64 and aarch64 Linux only (the architectures of EFA instances)"
+);
+
 /// Compile-time checks of a `#[repr(C)]` type against the C layout: size, alignment and the
 /// offsets of the listed fields. Defined before the modules so that all of them can use it.
 macro_rules! assert_layout {

@@ -1,6 +1,7 @@
 //! Versioned exports. rustc cannot give a symbol an ELF version, so each exported
 //! rdma-core function is a tiny assembly trampoline named e.g. `ibv_open_device@@IBVERBS_1.1`
-//! (via `.symver`) that jumps to the Rust implementation. The nodes themselves are
+//! (via `.symver`) that jumps to the Rust implementation (`jmp` on x86_64, `b` on aarch64;
+//! `%`-prefixed section and symbol types, which both assemblers accept). The nodes themselves are
 //! declared by the version script written in `build.rs`.
 
 /// `export!(NODE, c_name => rust_fn)`: makes `c_name@@NODE` a global function that
@@ -16,12 +17,12 @@ macro_rules! export {
     };
     (@emit $at:literal, $node:literal, $name:ident => $imp:path) => {
         ::core::arch::global_asm!(
-            ".pushsection .text.efa_sim_export,\"ax\",@progbits",
+            ".pushsection .text.efa_sim_export,\"ax\",%progbits",
             concat!(".globl efa_sim_export_", stringify!($name)),
-            concat!(".type efa_sim_export_", stringify!($name), ",@function"),
+            concat!(".type efa_sim_export_", stringify!($name), ",%function"),
             ".p2align 4",
             concat!("efa_sim_export_", stringify!($name), ":"),
-            "jmp {f}",
+            tail_jump!(),
             concat!(".size efa_sim_export_", stringify!($name), ", . - efa_sim_export_", stringify!($name)),
             concat!(".symver efa_sim_export_", stringify!($name), ",", stringify!($name), $at, $node),
             ".popsection",
@@ -29,3 +30,22 @@ macro_rules! export {
         );
     };
 }
+
+/// The trampoline's one instruction: a tail jump to operand `f`, leaving every argument
+/// register and the return address as the caller set them.
+#[cfg(target_arch = "x86_64")]
+macro_rules! tail_jump {
+    () => {
+        "jmp {f}"
+    };
+}
+#[cfg(target_arch = "aarch64")]
+macro_rules! tail_jump {
+    () => {
+        "b {f}"
+    };
+}
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+compile_error!(
+    "efa-sim's versioned-symbol trampolines exist for x86_64 and aarch64 only (the architectures of EFA instances)"
+);

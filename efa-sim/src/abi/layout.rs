@@ -1,15 +1,18 @@
 //! C layouts the software device hands out or reads, at the newest rdma-core layout
 //! (v65) where it differs from the v44 headers rdma-sys was generated from. Offsets are
-//! checked at compile time against /work/shared/reference/layout-offsets-v65.txt.
+//! checked at compile time against the C headers' values (x86_64 numbers, from
+//! `shared/reference/layout-offsets-v65.txt`; structs embedding a `pthread_mutex_t` grow by
+//! [`MUTEX_SHIFT`] on aarch64).
 
 use core::mem::{offset_of, size_of};
+use efa_sys::layout::MUTEX_SHIFT;
 use efa_sys::verbs as v;
 use static_assertions::const_assert_eq;
 
 /// Number of pointer-sized `verbs_context` slots before `sz` (v65 layout).
 pub const VCTX_SLOTS: usize = 45;
 
-/// `struct verbs_context` (v65, 696 B) followed by our private context data.
+/// `struct verbs_context` (v65, 696 B on x86_64) followed by our private context data.
 #[repr(C)]
 pub struct VerbsContextV65 {
     /// Every op slot from `free_buf` (newest) to `_ABI_placeholder3`, as raw words.
@@ -19,11 +22,11 @@ pub struct VerbsContextV65 {
     /// The public context; must be the last member of verbs_context.
     pub context: v::ibv_context,
 }
-const_assert_eq!(size_of::<VerbsContextV65>(), 696);
+const_assert_eq!(size_of::<VerbsContextV65>(), 696 + MUTEX_SHIFT);
 const_assert_eq!(offset_of!(VerbsContextV65, sz), 360);
 const_assert_eq!(offset_of!(VerbsContextV65, context), 368);
-const_assert_eq!(size_of::<v::ibv_context>(), 328);
-const_assert_eq!(offset_of!(v::ibv_context, abi_compat), 320);
+const_assert_eq!(size_of::<v::ibv_context>(), 328 + MUTEX_SHIFT);
+const_assert_eq!(offset_of!(v::ibv_context, abi_compat), 320 + MUTEX_SHIFT);
 const_assert_eq!(offset_of!(v::ibv_context, async_fd), 268);
 
 /// Slot indices of `verbs_context` ops (word index from the start, v65). All are
@@ -104,7 +107,7 @@ const_assert_eq!(offset_of!(PortAttrV65, active_speed_ex), 52);
 /// Size of `struct _compat_ibv_port_attr` (everything up to and including `flags`).
 pub const COMPAT_PORT_ATTR_LEN: usize = 48;
 
-/// `struct ibv_qp_ex` at the v65 layout (360 B): rdma-sys' v44 struct (up to
+/// `struct ibv_qp_ex` at the v65 layout (360 B on x86_64): rdma-sys' v44 struct (up to
 /// `wr_atomic_write`) plus `wr_flush`, appended later.
 #[repr(C)]
 pub struct QpExV65 {
@@ -113,13 +116,13 @@ pub struct QpExV65 {
     /// `wr_flush` (never set by EFA).
     pub wr_flush: usize,
 }
-const_assert_eq!(size_of::<QpExV65>(), 360);
-const_assert_eq!(offset_of!(v::ibv_qp_ex, wr_start), 320);
-const_assert_eq!(offset_of!(v::ibv_qp_ex, wr_set_ud_addr), 272);
-const_assert_eq!(size_of::<v::ibv_cq_ex>(), 288);
-const_assert_eq!(offset_of!(v::ibv_cq_ex, start_poll), 144);
-const_assert_eq!(size_of::<v::ibv_qp>(), 160);
-const_assert_eq!(size_of::<v::ibv_cq>(), 128);
+const_assert_eq!(size_of::<QpExV65>(), 360 + MUTEX_SHIFT);
+const_assert_eq!(offset_of!(v::ibv_qp_ex, wr_start), 320 + MUTEX_SHIFT);
+const_assert_eq!(offset_of!(v::ibv_qp_ex, wr_set_ud_addr), 272 + MUTEX_SHIFT);
+const_assert_eq!(size_of::<v::ibv_cq_ex>(), 288 + MUTEX_SHIFT);
+const_assert_eq!(offset_of!(v::ibv_cq_ex, start_poll), 144 + MUTEX_SHIFT);
+const_assert_eq!(size_of::<v::ibv_qp>(), 160 + MUTEX_SHIFT);
+const_assert_eq!(size_of::<v::ibv_cq>(), 128 + MUTEX_SHIFT);
 
 /// `struct ibv_wc` (48 B).
 #[repr(C)]

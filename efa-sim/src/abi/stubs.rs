@@ -89,7 +89,8 @@ pub unsafe extern "C" fn post_srq_recv(
 
 // --- exported verbs EFA does not support ------------------------------------------------
 // Declared here with their default version; the stub's C signature is compatible with
-// every caller because the x86_64 SysV ABI lets a callee ignore its arguments.
+// every caller because the C calling conventions of x86_64 (SysV) and aarch64 (AAPCS64)
+// let a callee ignore its arguments: they travel in registers or in the caller's frame.
 
 unsafe extern "C" fn int_eopnotsupp() -> c_int {
     EOPNOTSUPP
