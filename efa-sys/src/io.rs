@@ -398,7 +398,12 @@ pub struct efa_io_rx_cdesc_rdma_write {
     /// Transferred length bits 31:16.
     pub length_hi: u16,
 }
-assert_layout!(efa_io_rx_cdesc_rdma_write, size = 2, align = 2, length_hi = 0);
+assert_layout!(
+    efa_io_rx_cdesc_rdma_write,
+    size = 2,
+    align = 2,
+    length_hi = 0
+);
 
 /// The extension of `struct efa_io_rx_cdesc_ex`.
 #[repr(C)]
