@@ -1,82 +1,51 @@
 //! Completion queues (legacy and extended), completion channels, both poll protocols.
 
 use super::layout::{EfadvCq, EfadvCqInitAttr, Wc};
-use super::objects::{PdKind, SessionLock, SimChannel, SimContext, SimCq, SimPd};
+use super::objects::{PdKind, SimChannel, SimContext, SimCq, SimPd};
 use super::{leak, null_with};
 use crate::model::{Completion, CompletionKind, CqOptions, EfaStatus};
-use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_void};
 use core::ptr;
 use core::sync::atomic::{AtomicU32, Ordering};
+use efa_sys::efadv::{EFADV_WC_EX_WITH_IS_UNSOLICITED, EFADV_WC_EX_WITH_SGID};
 use efa_sys::verbs as v;
+use efa_sys::verbs::ibv_create_cq_wc_flags as wcf;
+use efa_sys::verbs::ibv_wc_opcode as op;
 use libc::{EBUSY, EINVAL, ENOENT, EOPNOTSUPP};
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
-/// IBV_WC_EX_WITH_* bits EFA supports (IBV_WC_STANDARD_FLAGS).
-const WC_STANDARD_FLAGS: u64 = 0x7f;
-const WC_EX_WITH_BYTE_LEN: u64 = 1 << 0;
-const WC_EX_WITH_IMM: u64 = 1 << 1;
-const WC_EX_WITH_QP_NUM: u64 = 1 << 2;
-const WC_EX_WITH_SRC_QP: u64 = 1 << 3;
-const WC_EX_WITH_SLID: u64 = 1 << 4;
-const WC_EX_WITH_SL: u64 = 1 << 5;
-const WC_EX_WITH_DLID_PATH_BITS: u64 = 1 << 6;
-const CQ_INIT_ATTR_MASK_FLAGS: u32 = 1 << 0;
-const CQ_INIT_ATTR_MASK_PD: u32 = 1 << 1;
-const CREATE_CQ_ATTR_SINGLE_THREADED: u32 = 1 << 0;
-const EFADV_WC_EX_WITH_SGID: u64 = 1 << 0;
-const EFADV_WC_EX_WITH_IS_UNSOLICITED: u64 = 1 << 1;
-const CAP_CQ_WITH_SGID: u32 = 1 << 2;
-const CAP_UNSOLICITED_WRITE_RECV: u32 = 1 << 4;
-const IBV_WC_WITH_IMM: u32 = 2;
+/// `IBV_WC_STANDARD_FLAGS`: the `IBV_WC_EX_WITH_*` bits EFA supports.
+const WC_STANDARD_FLAGS: u64 = (wcf::IBV_WC_EX_WITH_BYTE_LEN.0
+    | wcf::IBV_WC_EX_WITH_IMM.0
+    | wcf::IBV_WC_EX_WITH_QP_NUM.0
+    | wcf::IBV_WC_EX_WITH_SRC_QP.0
+    | wcf::IBV_WC_EX_WITH_SLID.0
+    | wcf::IBV_WC_EX_WITH_SL.0
+    | wcf::IBV_WC_EX_WITH_DLID_PATH_BITS.0) as u64;
+const CQ_INIT_ATTR_MASK_FLAGS: u32 = v::ibv_cq_init_attr_mask::IBV_CQ_INIT_ATTR_MASK_FLAGS.0;
+const CQ_INIT_ATTR_MASK_PD: u32 = v::ibv_cq_init_attr_mask::IBV_CQ_INIT_ATTR_MASK_PD.0;
+const CREATE_CQ_ATTR_SINGLE_THREADED: u32 =
+    v::ibv_create_cq_attr_flags::IBV_CREATE_CQ_ATTR_SINGLE_THREADED.0;
+const IBV_WC_WITH_IMM: u32 = v::ibv_wc_flags::IBV_WC_WITH_IMM.0;
 
 /// `ibv_wc_status` for a raw EFA status (model §4).
 #[inline]
 pub fn wc_status(s: EfaStatus) -> u32 {
-    match s {
-        0 => 0,
-        1 => 5,
-        2..=4 => 2,
-        5 => 4,
-        6 => 1,
-        7 => 10,
-        8 => 16,
-        9 => 15,
-        10 => 13,
-        11 => 9,
-        12 => 7,
-        13 | 15 => 20,
-        14 => 11,
-        18 => 9,
-        _ => 21,
-    }
+    efa_sys::vendor::to_ibv_wc_status(u32::from(s))
 }
 
 /// `ibv_wc_opcode` of a completion.
 #[inline]
 fn wc_opcode(c: &Completion, read_as_send: bool) -> u32 {
     match c.kind {
-        CompletionKind::Send => 0,
-        CompletionKind::RdmaRead => {
-            if read_as_send {
-                0
-            } else {
-                2
-            }
-        }
-        CompletionKind::RdmaWrite => 1,
-        CompletionKind::Recv => 128,
-        CompletionKind::RecvRdmaWithImm => 129,
+        CompletionKind::Send => op::IBV_WC_SEND,
+        CompletionKind::RdmaRead if read_as_send => op::IBV_WC_SEND,
+        CompletionKind::RdmaRead => op::IBV_WC_RDMA_READ,
+        CompletionKind::RdmaWrite => op::IBV_WC_RDMA_WRITE,
+        CompletionKind::Recv => op::IBV_WC_RECV,
+        CompletionKind::RecvRdmaWithImm => op::IBV_WC_RECV_RDMA_WITH_IMM,
     }
-}
-
-#[inline]
-fn is_recv(c: &Completion) -> bool {
-    matches!(
-        c.kind,
-        CompletionKind::Recv | CompletionKind::RecvRdmaWithImm
-    )
 }
 
 unsafe fn create(
@@ -132,14 +101,15 @@ unsafe fn create(
     ex.read_opcode = Some(read_opcode);
     ex.read_vendor_err = Some(read_vendor_err);
     ex.read_wc_flags = Some(read_wc_flags);
-    ex.read_byte_len = (wf & WC_EX_WITH_BYTE_LEN != 0).then_some(read_byte_len as _);
-    ex.read_imm_data = (wf & WC_EX_WITH_IMM != 0).then_some(read_imm_data as _);
-    ex.read_qp_num = (wf & WC_EX_WITH_QP_NUM != 0).then_some(read_qp_num as _);
-    ex.read_src_qp = (wf & WC_EX_WITH_SRC_QP != 0).then_some(read_src_qp as _);
-    ex.read_slid = (wf & WC_EX_WITH_SLID != 0).then_some(read_slid as _);
-    ex.read_sl = (wf & WC_EX_WITH_SL != 0).then_some(read_sl as _);
+    let has = |f: wcf| wf & f.0 as u64 != 0;
+    ex.read_byte_len = has(wcf::IBV_WC_EX_WITH_BYTE_LEN).then_some(read_byte_len as _);
+    ex.read_imm_data = has(wcf::IBV_WC_EX_WITH_IMM).then_some(read_imm_data as _);
+    ex.read_qp_num = has(wcf::IBV_WC_EX_WITH_QP_NUM).then_some(read_qp_num as _);
+    ex.read_src_qp = has(wcf::IBV_WC_EX_WITH_SRC_QP).then_some(read_src_qp as _);
+    ex.read_slid = has(wcf::IBV_WC_EX_WITH_SLID).then_some(read_slid as _);
+    ex.read_sl = has(wcf::IBV_WC_EX_WITH_SL).then_some(read_sl as _);
     ex.read_dlid_path_bits =
-        (wf & WC_EX_WITH_DLID_PATH_BITS != 0).then_some(read_dlid_path_bits as _);
+        has(wcf::IBV_WC_EX_WITH_DLID_PATH_BITS).then_some(read_dlid_path_bits as _);
     let channel = attr.channel as *mut SimChannel;
     let cq = leak(SimCq {
         ex,
@@ -150,8 +120,6 @@ unsafe fn create(
         },
         model,
         channel,
-        cur: UnsafeCell::new(None),
-        poll_lock: SessionLock::new(),
         read_as_send: profile.read_completes_as_send,
     });
     if !channel.is_null() {
@@ -246,19 +214,8 @@ unsafe extern "C" fn efadv_create_cq(
     if efa.comp_mask != 0 {
         return null_with(EINVAL);
     }
-    // SAFETY: ctx is ours.
-    let caps = unsafe { SimContext::from_ibv(ctx) }
-        .device
-        .profile
-        .device_caps;
-    let mut supported = 0;
-    if caps & CAP_CQ_WITH_SGID != 0 {
-        supported |= EFADV_WC_EX_WITH_SGID;
-    }
-    if caps & CAP_UNSOLICITED_WRITE_RECV != 0 {
-        supported |= EFADV_WC_EX_WITH_IS_UNSOLICITED;
-    }
-    if efa.wc_flags & !supported != 0 {
+    // The capability checks are the model's (CQ creation); unknown bits are not.
+    if efa.wc_flags & !(EFADV_WC_EX_WITH_SGID | EFADV_WC_EX_WITH_IS_UNSOLICITED) != 0 {
         return null_with(EOPNOTSUPP);
     }
     if efa.flags != 0 {
@@ -365,6 +322,12 @@ unsafe extern "C" fn get_cq_event(
         return -1;
     };
     let cq = cq as *mut v::ibv_cq;
+    // SAFETY: cq is alive (destroy purges the queue): the event moves its doorbell's
+    // command sequence number on (libefa's efa_cq_event).
+    unsafe { SimCq::from_ibv(cq) }
+        .model
+        .poller()
+        .event_delivered();
     // SAFETY: out pointers from the caller; cq is alive (destroy purges the queue).
     unsafe {
         if !cq_out.is_null() {
@@ -413,44 +376,54 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut v::ibv_cq, solicited_only: c_int
 pub unsafe extern "C" fn poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut v::ibv_wc) -> c_int {
     // SAFETY: cq is ours.
     let sim = unsafe { SimCq::from_ibv(cq) };
+    let (m, p) = (&*sim.model, sim.model.poller());
     let wc = wc as *mut Wc;
-    sim.poll_lock.lock();
+    p.lock();
     let mut i = 0;
-    while i < n {
-        let Some(c) = sim.model.peek() else { break };
-        // SAFETY: the caller's array holds n entries; only the fields EFA writes are touched.
-        let w = unsafe { &mut *wc.add(i as usize) };
-        w.wr_id = c.wr_id;
-        w.status = wc_status(c.status);
-        w.opcode = wc_opcode(&c, sim.read_as_send);
-        w.vendor_err = u32::from(c.status);
-        w.qp_num = c.qp_num;
-        w.wc_flags = 0;
-        if is_recv(&c) {
-            w.byte_len = c.byte_len;
-            w.src_qp = c.src_qp;
-            w.sl = 0;
-            w.slid = c.slid;
-            if let Some(imm) = c.imm_be {
-                w.imm_data = imm;
-                w.wc_flags = IBV_WC_WITH_IMM;
+    // SAFETY: the poll lock is held for the whole loop; the poller belongs to `m`.
+    unsafe {
+        while i < n {
+            let Some(c) = p.next(m).copied() else { break };
+            // The caller's array holds n entries; only the fields EFA writes are touched.
+            let w = &mut *wc.add(i as usize);
+            w.wr_id = c.wr_id;
+            w.status = wc_status(c.status);
+            w.opcode = wc_opcode(&c, sim.read_as_send);
+            w.vendor_err = u32::from(c.status);
+            w.qp_num = c.qp_num;
+            w.wc_flags = 0;
+            if c.is_recv() {
+                w.byte_len = c.byte_len;
+                w.src_qp = c.src_qp;
+                w.sl = 0;
+                w.slid = c.slid;
+                if let Some(imm) = c.imm_be {
+                    w.imm_data = imm;
+                    w.wc_flags = IBV_WC_WITH_IMM;
+                }
             }
+            p.retire();
+            i += 1;
         }
-        sim.model.retire();
-        i += 1;
+        if i > 0 {
+            p.ring_doorbell(m);
+        }
     }
-    sim.poll_lock.unlock();
+    p.unlock();
     i
 }
 
+/// Puts the cursor's completion into the `ibv_cq_ex` plain fields; ENOENT without one.
+///
+/// # Safety
+/// The poll lock is held by this thread (session protocol).
 #[inline]
-unsafe fn set_current(sim: &SimCq, c: Option<Completion>) -> c_int {
-    // SAFETY: the poll lock is held by this thread (session protocol).
-    unsafe { *sim.cur.get() = c };
+unsafe fn publish(sim: &SimCq, c: Option<Completion>) -> c_int {
     match c {
         Some(c) => {
             let ex = &sim.ex as *const v::ibv_cq_ex as *mut v::ibv_cq_ex;
-            // SAFETY: status/wr_id are plain fields of our CQ, written only under the poll lock.
+            // SAFETY: status/wr_id are plain fields of our CQ, written only under the poll
+            // lock (the caller holds it).
             unsafe {
                 (*ex).status = wc_status(c.status);
                 (*ex).wr_id = c.wr_id;
@@ -468,52 +441,60 @@ unsafe extern "C" fn start_poll(cq: *mut v::ibv_cq_ex, attr: *mut v::ibv_poll_cq
     }
     // SAFETY: cq is ours.
     let sim = unsafe { SimCq::from_ex(cq) };
-    sim.poll_lock.lock();
-    let c = sim.model.peek();
+    let p = sim.model.poller();
+    p.lock();
+    // SAFETY: the poll lock is held; the poller belongs to this CQ.
+    let c = unsafe { p.next(&sim.model).copied() };
     if c.is_none() {
-        sim.poll_lock.unlock();
+        p.unlock();
         return ENOENT;
     }
     // SAFETY: poll lock held.
-    unsafe { set_current(sim, c) }
+    unsafe { publish(sim, c) }
 }
 
 unsafe extern "C" fn next_poll(cq: *mut v::ibv_cq_ex) -> c_int {
     // SAFETY: cq is ours; the caller holds the session from start_poll.
     let sim = unsafe { SimCq::from_ex(cq) };
-    // SAFETY: poll lock held by the caller's session.
-    if unsafe { (*sim.cur.get()).is_some() } {
-        sim.model.retire();
+    let p = sim.model.poller();
+    // SAFETY: the poll lock is held by the caller's session.
+    unsafe {
+        p.retire();
+        let c = p.next(&sim.model).copied();
+        publish(sim, c)
     }
-    let c = sim.model.peek();
-    // SAFETY: as above.
-    unsafe { set_current(sim, c) }
 }
 
 unsafe extern "C" fn end_poll(cq: *mut v::ibv_cq_ex) {
     // SAFETY: cq is ours; session held.
     let sim = unsafe { SimCq::from_ex(cq) };
-    // SAFETY: poll lock held by the caller's session.
+    let p = sim.model.poller();
+    // SAFETY: the poll lock is held by the caller's session.
     unsafe {
-        if (*sim.cur.get()).take().is_some() {
-            sim.model.retire();
+        if p.current().is_some() {
+            p.retire();
+            p.ring_doorbell(&sim.model);
         }
     }
-    sim.poll_lock.unlock();
+    p.unlock();
 }
 
-/// The completion under the cursor (valid between a successful start/next_poll and the next call).
+/// The completion under the cursor (valid between a successful start/next_poll and the
+/// next call); zeros when read outside a session (a consumer bug) rather than a crash.
+///
+/// # Safety
+/// `cq` is ours; the caller is inside a successful poll session.
 #[inline]
 unsafe fn cur<'a>(cq: *mut v::ibv_cq_ex) -> (&'a SimCq, Completion) {
-    // SAFETY: cq is ours; the caller is inside a successful poll session.
+    // SAFETY: cq is ours; the caller holds the poll lock (session).
     unsafe {
         let sim = SimCq::from_ex(cq);
-        let c = (*sim.cur.get()).unwrap_or(EMPTY);
+        let c = sim.model.poller().current().copied().unwrap_or(EMPTY);
         (sim, c)
     }
 }
 
-/// Read outside a session (a consumer bug): report zeros rather than crash.
+/// What the read functions report outside a session.
 const EMPTY: Completion = Completion {
     wr_id: 0,
     status: 0,
@@ -539,7 +520,7 @@ unsafe extern "C" fn read_vendor_err(cq: *mut v::ibv_cq_ex) -> u32 {
 unsafe extern "C" fn read_byte_len(cq: *mut v::ibv_cq_ex) -> u32 {
     // SAFETY: forwarded contract.
     let c = unsafe { cur(cq) }.1;
-    if is_recv(&c) {
+    if c.is_recv() {
         c.byte_len
     } else {
         0
@@ -556,7 +537,7 @@ unsafe extern "C" fn read_qp_num(cq: *mut v::ibv_cq_ex) -> u32 {
 unsafe extern "C" fn read_src_qp(cq: *mut v::ibv_cq_ex) -> u32 {
     // SAFETY: forwarded contract.
     let c = unsafe { cur(cq) }.1;
-    if is_recv(&c) {
+    if c.is_recv() {
         c.src_qp
     } else {
         0
@@ -565,7 +546,7 @@ unsafe extern "C" fn read_src_qp(cq: *mut v::ibv_cq_ex) -> u32 {
 unsafe extern "C" fn read_wc_flags(cq: *mut v::ibv_cq_ex) -> u32 {
     // SAFETY: forwarded contract.
     let c = unsafe { cur(cq) }.1;
-    if is_recv(&c) && c.imm_be.is_some() {
+    if c.is_recv() && c.imm_be.is_some() {
         IBV_WC_WITH_IMM
     } else {
         0
@@ -574,7 +555,7 @@ unsafe extern "C" fn read_wc_flags(cq: *mut v::ibv_cq_ex) -> u32 {
 unsafe extern "C" fn read_slid(cq: *mut v::ibv_cq_ex) -> u32 {
     // SAFETY: forwarded contract.
     let c = unsafe { cur(cq) }.1;
-    if is_recv(&c) {
+    if c.is_recv() {
         u32::from(c.slid)
     } else {
         0
@@ -597,7 +578,7 @@ unsafe extern "C" fn wc_read_sgid(efa: *mut EfadvCq, sgid: *mut v::ibv_gid) -> c
     // SAFETY: efa is ours; inside a poll session.
     let sim = unsafe { cq_of_efa(efa) };
     // SAFETY: poll lock held by the caller's session.
-    match unsafe { *sim.cur.get() }.and_then(|c| c.sgid) {
+    match unsafe { sim.model.poller().current() }.and_then(|c| c.sgid) {
         Some(g) if !sgid.is_null() => {
             // SAFETY: sgid points to 16 bytes.
             unsafe { ptr::copy_nonoverlapping(g.as_ptr(), sgid as *mut u8, 16) };
@@ -611,7 +592,5 @@ unsafe extern "C" fn wc_is_unsolicited(efa: *mut EfadvCq) -> bool {
     // SAFETY: efa is ours; inside a poll session.
     let sim = unsafe { cq_of_efa(efa) };
     // SAFETY: poll lock held by the caller's session.
-    unsafe { *sim.cur.get() }
-        .map(|c| c.unsolicited)
-        .unwrap_or(false)
+    unsafe { sim.model.poller().current() }.is_some_and(|c| c.unsolicited)
 }

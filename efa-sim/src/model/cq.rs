@@ -17,7 +17,7 @@ use super::runtime::Runtime;
 use super::{profile, Completion, Errno, Qp};
 use crate::provider::poll::CqPoller;
 use crate::ring::cqe::{self, Cqe};
-use crate::ring::{Cursor, Ring};
+use crate::ring::{Cursor, Layout, Ring};
 use efa_sys::io::{REGS_CQ_DB_ARM_MASK, REGS_CQ_DB_CONSUMER_INDEX_MASK};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -117,6 +117,13 @@ impl Cq {
     /// Options it was created with.
     pub fn options(&self) -> CqOptions {
         self.opts
+    }
+
+    /// The raw completion ring (`efadv_query_cq`). From now on the device also notices
+    /// doorbell writes it is not told about (see [`crate::model::watcher`]).
+    pub fn ring_layout(self: &Arc<Self>) -> Layout {
+        self.rt.watcher.watch_cq(&self.rt, self);
+        self.ring.layout(self.depth)
     }
 
     /// The ring.
@@ -243,7 +250,10 @@ impl Cq {
     /// The consumer index moved (the provider polled, or the watcher saw a doorbell
     /// write): completions waiting for room go into the ring.
     pub(crate) fn consumer_moved(&self) {
-        if self.waiting.load(Ordering::Acquire) == 0 {
+        // Pairs with `push`: the consumer index is written before this load, `waiting`
+        // before push reads the index again.
+        core::sync::atomic::fence(Ordering::SeqCst);
+        if self.waiting.load(Ordering::SeqCst) == 0 {
             return;
         }
         let wrote = {

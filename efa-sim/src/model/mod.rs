@@ -36,6 +36,7 @@ pub mod watcher;
 mod wr;
 
 pub use crate::config::MAX_DEVICES;
+pub use crate::ring::Layout as RingLayout;
 pub use ah::Ah;
 pub use cq::{Cq, CqOptions};
 pub use device::{gid_endpoint, gid_for, Device, Sim};

@@ -6,12 +6,12 @@ use super::qp_state::{next_state, ATTR_QKEY, ATTR_RNR_RETRY, ATTR_SQ_PSN};
 use super::recv_queue::DeviceRq;
 use super::send_queue::DeviceSq;
 use super::{
-    profile, Cq, Errno, ModifyQp, Payload, Pd, QpAttrs, QpState, RecvWr, SendOp, SendWr,
+    profile, Cq, Errno, ModifyQp, Payload, Pd, QpAttrs, QpState, RecvWr, SendWr,
     MAX_QPS_PER_PROCESS,
 };
 use crate::provider::recv::{RecvQueue, RqConfig};
 use crate::provider::send::{is_rdma, CheckPayload, SendQueue, SqConfig, WrCheck};
-use crate::ring::Ring;
+use crate::ring::{Layout, Ring};
 use crate::transport;
 use efa_sys::efadv::{EFADV_QP_FLAGS_INLINE_WRITE, EFADV_QP_FLAGS_UNSOLICITED_WRITE_RECV};
 use efa_sys::io::{TX_DESC_INLINE_MAX_SIZE, TX_DESC_SIZE_128, TX_DESC_SIZE_64};
@@ -77,6 +77,23 @@ fn rounddown_pow2(v: u32) -> u32 {
     } else {
         1 << (31 - v.leading_zeros())
     }
+}
+
+/// Send WQE size for a QP with `max_inline` inline bytes (128 if more than a 64-byte WQE
+/// holds, or with `EFADV_QP_FLAGS_INLINE_WRITE`), as libefa sizes it.
+pub fn wqe_size(max_inline: u32, inline_write: bool) -> usize {
+    if max_inline as usize > TX_DESC_INLINE_MAX_SIZE || inline_write {
+        TX_DESC_SIZE_128
+    } else {
+        TX_DESC_SIZE_64
+    }
+}
+
+/// The deepest send queue a QP with these inline settings can have
+/// (`efadv_get_max_sq_depth`): the LLQ bytes in WQEs of that size, rounded down to a power
+/// of two.
+pub fn max_sq_depth(p: &super::Profile, max_inline: u32, inline_write: bool) -> u32 {
+    rounddown_pow2(p.max_llq_size / wqe_size(max_inline, inline_write) as u32)
 }
 
 /// The `IBV_QP_EX_WITH_*` bit of `op`.
@@ -154,17 +171,12 @@ impl Qp {
         }
         // 5. limits.
         let c = init.caps;
-        let wide = c.max_inline_data as usize > TX_DESC_INLINE_MAX_SIZE
-            || init.efa_flags & QP_FLAG_INLINE_WRITE != 0;
-        let wqe = if wide {
-            TX_DESC_SIZE_128
-        } else {
-            TX_DESC_SIZE_64
-        };
+        let inline_write = init.efa_flags & QP_FLAG_INLINE_WRITE != 0;
+        let wqe = wqe_size(c.max_inline_data, inline_write);
         let rq_sge = c.max_recv_sge.max(1);
         if c.max_send_sge > p.max_sq_sge as u32
             || c.max_recv_sge > p.max_rq_sge as u32
-            || c.max_send_wr > rounddown_pow2(p.max_llq_size / wqe as u32)
+            || c.max_send_wr > max_sq_depth(p, c.max_inline_data, inline_write)
             || c.max_recv_wr > p.max_rq_wr / rq_sge
             || c.max_inline_data > p.inline_buf_size_ex as u32
         {
@@ -216,7 +228,7 @@ impl Qp {
                 max_batch,
                 max_send_sge: c.max_send_sge,
                 max_inline: c.max_inline_data,
-                inline_write: init.efa_flags & QP_FLAG_INLINE_WRITE != 0,
+                inline_write,
                 sq_sig_all: init.sq_sig_all,
                 qp_type: init.qp_type,
                 send_ops: init.send_ops_flags,
@@ -324,12 +336,18 @@ impl Qp {
         self.sq_dev.process(&self.pd.rt, self)
     }
 
-    /// The rings were handed out (`efadv_query_qp_wqs`): from now on the device also
-    /// notices doorbells it is not told about.
-    pub(crate) fn expose(&self) {
+    /// The raw send and receive rings (`efadv_query_qp_wqs`). From now on the device
+    /// also notices doorbells it is not told about (see [`crate::model::watcher`]).
+    pub fn wq_layout(&self) -> (Layout, Layout) {
         if !self.exposed.swap(true, Ordering::AcqRel) {
             self.pd.rt.watcher.start(&self.pd.rt);
         }
+        let rq = self.rq_dev.ring();
+        // Receive descriptors are not batched: one doorbell may cover the whole ring.
+        (
+            self.sq_dev.ring().layout(self.sq.config().max_batch),
+            rq.layout(rq.entries()),
+        )
     }
 
     pub(crate) fn is_exposed(&self) -> bool {

@@ -34,6 +34,8 @@ struct Current {
 
 struct PollState {
     ci: Cursor,
+    /// The consumer index last written to the doorbell.
+    told: u16,
     cur: Option<Current>,
     cmd_sn: u8,
 }
@@ -64,6 +66,7 @@ impl CqPoller {
             lock: SpinLock::new(),
             st: UnsafeCell::new(PollState {
                 ci: Cursor { count: 0, phase: 1 },
+                told: 0,
                 cur: None,
                 cmd_sn: 0,
             }),
@@ -118,6 +121,12 @@ impl CqPoller {
             }
             ring.read_slot(slot, &mut raw);
             st.ci.advance(ring.entries());
+            // In a long poll session, tell the device every quarter ring how far we got
+            // (it keeps completions that find the ring full by this index).
+            if u32::from(st.ci.count.wrapping_sub(st.told)) >= (ring.entries() / 4).max(1) {
+                st.told = st.ci.count;
+                ring.doorbell().write(db_value(st, false));
+            }
             let e = Cqe::decode(&raw, cq.options().with_sgid);
             if let Some(cur) = decode(cq, &e) {
                 st.cur = Some(cur);
@@ -152,6 +161,7 @@ impl CqPoller {
     pub unsafe fn ring_doorbell(&self, cq: &Cq) {
         // SAFETY: forwarded.
         let st = unsafe { self.st() };
+        st.told = st.ci.count;
         cq.ring().doorbell().write(db_value(st, false));
         cq.consumer_moved();
     }

@@ -45,6 +45,22 @@ impl Doorbell {
     }
 }
 
+/// Where a queue's ring and doorbell are, for consumers that drive it themselves
+/// (`efadv_query_qp_wqs`, `efadv_query_cq`). Valid until the queue is destroyed.
+#[derive(Clone, Copy, Debug)]
+pub struct Layout {
+    /// First entry (NULL for a queue without entries).
+    pub buffer: *mut u8,
+    /// Bytes per entry.
+    pub entry_size: u32,
+    /// Entries.
+    pub num_entries: u32,
+    /// The doorbell register.
+    pub doorbell: *mut u32,
+    /// Most entries per doorbell write.
+    pub max_batch: u32,
+}
+
 /// One queue's memory: `entries` slots of `entry_size` bytes (both powers of two, or no
 /// entries at all) and its doorbell.
 pub struct Ring {
@@ -94,6 +110,17 @@ impl Ring {
             entries,
             doorbell: Box::new(Doorbell(AtomicU32::new(0))),
         })
+    }
+
+    /// The ring's layout for a direct consumer, allowing `max_batch` entries per doorbell.
+    pub fn layout(&self, max_batch: u32) -> Layout {
+        Layout {
+            buffer: self.as_ptr(),
+            entry_size: self.entry_size as u32,
+            num_entries: self.entries,
+            doorbell: self.doorbell.as_ptr(),
+            max_batch,
+        }
     }
 
     /// Number of slots.

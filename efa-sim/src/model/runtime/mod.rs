@@ -59,13 +59,13 @@
 //!   in [`crate::model::send_queue`], [`crate::model::recv_queue`] and
 //!   [`crate::model::cq`].
 
-pub mod direct;
-pub mod engine;
-pub mod requester;
-pub mod responder;
+pub(crate) mod direct;
+pub(crate) mod engine;
+pub(crate) mod requester;
+pub(crate) mod responder;
 pub mod stats;
-pub mod tables;
-pub mod trust;
+pub(crate) mod tables;
+pub(crate) mod trust;
 
 use crate::config::Config;
 use crate::model::{Device, Errno, Gid, Mr, Profile, Qp, MAX_QPS_PER_PROCESS};
