@@ -70,7 +70,10 @@ fn capability_gated_features_are_unsupported() {
 
             // The provider itself refuses RDMA-write registration rights it cannot honour.
             let e = pd
-                .register(vec![0u8; 8], AccessFlags::REMOTE_WRITE)
+                .register(
+                    vec![0u8; 8],
+                    AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+                )
                 .map(drop)
                 .unwrap_err();
             assert!(e.is_unsupported(), "{e}");
