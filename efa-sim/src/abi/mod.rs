@@ -21,6 +21,7 @@ mod misc;
 mod objects;
 mod pd;
 mod post;
+mod private;
 mod qp;
 mod stubs;
 
