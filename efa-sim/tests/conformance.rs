@@ -95,6 +95,15 @@ fn v65_consumer() {
     }
 }
 
+/// Registration refused as the kernel refuses it, through all three registration verbs.
+#[test]
+fn registration() {
+    support::run_c(
+        "registration",
+        &[("EFA_SIM_PROFILE", "efa_1.caps=-rdma_read-rdma_write")],
+    );
+}
+
 /// A consumer that drives the rings itself (efadv_query_qp_wqs / efadv_query_cq, WQEs,
 /// RX descriptors and doorbells by hand, CQEs by phase bit) against a verbs peer.
 #[test]
