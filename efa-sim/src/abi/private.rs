@@ -9,7 +9,7 @@
 //! at load time) and the other `void` functions do nothing; the `ibv_cmd_*` commands and
 //! `execute_ioctl` fail with EOPNOTSUPP (`ibv_cmd_poll_cq`: -1, the post commands also
 //! point `*bad_wr` at the first WR); creators return NULL with `errno = EOPNOTSUPP`.
-//! `ibv_query_gid_type` (a real answer) lives in `device.rs`.
+//! `ibv_query_gid_type` gets a real answer, in [`super::query`].
 
 use super::set_errno;
 use super::stubs::{op_int, op_ptr, op_void};

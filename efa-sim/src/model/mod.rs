@@ -28,6 +28,7 @@ mod mr;
 mod pd;
 pub mod profile;
 pub mod qp;
+mod qp_init;
 pub mod qp_state;
 pub mod recv_queue;
 pub mod runtime;

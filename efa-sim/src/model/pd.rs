@@ -198,6 +198,6 @@ impl Pd {
             .unwrap_or_else(|e| e.into_inner())
             .get(gid)
             .map(|(n, _)| *n)
-            .unwrap_or(0xffff)
+            .unwrap_or(crate::ring::cqe::NO_AH)
     }
 }

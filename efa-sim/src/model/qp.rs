@@ -2,6 +2,7 @@
 //! RQ ring, their device side and their provider side), state changes (§3.2), posting
 //! (§3.3–§3.4, through the provider), destroy.
 
+pub use super::qp_init::{max_sq_depth, wqe_size, QpCaps, QpInit, QpType};
 use super::qp_state::{next_state, ATTR_QKEY, ATTR_RNR_RETRY, ATTR_SQ_PSN};
 use super::recv_queue::DeviceRq;
 use super::send_queue::DeviceSq;
@@ -14,7 +15,7 @@ use crate::provider::send::{is_rdma, CheckPayload, SendQueue, SqConfig, WrCheck}
 use crate::ring::{Layout, Ring};
 use crate::transport;
 use efa_sys::efadv::{EFADV_QP_FLAGS_INLINE_WRITE, EFADV_QP_FLAGS_UNSOLICITED_WRITE_RECV};
-use efa_sys::io::{TX_DESC_INLINE_MAX_SIZE, TX_DESC_SIZE_128, TX_DESC_SIZE_64};
+use efa_sys::io::TX_DESC_SIZE_64;
 use efa_sys::verbs::ibv_qp_create_send_ops_flags as ops;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -26,75 +27,6 @@ pub const QP_FLAG_INLINE_WRITE: u16 = EFADV_QP_FLAGS_INLINE_WRITE;
 
 /// Default `rnr_retry` of SRD QPs: 7 = retry forever.
 pub const RNR_RETRY_INFINITE: u8 = 7;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-/// QP transport type.
-pub enum QpType {
-    /// Unreliable datagram.
-    Ud,
-    /// Scalable reliable datagram (efadv driver QP).
-    Srd,
-}
-
-#[derive(Clone, Copy, Debug, Default)]
-/// QP capacities (requested or granted).
-pub struct QpCaps {
-    /// Send WRs.
-    pub max_send_wr: u32,
-    /// Receive WRs.
-    pub max_recv_wr: u32,
-    /// SGEs per send WR.
-    pub max_send_sge: u32,
-    /// SGEs per receive WR.
-    pub max_recv_sge: u32,
-    /// Inline bytes.
-    pub max_inline_data: u32,
-}
-
-/// QP creation input (ibv_qp_init_attr_ex + efadv_qp_init_attr).
-pub struct QpInit {
-    /// UD or SRD.
-    pub qp_type: QpType,
-    /// CQ for send completions.
-    pub send_cq: Arc<Cq>,
-    /// CQ for receive completions.
-    pub recv_cq: Arc<Cq>,
-    /// Requested capacities.
-    pub caps: QpCaps,
-    /// Every WR signaled implicitly.
-    pub sq_sig_all: bool,
-    /// IBV_QP_EX_WITH_* bits when created with SEND_OPS_FLAGS, else None.
-    pub send_ops_flags: Option<u64>,
-    /// EFADV_QP_FLAGS_* (UNSOLICITED_WRITE_RECV, INLINE_WRITE).
-    pub efa_flags: u16,
-    /// Service level (0 = default; accepted, no effect).
-    pub sl: u8,
-}
-
-fn rounddown_pow2(v: u32) -> u32 {
-    if v == 0 {
-        0
-    } else {
-        1 << (31 - v.leading_zeros())
-    }
-}
-
-/// Send WQE size for a QP with `max_inline` inline bytes (128 if more than a 64-byte WQE
-/// holds, or with `EFADV_QP_FLAGS_INLINE_WRITE`), as libefa sizes it.
-pub fn wqe_size(max_inline: u32, inline_write: bool) -> usize {
-    if max_inline as usize > TX_DESC_INLINE_MAX_SIZE || inline_write {
-        TX_DESC_SIZE_128
-    } else {
-        TX_DESC_SIZE_64
-    }
-}
-
-/// The deepest send queue a QP with these inline settings can have
-/// (`efadv_get_max_sq_depth`): the LLQ bytes in WQEs of that size, rounded down to a power
-/// of two.
-pub fn max_sq_depth(p: &super::Profile, max_inline: u32, inline_write: bool) -> u32 {
-    rounddown_pow2(p.max_llq_size / wqe_size(max_inline, inline_write) as u32)
-}
 
 /// The `IBV_QP_EX_WITH_*` bit of `op`.
 fn with_bit(op: ops) -> u64 {

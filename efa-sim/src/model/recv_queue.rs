@@ -15,7 +15,7 @@
 use super::runtime::stats::bump;
 use super::runtime::Runtime;
 use super::Qp;
-use crate::ring::cqe::Cqe;
+use crate::ring::cqe::{Cqe, NO_AH};
 use crate::ring::rx::{self, RxDesc};
 use crate::ring::{Cursor, Ring};
 use arrayvec::ArrayVec;
@@ -142,7 +142,7 @@ impl DeviceRq {
                 q_type: queue_type::RECV,
                 op_type: send_op_type::SEND,
                 qp_num: qp.qpn() as u16,
-                ah: 0xffff,
+                ah: NO_AH,
                 ..Cqe::default()
             });
         }

@@ -20,6 +20,7 @@
 pub mod poll;
 pub mod recv;
 pub mod send;
+pub mod session;
 
 use core::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 

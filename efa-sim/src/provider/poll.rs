@@ -253,7 +253,7 @@ fn decode(cq: &Cq, e: &Cqe) -> Option<Current> {
             imm_be: (recv && e.has_imm).then(|| e.imm.to_be()),
             qp_num: u32::from(e.qp_num),
             src_qp: if recv { u32::from(e.src_qp) } else { 0 },
-            slid: if recv { e.ah } else { 0xffff },
+            slid: if recv { e.ah } else { cqe::NO_AH },
             unsolicited: e.unsolicited,
             sgid: e.src_gid,
         },

@@ -10,6 +10,10 @@ use efa_sys::io::{
     CDESC_COMMON_UNSOLICITED_MASK,
 };
 
+/// The AH number that names no AH: a receive completion's `ah` for a sender the receiver
+/// has no AH for, and what a WQE naming no valid AH carries.
+pub const NO_AH: u16 = 0xffff;
+
 /// Bytes per CQ slot.
 pub const SIZE: usize = core::mem::size_of::<efa_io_rx_cdesc_ex>();
 /// Offset of the flags byte (phase bit).
@@ -122,7 +126,7 @@ impl Cqe {
             c.imm = u32::from_le_bytes([b[IMM], b[IMM + 1], b[IMM + 2], b[IMM + 3]]);
             if c.op_type == send_op_type::RDMA_WRITE {
                 c.length |= u32::from(h(EXT)) << 16;
-            } else if with_src_addr && c.ah == 0xffff {
+            } else if with_src_addr && c.ah == NO_AH {
                 let mut g = [0u8; 16];
                 g.copy_from_slice(&b[EXT..EXT + 16]);
                 c.src_gid = Some(g);

@@ -3,8 +3,9 @@
 //! executes incoming requests against local QPs and MRs (so one-sided RDMA progresses
 //! without the target polling), and the doorbell watcher.
 //!
-//! * [`requester`]: a WQE the device took from a send queue becomes a request; responses,
-//!   retransmission, RNR retries, chunked bulk RDMA, timeouts.
+//! * [`requester`]: a WQE the device took from a send queue becomes a request;
+//!   [`responses`]: answers, retransmission, RNR retries, timeouts; [`chunks`]: bulk RDMA
+//!   moved in datagram chunks.
 //! * [`responder`]: executes a request against this device's QPs and MRs and writes the
 //!   receive completions.
 //! * [`direct`]: the same-process path (the posting thread executes on the target).
@@ -59,10 +60,12 @@
 //!   in [`crate::model::send_queue`], [`crate::model::recv_queue`] and
 //!   [`crate::model::cq`].
 
+pub(crate) mod chunks;
 pub(crate) mod direct;
 pub(crate) mod engine;
 pub(crate) mod requester;
 pub(crate) mod responder;
+pub(crate) mod responses;
 pub mod stats;
 pub(crate) mod tables;
 pub(crate) mod trust;

@@ -3,12 +3,12 @@
 //! its completion goes to the QP's send CQ when the responder's answer arrives (or the
 //! WR fails: RNR retries exhausted, peer silent, AH destroyed, QP flushed).
 
-use super::stats::bump;
+use super::chunks::Chunking;
 use super::tables::MrTable;
-use super::{IdMap, Runtime, INLINE_RDMA, PEER_TIMEOUT, RNR_DELAY, RTO};
+use super::{Runtime, INLINE_RDMA, RTO};
 use crate::model::mem;
 use crate::model::send_queue::Request;
-use crate::model::{qp, Pd, Qp, QpType, SendOp, Sge, ACCESS_LOCAL_WRITE, MAX_INLINE, MAX_SEND_SGE};
+use crate::model::{Pd, Qp, QpType, SendOp, Sge, ACCESS_LOCAL_WRITE, MAX_INLINE, MAX_SEND_SGE};
 use crate::provider::send::op_type;
 use crate::ring::cqe::Cqe;
 use crate::transport::wire::{self, Header, Op};
@@ -17,7 +17,7 @@ use std::cell::RefCell;
 use std::net::SocketAddrV4;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Status of an RNR answer.
 pub(crate) const STATUS_RNR: u8 = st::REMOTE_ERROR_RNR as u8;
@@ -69,32 +69,21 @@ pub(crate) struct Spec {
 
 /// A request waiting for its response.
 pub(crate) struct Pending {
-    qp: Arc<Qp>,
-    origin: Origin,
-    dest: SocketAddrV4,
-    spec: Spec,
-    next_tx: Instant,
-    last_heard: Instant,
-    rnr_left: u8,
+    pub qp: Arc<Qp>,
+    pub origin: Origin,
+    pub dest: SocketAddrV4,
+    pub spec: Spec,
+    pub next_tx: Instant,
+    pub last_heard: Instant,
+    pub rnr_left: u8,
     /// This request is one chunk of the pending WR with that id.
-    chunk_parent: Option<u64>,
+    pub chunk_parent: Option<u64>,
     /// This WR is being moved in chunks (its fast path failed).
-    chunking: Option<Chunking>,
+    pub chunking: Option<Chunking>,
 }
-
-/// Progress of a WR moved as data-in-datagram chunks.
-#[derive(Clone, Copy)]
-struct Chunking {
-    next_off: u64,
-    inflight: u32,
-    total: u64,
-}
-
-/// Chunks in flight per chunked WR.
-const CHUNK_WINDOW: u32 = 8;
 
 /// Requests to (re)send after a table update: (PD, spec, destination).
-type Outbox = Vec<(Arc<Pd>, Spec, SocketAddrV4)>;
+pub(crate) type Outbox = Vec<(Arc<Pd>, Spec, SocketAddrV4)>;
 
 thread_local! {
     static SCRATCH: RefCell<Vec<u8>> = RefCell::new(vec![0u8; wire::MAX_DATAGRAM]);
@@ -253,7 +242,7 @@ impl Runtime {
 
     /// Builds and sends the datagram of `spec`; false if a local key went
     /// away (MR deregistered while the WR was outstanding).
-    fn transmit(&self, pd: &Pd, spec: &Spec, dest: SocketAddrV4) -> bool {
+    pub(crate) fn transmit(&self, pd: &Pd, spec: &Spec, dest: SocketAddrV4) -> bool {
         SCRATCH.with(|buf| {
             let mut buf = buf.borrow_mut();
             let mrs = self.mrs();
@@ -362,7 +351,7 @@ impl Runtime {
     }
 
     /// Writes the completion `settle` produced and sends the requests it queued.
-    fn after_settle(&self, done: Option<(Arc<Qp>, Origin, u8)>, to_send: Outbox) {
+    pub(crate) fn after_settle(&self, done: Option<(Arc<Qp>, Origin, u8)>, to_send: Outbox) {
         if let Some((qp, o, status)) = done {
             complete(&qp, &o, status);
         }
@@ -370,125 +359,6 @@ impl Runtime {
             if !self.transmit(pd, spec, *dest) {
                 self.finish(spec.header.req_id, st::LOCAL_ERROR_INVALID_LKEY as u8);
             }
-        }
-    }
-
-    /// Removes request `id` with `status`. A plain WR yields its completion; a
-    /// chunk advances (or fails) its parent WR, queueing further chunks or the
-    /// write-with-imm commit in `to_send`.
-    fn settle(
-        &self,
-        pend: &mut IdMap<u64, Pending>,
-        id: u64,
-        status: u8,
-        to_send: &mut Outbox,
-    ) -> Option<(Arc<Qp>, Origin, u8)> {
-        let p = pend.remove(&id)?;
-        let Some(parent_id) = p.chunk_parent else {
-            return Some((p.qp, p.origin, status));
-        };
-        if status != 0 {
-            pend.retain(|_, c| c.chunk_parent != Some(parent_id));
-            let parent = pend.remove(&parent_id)?;
-            return Some((parent.qp, parent.origin, status));
-        }
-        let now = Instant::now();
-        let parent = pend.get_mut(&parent_id)?;
-        parent.last_heard = now;
-        let mut ch = parent.chunking?;
-        ch.inflight -= 1;
-        let mut next = None;
-        if ch.next_off < ch.total {
-            let len = (ch.total - ch.next_off).min(INLINE_RDMA as u64) as u32;
-            next = Some((ch.next_off, len));
-            ch.next_off += len as u64;
-            ch.inflight += 1;
-        }
-        parent.chunking = Some(ch);
-        if ch.inflight == 0 && next.is_none() {
-            if parent.spec.header.flags & wire::FLAG_IMM != 0 {
-                // All data landed: deliver the immediate with a commit request.
-                parent.spec.header.flags =
-                    (parent.spec.header.flags & !wire::FLAG_FAST) | wire::FLAG_COMMIT;
-                parent.spec.carries_data = false;
-                parent.chunking = None;
-                parent.next_tx = now + RTO;
-                to_send.push((parent.qp.pd().clone(), parent.spec.clone(), parent.dest));
-                return None;
-            }
-            let parent = pend.remove(&parent_id)?;
-            return Some((parent.qp, parent.origin, 0));
-        }
-        if let Some((off, len)) = next {
-            self.spawn_chunk(pend, parent_id, off, len, to_send);
-        }
-        None
-    }
-
-    /// Adds chunk `[off, off+len)` of WR `parent_id` as its own request.
-    fn spawn_chunk(
-        &self,
-        pend: &mut IdMap<u64, Pending>,
-        parent_id: u64,
-        off: u64,
-        len: u32,
-        to_send: &mut Outbox,
-    ) {
-        let Some(parent) = pend.get(&parent_id) else {
-            return;
-        };
-        let mut spec = parent.spec.clone();
-        spec.header.flags &= !(wire::FLAG_FAST | wire::FLAG_IMM | wire::FLAG_COMMIT);
-        spec.header.remote_addr = spec.header.remote_addr.wrapping_add(off);
-        spec.header.total_len = len;
-        spec.header.pid = 0;
-        spec.header.local_addr = 0;
-        spec.header.imm = 0;
-        if let Some(g) = spec.sges.first_mut() {
-            g.addr = g.addr.wrapping_add(off);
-            g.length = len;
-        }
-        spec.carries_data = spec.header.op == Op::Write;
-        let now = Instant::now();
-        let id = self.next_req.fetch_add(1, Ordering::Relaxed);
-        spec.header.req_id = id;
-        let chunk = Pending {
-            qp: parent.qp.clone(),
-            origin: parent.origin,
-            dest: parent.dest,
-            spec: spec.clone(),
-            next_tx: now + RTO,
-            last_heard: now,
-            rnr_left: parent.rnr_left,
-            chunk_parent: Some(parent_id),
-            chunking: None,
-        };
-        to_send.push((parent.qp.pd().clone(), spec, parent.dest));
-        pend.insert(id, chunk);
-    }
-
-    /// The responder could not copy with process_vm_*: move WR `id` in chunks.
-    fn start_chunking(&self, pend: &mut IdMap<u64, Pending>, id: u64, to_send: &mut Outbox) {
-        let Some(p) = pend.get_mut(&id) else { return };
-        bump(&self.stats.chunked);
-        let total = p.spec.header.total_len as u64;
-        let mut ch = Chunking {
-            next_off: 0,
-            inflight: 0,
-            total,
-        };
-        // The parent itself is not retransmitted while its chunks move.
-        p.next_tx = Instant::now() + Duration::from_secs(3600);
-        let mut spans = arrayvec::ArrayVec::<(u64, u32), { CHUNK_WINDOW as usize }>::new();
-        while ch.next_off < total && ch.inflight < CHUNK_WINDOW {
-            let len = (total - ch.next_off).min(INLINE_RDMA as u64) as u32;
-            spans.push((ch.next_off, len));
-            ch.next_off += len as u64;
-            ch.inflight += 1;
-        }
-        p.chunking = Some(ch);
-        for (off, len) in spans {
-            self.spawn_chunk(pend, id, off, len, to_send);
         }
     }
 
@@ -525,135 +395,5 @@ impl Runtime {
         for p in gone.into_iter().filter(|p| p.chunk_parent.is_none()) {
             complete(&p.qp, &p.origin, status);
         }
-    }
-
-    /// A response from `from` to request `h.req_id`.
-    pub(crate) fn handle_response(&self, h: &Header, data: &[u8], from: SocketAddrV4) {
-        if h.epoch != self.epoch {
-            return;
-        }
-        let now = Instant::now();
-        let mut status = h.status;
-        let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(p) = pend.get_mut(&h.req_id) else {
-            return;
-        };
-        if p.dest != from {
-            return;
-        }
-        p.last_heard = now;
-        if status == STATUS_RNR {
-            if p.rnr_left > 0 {
-                if p.rnr_left != qp::RNR_RETRY_INFINITE {
-                    p.rnr_left -= 1;
-                }
-                p.next_tx = now + RNR_DELAY;
-                drop(pend);
-                self.mark_heard(from);
-                return;
-            }
-        } else if status == wire::STATUS_FALLBACK {
-            if p.spec.header.flags & wire::FLAG_FAST == 0 || p.chunking.is_some() {
-                return; // only a bulk request can fall back; ignore anything else
-            }
-            let mut to_send = Outbox::new();
-            self.start_chunking(&mut pend, h.req_id, &mut to_send);
-            drop(pend);
-            self.mark_heard(from);
-            self.after_settle(None, to_send);
-            return;
-        } else if p.chunking.is_some() {
-            return; // the parent of chunks gets no responses of its own
-        } else if status == 0
-            && p.spec.header.op == Op::Read
-            && p.spec.header.flags & wire::FLAG_FAST == 0
-        {
-            // Small read: the data came with the response.
-            if data.len() != p.spec.header.total_len as usize {
-                return; // malformed; keep waiting (retransmission re-reads)
-            }
-            let mrs = self.mrs();
-            let target = p
-                .spec
-                .sges
-                .first()
-                .and_then(|g| Self::local_range(&mrs, p.qp.pd(), g, ACCESS_LOCAL_WRITE));
-            match target {
-                // SAFETY: the range is inside a live MR with LOCAL_WRITE (read lock held).
-                Some(host) => unsafe { mem::write_registered(host, data) },
-                None if data.is_empty() => {}
-                None => status = st::LOCAL_ERROR_INVALID_LKEY as u8,
-            }
-        }
-        let mut to_send = Outbox::new();
-        let done = self.settle(&mut pend, h.req_id, status, &mut to_send);
-        drop(pend);
-        self.mark_heard(from);
-        self.after_settle(done, to_send);
-    }
-
-    /// Remembers that `from` answered this device (a later silence is status 13, not 15).
-    pub(crate) fn mark_heard(&self, from: SocketAddrV4) {
-        let mut heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
-        if !heard.contains(&from) {
-            heard.insert(from);
-        }
-    }
-
-    /// Retransmissions, RNR retries and peer timeouts; updates the watermark.
-    pub(crate) fn timers(&self) {
-        let now = Instant::now();
-        let mut resend = Outbox::new();
-        let mut expired: Vec<(u64, SocketAddrV4)> = Vec::new();
-        {
-            let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-            let mut low = self.next_req.load(Ordering::Relaxed);
-            for (id, p) in pend.iter_mut() {
-                low = low.min(*id);
-                if now.duration_since(p.last_heard) > PEER_TIMEOUT {
-                    if self.config.trace {
-                        eprintln!(
-                            "efa-sim trace: expire req {id} lw {} next_tx_in {:?} hdr_wm {}",
-                            self.low_water.load(Ordering::Relaxed),
-                            p.next_tx.checked_duration_since(now),
-                            p.spec.header.watermark
-                        );
-                    }
-                    expired.push((*id, p.dest));
-                } else if now >= p.next_tx {
-                    p.next_tx = now + RTO;
-                    resend.push((p.qp.pd().clone(), p.spec.clone(), p.dest));
-                }
-            }
-            self.low_water.store(low, Ordering::Relaxed);
-        }
-        for (pd, spec, dest) in &resend {
-            bump(&self.stats.retransmits);
-            if !self.transmit(pd, spec, *dest) {
-                self.finish(spec.header.req_id, st::LOCAL_ERROR_INVALID_LKEY as u8);
-            }
-        }
-        for (id, dest) in expired {
-            let answered = self
-                .heard
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(&dest);
-            let status = if answered {
-                st::LOCAL_ERROR_UNRESP_REMOTE
-            } else {
-                st::LOCAL_ERROR_UNREACH_REMOTE
-            };
-            self.finish(id, status as u8);
-        }
-    }
-
-    /// Whether requests are outstanding (the engine then wakes up more often).
-    pub(crate) fn has_pending(&self) -> bool {
-        !self
-            .pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
     }
 }

@@ -11,7 +11,7 @@ use crate::model::{
     mem, qp, Gid, Qp, QpState, QpType, Sge, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ,
     ACCESS_REMOTE_WRITE,
 };
-use crate::ring::cqe::Cqe;
+use crate::ring::cqe::{Cqe, NO_AH};
 use crate::transport::wire::{self, Header, Op};
 use efa_sys::io::{queue_type, send_op_type};
 use efa_sys::vendor::comp_status as st;
@@ -39,7 +39,7 @@ impl Runtime {
     /// reports it, the sender's GID.
     fn receiver_info(qp: &Qp, h: &Header) -> (u16, Option<Gid>) {
         let slid = qp.pd().ah_number_of(&h.src_gid);
-        let sgid = (slid == 0xffff && qp.recv_cq().options().with_sgid).then_some(h.src_gid);
+        let sgid = (slid == NO_AH && qp.recv_cq().options().with_sgid).then_some(h.src_gid);
         (slid, sgid)
     }
 
@@ -102,7 +102,7 @@ impl Runtime {
             }
             return self.deliver_send(qp, h, data, imm, 0);
         }
-        if qp.pd().ah_number_of(&h.src_gid) == 0xffff {
+        if qp.pd().ah_number_of(&h.src_gid) == NO_AH {
             return Outcome::Respond(st::REMOTE_ERROR_UNKNOWN_PEER as u8);
         }
         let len = h.total_len as usize;

@@ -30,11 +30,6 @@ impl MrTable {
             .filter(|m| m.key == key)
     }
 
-    /// Number of registered MRs.
-    pub fn len(&self) -> usize {
-        self.live
-    }
-
     /// Adds the MR `make` builds for a fresh key (ENOMEM beyond `max`).
     pub fn insert(
         &mut self,
@@ -84,8 +79,6 @@ impl MrTable {
 pub struct AhEntry {
     /// Address of the owning `Pd` (identity only).
     pub pd: usize,
-    /// Destination GID.
-    pub gid: Gid,
     /// `(IPv4 address, device index)` the GID names, if it is an efa-sim GID.
     pub endpoint: Option<(Ipv4Addr, u32)>,
     direct: AtomicPtr<Runtime>,
@@ -149,7 +142,6 @@ impl AhTable {
         };
         self.entries[usize::from(n)] = Some(AhEntry {
             pd,
-            gid: *gid,
             endpoint: crate::model::gid_endpoint(gid),
             direct: AtomicPtr::new(core::ptr::null_mut()),
             checked: AtomicU64::new(u64::MAX),
