@@ -2,7 +2,7 @@
 //! an EFA SRD/UD device. See the crate README for running programs on it.
 //!
 //! The layers, top to bottom:
-//! * [`abi`](crate#layers) (private): the C ABI of libibverbs and libefa; it only translates C
+//! * `abi` (private): the C ABI of libibverbs and libefa; it only translates C
 //!   structs and calls the layers below.
 //! * [`provider`]: what libefa does in user space: posting rules, WQE and descriptor
 //!   encoding, doorbells, CQ polling.

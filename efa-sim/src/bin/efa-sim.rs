@@ -26,7 +26,7 @@ EFA_SIM_DEVICES, EFA_SIM_PROFILE, EFA_SIM_ADDR, EFA_SIM_READ_OPCODE configure th
 /// The stand-in shared object: `$EFA_SIM_LIB`, or the newest one next to / near this
 /// executable (cargo puts it in target/<profile>/ and target/<profile>/deps/).
 fn find_library() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("EFA_SIM_LIB") {
+    if let Some(p) = efa_sim::config::library_override() {
         let p = PathBuf::from(p);
         return if p.is_file() {
             Ok(p)

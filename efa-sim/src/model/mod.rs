@@ -1,5 +1,5 @@
 //! The device model: what an EFA SRD/UD device and its kernel driver do. No FFI here:
-//! the C-ABI layer ([`crate::abi`]) translates rdma-core structs, the provider layer
+//! the C-ABI layer (`crate::abi`) translates rdma-core structs, the provider layer
 //! ([`crate::provider`]) writes and reads the hardware queues ([`crate::ring`]), and the
 //! [`crate::transport`] moves packets between devices (in one process, between
 //! processes, across network namespaces; UDP, so it can span hosts).
@@ -11,8 +11,8 @@
 //!   producer in [`cq`], and the [`watcher`] for doorbells rung by direct consumers.
 //! * [`runtime`]: one device in one process: tables, requester, responder, the
 //!   same-process path, the trust model, statistics.
-//! * [`profile`]: limits and capabilities (`EFA_SIM_PROFILE`); [`wr`]: the work requests
-//!   and completions of the Rust API; [`mem`]: the only code that touches registered
+//! * [`profile`]: limits and capabilities (`EFA_SIM_PROFILE`); `wr`: the work requests
+//!   and completions of the Rust API; `mem`: the only code that touches registered
 //!   memory.
 //!
 //! Configuration comes from one [`crate::config::Config`] (every `EFA_SIM_*` variable).

@@ -78,7 +78,7 @@ impl Pd {
     }
 
     /// Host memory `[addr, addr+len)` addressed by the peer as `[iova, iova+len)`.
-    /// Besides the access rules ([`check_access`]): EINVAL for a zero length, a NULL
+    /// Besides the access rules (`check_access`): EINVAL for a zero length, a NULL
     /// address, or a range (or its page-rounded end) that wraps, as the kernel's
     /// `ib_umem_get` answers.
     ///

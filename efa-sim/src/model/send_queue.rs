@@ -1,6 +1,6 @@
 //! The device side of a send queue: the SQ ring and the device's consumer position. On
 //! a doorbell the device reads the WQEs between its position and the doorbell value,
-//! validates each, and hands it to the requester ([`Runtime::start_send`]). The
+//! validates each, and hands it to the requester (`Runtime::start_send`). The
 //! consuming thread is whoever noticed the doorbell: the provider's posting thread
 //! (right after its doorbell write) or the doorbell watcher (a consumer that rings
 //! doorbells itself); one at a time, the other returns at once.
@@ -250,8 +250,7 @@ fn decode(w: &WqeBuf, size: usize, qp: &Qp) -> Result<Request, (Origin, u8)> {
         remote: None,
         signaled,
     };
-    let local_len;
-    if inline {
+    let local_len = if inline {
         let (at, room) = match (rdma, size == TX_DESC_SIZE_128) {
             (true, _) => (RDMA_LOCAL, TX_DESC_INLINE_MAX_SIZE_128),
             (false, true) => (DATA, TX_DESC_INLINE_MAX_SIZE_128),
@@ -261,7 +260,7 @@ fn decode(w: &WqeBuf, size: usize, qp: &Qp) -> Result<Request, (Origin, u8)> {
             return Err(fail(st::LOCAL_ERROR_QP_INTERNAL_ERROR));
         }
         let _ = r.inline.try_extend_from_slice(&w.0[at..at + len]);
-        local_len = len as u64;
+        len as u64
     } else {
         let max = if rdma {
             TX_DESC_NUM_RDMA_BUFS
@@ -275,8 +274,8 @@ fn decode(w: &WqeBuf, size: usize, qp: &Qp) -> Result<Request, (Origin, u8)> {
             let (addr, lkey, length) = if rdma { w.rdma_local() } else { w.buf(i) };
             r.sges.push(Sge { addr, length, lkey });
         }
-        local_len = r.sges.iter().map(|g| u64::from(g.length)).sum();
-    }
+        r.sges.iter().map(|g| u64::from(g.length)).sum()
+    };
     if rdma {
         let (addr, rkey, rlen) = w.remote();
         if u64::from(rlen) != local_len {

@@ -1,7 +1,7 @@
 //! The provider layer: what rdma-core's libefa does in user space. It owns no queue
 //! memory; it writes send WQEs and receive descriptors into the device's rings
 //! ([`crate::ring`]), rings their doorbells, and polls completions out of CQ rings by phase
-//! bit. Both front ends use it: the C ABI ([`crate::abi`], `ibv_post_send`, `ibv_wr_*`,
+//! bit. Both front ends use it: the C ABI (`crate::abi`, `ibv_post_send`, `ibv_wr_*`,
 //! `ibv_poll_cq`, `ibv_start_poll`, ...) and the Rust model API
 //! ([`crate::model::Qp::post_send_batch`], [`crate::model::Cq::peek`], ...).
 //!

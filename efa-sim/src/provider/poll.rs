@@ -88,6 +88,7 @@ impl CqPoller {
     /// # Safety
     /// The caller holds the poll lock.
     #[inline]
+    #[allow(clippy::mut_from_ref)]
     unsafe fn st(&self) -> &mut PollState {
         // SAFETY: the caller holds the poll lock, so this is the only reference.
         unsafe { &mut *self.st.get() }
@@ -143,11 +144,12 @@ impl CqPoller {
         // SAFETY: forwarded.
         let st = unsafe { self.st() };
         if let Some(cur) = st.cur.take() {
-            // SAFETY: the QP was attached to this CQ when read and cannot be destroyed
-            // while the poll lock is held.
             match cur.owner {
                 Owner::None => {}
+                // SAFETY: the QP was attached to this CQ when read and cannot be destroyed
+                // while the poll lock is held.
                 Owner::Sq(qp) => unsafe { &*qp }.sq_provider().retire(cur.req_id),
+                // SAFETY: as above.
                 Owner::Rq(qp) => unsafe { &*qp }.rq_provider().retire(cur.req_id),
             }
         }

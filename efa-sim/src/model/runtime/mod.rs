@@ -3,15 +3,15 @@
 //! executes incoming requests against local QPs and MRs (so one-sided RDMA progresses
 //! without the target polling), and the doorbell watcher.
 //!
-//! * [`requester`]: a WQE the device took from a send queue becomes a request;
-//!   [`responses`]: answers, retransmission, RNR retries, timeouts; [`chunks`]: bulk RDMA
+//! * `requester`: a WQE the device took from a send queue becomes a request;
+//!   `responses`: answers, retransmission, RNR retries, timeouts; `chunks`: bulk RDMA
 //!   moved in datagram chunks.
-//! * [`responder`]: executes a request against this device's QPs and MRs and writes the
+//! * `responder`: executes a request against this device's QPs and MRs and writes the
 //!   receive completions.
-//! * [`direct`]: the same-process path (the posting thread executes on the target).
-//! * [`trust`]: when a responder may copy another process's memory.
-//! * [`engine`]: the thread that receives datagrams and runs the timers.
-//! * [`stats`], [`tables`].
+//! * `direct`: the same-process path (the posting thread executes on the target).
+//! * `trust`: when a responder may copy another process's memory.
+//! * `engine`: the thread that receives datagrams and runs the timers.
+//! * [`stats`], `tables`.
 //!
 //! # Protocol (SRD)
 //!
