@@ -39,6 +39,9 @@ mod register;
 pub mod sys;
 mod vmm;
 
+#[cfg(feature = "cudarc")]
+mod cudarc_memory;
+
 pub use align::{byte_len, export_range, host_page_size, AlignError, ExportRange};
 pub use alloc::DeviceAlloc;
 pub use context::ContextGuard;
