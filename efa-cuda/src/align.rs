@@ -138,13 +138,22 @@ mod tests {
     fn unaligned_buffer_spans_its_pages() {
         // 1 byte at the last byte of a page: one page.
         let r = export_range(0x10fff, 1, 4096).unwrap();
-        assert_eq!((r.export_base, r.export_len, r.offset), (0x10000, 0x1000, 0xfff));
+        assert_eq!(
+            (r.export_base, r.export_len, r.offset),
+            (0x10000, 0x1000, 0xfff)
+        );
         // 2 bytes across a page boundary: two pages.
         let r = export_range(0x10fff, 2, 4096).unwrap();
-        assert_eq!((r.export_base, r.export_len, r.offset), (0x10000, 0x2000, 0xfff));
+        assert_eq!(
+            (r.export_base, r.export_len, r.offset),
+            (0x10000, 0x2000, 0xfff)
+        );
         // Same buffer with 64 KiB pages.
         let r = export_range(0x10fff, 2, 65536).unwrap();
-        assert_eq!((r.export_base, r.export_len, r.offset), (0x10000, 0x10000, 0xfff));
+        assert_eq!(
+            (r.export_base, r.export_len, r.offset),
+            (0x10000, 0x10000, 0xfff)
+        );
     }
 
     #[test]
@@ -152,18 +161,27 @@ mod tests {
         assert_eq!(export_range(0x1000, 0, 4096), Err(AlignError::Empty));
         assert_eq!(
             export_range(u64::MAX - 10, 11, 4096),
-            Err(AlignError::Overflow { ptr: u64::MAX - 10, len: 11 })
+            Err(AlignError::Overflow {
+                ptr: u64::MAX - 10,
+                len: 11
+            })
         );
         // Fits in 64 bits but its page-rounded end does not.
         assert_eq!(
             export_range(u64::MAX - 4095, 10, 4096),
-            Err(AlignError::Overflow { ptr: u64::MAX - 4095, len: 10 })
+            Err(AlignError::Overflow {
+                ptr: u64::MAX - 4095,
+                len: 10
+            })
         );
         assert_eq!(export_range(0, 1, 0), Err(AlignError::BadPageSize(0)));
         assert_eq!(export_range(0, 1, 3000), Err(AlignError::BadPageSize(3000)));
         assert_eq!(
             byte_len(u64::MAX / 2, 3),
-            Err(AlignError::SizeOverflow { count: u64::MAX / 2, elem_size: 3 })
+            Err(AlignError::SizeOverflow {
+                count: u64::MAX / 2,
+                elem_size: 3
+            })
         );
         assert_eq!(byte_len(1024, 4), Ok(4096));
     }

@@ -63,7 +63,11 @@ impl Device {
         // SAFETY: the buffer is writable for its length; the driver NUL-terminates.
         let rc = unsafe { f(buf.as_mut_ptr(), buf.len() as i32, self.raw) };
         self.driver.check("cuDeviceGetName", rc)?;
-        let bytes: Vec<u8> = buf.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+        let bytes: Vec<u8> = buf
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect();
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 

@@ -88,7 +88,12 @@ impl Driver {
             });
         }
         // SAFETY: plain enum arguments.
-        let rc = unsafe { f(CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX, scope as i32) };
+        let rc = unsafe {
+            f(
+                CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX,
+                scope as i32,
+            )
+        };
         self.check("cuFlushGPUDirectRDMAWrites", rc)
     }
 }

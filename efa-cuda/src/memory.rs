@@ -122,7 +122,13 @@ impl Driver {
         let f = self.api().pointer_get_attribute()?;
         let mut v: u64 = 0;
         // SAFETY: the out buffer is 8 bytes, enough for every scalar attribute.
-        let rc = unsafe { f((&mut v as *mut u64).cast::<c_void>(), attribute, ptr as CUdeviceptr) };
+        let rc = unsafe {
+            f(
+                (&mut v as *mut u64).cast::<c_void>(),
+                attribute,
+                ptr as CUdeviceptr,
+            )
+        };
         self.check("cuPointerGetAttribute", rc)?;
         Ok(v)
     }

@@ -8,6 +8,9 @@
 //!
 //! If both fail, [`Error::RegistrationFailed`] carries both causes.
 
+// A failed close hands the registration back by value, on purpose (as efa-typestate does).
+#![allow(clippy::result_large_err)]
+
 use efa_typestate::{AccessFlags, DmaBufMr, MemoryRegion, Mr, Pd, RawMemory, RemoteBuffer, Sge};
 use std::os::fd::{AsRawFd, OwnedFd};
 

@@ -124,7 +124,9 @@ impl VmmAllocation {
             flags: CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
         };
         // SAFETY: the whole reservation is mapped; one valid descriptor.
-        driver.check("cuMemSetAccess", unsafe { set_access(me.base, total, &desc, 1) })?;
+        driver.check("cuMemSetAccess", unsafe {
+            set_access(me.base, total, &desc, 1)
+        })?;
         Ok(me)
     }
 

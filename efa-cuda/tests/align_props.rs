@@ -58,9 +58,16 @@ fn check_one(ptr: u64, len: u64, page: u64) {
     assert_eq!(r.export_base + r.offset, ptr, "offset locates the buffer");
     assert_eq!(r.len, len, "registers the exact length");
     assert!(r.offset + r.len <= r.export_len, "buffer inside the export");
-    assert!(r.offset + r.len > r.export_len - page, "no whole spare page at the end");
+    assert!(
+        r.offset + r.len > r.export_len - page,
+        "no whole spare page at the end"
+    );
     assert_eq!(r.iova, ptr, "iova is the CUDA address");
-    assert_eq!(r.iova - r.offset, r.export_base, "iova - offset == export base");
+    assert_eq!(
+        r.iova - r.offset,
+        r.export_base,
+        "iova - offset == export base"
+    );
     assert_eq!(r.iova % page, r.offset % page, "iova ≡ offset (mod page)");
 }
 
@@ -93,7 +100,10 @@ fn page_size_changes_the_export_not_the_registration() {
 #[test]
 fn non_power_of_two_pages_are_rejected() {
     for page in [0u64, 3, 4095, 4097, 65535, 3 << 12] {
-        assert_eq!(export_range(0x10000, 16, page), Err(AlignError::BadPageSize(page)));
+        assert_eq!(
+            export_range(0x10000, 16, page),
+            Err(AlignError::BadPageSize(page))
+        );
     }
 }
 
@@ -106,7 +116,10 @@ fn byte_len_is_checked_multiplication() {
             Some(v) => assert_eq!(byte_len(n, e), Ok(v)),
             None => assert_eq!(
                 byte_len(n, e),
-                Err(AlignError::SizeOverflow { count: n, elem_size: e })
+                Err(AlignError::SizeOverflow {
+                    count: n,
+                    elem_size: e
+                })
             ),
         }
     }

@@ -35,9 +35,15 @@ fn export_covers_the_pages_around_an_unaligned_buffer() {
     let r = *buf.range();
     assert_eq!(r.export_base, a.device_ptr());
     assert_eq!(r.export_len, 3 * page);
-    assert_eq!((r.offset, r.len, r.iova), (1000, 2 * page, a.device_ptr() + 1000));
+    assert_eq!(
+        (r.offset, r.len, r.iova),
+        (1000, 2 * page, a.device_ptr() + 1000)
+    );
     let info = support::dmabuf_info(buf.fd().as_raw_fd()).unwrap();
-    assert_eq!((info.base, info.size, info.device), (r.export_base, r.export_len, 0));
+    assert_eq!(
+        (info.base, info.size, info.device),
+        (r.export_base, r.export_len, 0)
+    );
 }
 
 #[test]
@@ -50,7 +56,8 @@ fn the_fd_is_a_real_file_positioned_at_the_export_and_coherent_with_copies() {
     let fd = buf.fd().as_raw_fd();
     let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap();
     assert!(
-        link.to_string_lossy().starts_with("/memfd:efa-sim-gpu-memory"),
+        link.to_string_lossy()
+            .starts_with("/memfd:efa-sim-gpu-memory"),
         "{}",
         link.display()
     );
@@ -104,10 +111,8 @@ fn host_memory_and_empty_buffers_are_rejected() {
     let dev = d.device(0).unwrap();
     let a = DeviceAlloc::new(&dev, 4096).unwrap();
     // SAFETY: construction only; rejected before use.
-    assert_eq!(
-        unsafe { RawDeviceMemory::new(d, a.device_ptr(), 0) }.unwrap_err(),
-        Error::EmptyBuffer
-    );
+    let empty = unsafe { RawDeviceMemory::new(d, a.device_ptr(), 0) };
+    assert_eq!(empty.unwrap_err(), Error::EmptyBuffer);
     let host = [0u8; 16];
     // SAFETY: construction only; rejected.
     let e = unsafe { RawDeviceMemory::new(d, host.as_ptr() as u64, 16) }.unwrap_err();
@@ -143,9 +148,21 @@ fn the_driver_refuses_unaligned_out_of_range_and_partly_mapped_exports() {
         assert_eq!(raw_export(p + 1, page, 1, 0), Err(1), "unaligned pointer");
         assert_eq!(raw_export(p, page + 1, 1, 0), Err(1), "unaligned size");
         assert_eq!(raw_export(p, 0, 1, 0), Err(1), "empty");
-        assert_eq!(raw_export(p, 4 * page, 1, 0), Err(1), "past the page-rounded end");
-        assert_eq!(raw_export(p, page, 2, 0), Err(1), "not a dma-buf handle type");
-        assert_eq!(raw_export(p, page, 1, 1), Err(801), "PCIe mapping type on x86");
+        assert_eq!(
+            raw_export(p, 4 * page, 1, 0),
+            Err(1),
+            "past the page-rounded end"
+        );
+        assert_eq!(
+            raw_export(p, page, 2, 0),
+            Err(1),
+            "not a dma-buf handle type"
+        );
+        assert_eq!(
+            raw_export(p, page, 1, 1),
+            Err(801),
+            "PCIe mapping type on x86"
+        );
         assert_eq!(raw_export(p, page, 1, 4), Err(1), "unknown flag");
         let host = vec![0u8; 2 * page];
         let hp = (host.as_ptr() as u64 + page as u64 - 1) & !(page as u64 - 1);
@@ -162,13 +179,11 @@ fn the_driver_refuses_unaligned_out_of_range_and_partly_mapped_exports() {
     let g = 2usize << 20;
     type Reserve = unsafe extern "C" fn(*mut u64, usize, usize, u64, u64) -> i32;
     type Free = unsafe extern "C" fn(u64, usize) -> i32;
-    // SAFETY: cuda.h signatures.
-    let (reserve, free): (Reserve, Free) = unsafe {
-        (
-            std::mem::transmute(support::sim_symbol("cuMemAddressReserve")),
-            std::mem::transmute(support::sim_symbol("cuMemAddressFree")),
-        )
-    };
+    // SAFETY: the cuda.h signature of cuMemAddressReserve.
+    let reserve: Reserve =
+        unsafe { std::mem::transmute(support::sim_symbol("cuMemAddressReserve")) };
+    // SAFETY: the cuda.h signature of cuMemAddressFree.
+    let free: Free = unsafe { std::mem::transmute(support::sim_symbol("cuMemAddressFree")) };
     let mut base = 0u64;
     // SAFETY: valid out pointer.
     assert_eq!(unsafe { reserve(&mut base, 2 * g, 0, 0, 0) }, 0);

@@ -9,12 +9,24 @@ fn flush_is_needed_without_ordering_and_counted_on_the_owner() {
     let _serial = support::serial();
     let dev = support::sim().device(1).unwrap();
     let s = dev.flush_support().unwrap();
-    assert_eq!(s, FlushSupport { options: 1, ordering: 0 });
+    assert_eq!(
+        s,
+        FlushSupport {
+            options: 1,
+            ordering: 0
+        }
+    );
     assert!(s.needs_flush(FlushScope::ToOwner) && s.host_flush_available());
     let before = support::flush_count(1);
     let other = support::flush_count(0);
-    assert_eq!(dev.flush_gpudirect_writes(FlushScope::ToOwner), Ok(Flushed::Flushed));
-    assert_eq!(dev.flush_gpudirect_writes(FlushScope::ToAllDevices), Ok(Flushed::Flushed));
+    assert_eq!(
+        dev.flush_gpudirect_writes(FlushScope::ToOwner),
+        Ok(Flushed::Flushed)
+    );
+    assert_eq!(
+        dev.flush_gpudirect_writes(FlushScope::ToAllDevices),
+        Ok(Flushed::Flushed)
+    );
     assert_eq!(support::flush_count(1), (before.0 + 1, before.1 + 1));
     assert_eq!(support::flush_count(0), other, "device 0 was not flushed");
 }
@@ -41,7 +53,9 @@ fn flushing_the_current_context_needs_one() {
     std::thread::spawn(move || {
         assert_eq!(
             d.flush_current_context(FlushScope::ToOwner),
-            Err(Error::NoContext { call: "cuFlushGPUDirectRDMAWrites" })
+            Err(Error::NoContext {
+                call: "cuFlushGPUDirectRDMAWrites"
+            })
         );
         let before = support::flush_count(0);
         let dev = d.device(0).unwrap();

@@ -13,7 +13,11 @@ fn real_driver() -> &'static Driver {
     let candidates = [
         std::env::var("EFA_CUDA_REAL_LIBRARY").unwrap_or_default(),
         // Without the software GPU on the library path, the name finds the real one.
-        if efa_sim_select::SOFTWARE_GPU { String::new() } else { "libcuda.so.1".into() },
+        if efa_sim_select::SOFTWARE_GPU {
+            String::new()
+        } else {
+            "libcuda.so.1".into()
+        },
         "/usr/lib/x86_64-linux-gnu/libcuda.so.1".into(),
         "/usr/lib/aarch64-linux-gnu/libcuda.so.1".into(),
         "/usr/lib64/libcuda.so.1".into(),
@@ -22,7 +26,10 @@ fn real_driver() -> &'static Driver {
     for c in candidates.iter().filter(|c| !c.is_empty()) {
         if let Ok(d) = Driver::open(c) {
             let name = d.device(0).and_then(|dev| dev.name()).expect("a GPU");
-            assert!(!name.starts_with(efa_sim_select::SIM_GPU_NAME_PREFIX), "{c} is the software GPU");
+            assert!(
+                !name.starts_with(efa_sim_select::SIM_GPU_NAME_PREFIX),
+                "{c} is the software GPU"
+            );
             println!("driver {c}: {name}, version {}", d.version().unwrap());
             return d;
         }
@@ -51,7 +58,10 @@ fn gpu_alloc_and_vmm_copies() {
 fn gpu_dmabuf_export_is_a_kernel_dmabuf() {
     let d = real_driver();
     let dev = d.device(0).unwrap();
-    assert!(dev.dmabuf_supported().unwrap(), "driver reports no dma-buf support");
+    assert!(
+        dev.dmabuf_supported().unwrap(),
+        "driver reports no dma-buf support"
+    );
     let a = DeviceAlloc::new(&dev, 1 << 20).unwrap();
     let g = dev.vmm_granularity().unwrap();
     let v = VmmAllocation::with_chunk_size(&dev, 2 * g, g).unwrap();
@@ -59,7 +69,11 @@ fn gpu_dmabuf_export_is_a_kernel_dmabuf() {
         let fd = buf.fd().as_raw_fd();
         let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap();
         println!("export {:?} -> {}", buf.range(), link.display());
-        assert!(link.to_string_lossy().contains("dmabuf"), "{}", link.display());
+        assert!(
+            link.to_string_lossy().contains("dmabuf"),
+            "{}",
+            link.display()
+        );
         // SAFETY: plain queries on our fd.
         let (magic, size) = unsafe {
             let mut s: libc::statfs = std::mem::zeroed();
@@ -80,11 +94,16 @@ fn gpu_flush_with_and_without_a_current_context() {
     std::thread::spawn(move || {
         assert_eq!(
             d.flush_current_context(FlushScope::ToOwner),
-            Err(Error::NoContext { call: "cuFlushGPUDirectRDMAWrites" })
+            Err(Error::NoContext {
+                call: "cuFlushGPUDirectRDMAWrites"
+            })
         );
         let t = Instant::now();
         let r = dev.flush_gpudirect_writes(FlushScope::ToOwner).unwrap();
-        println!("flush (pushing the primary context): {r:?} in {:?}", t.elapsed());
+        println!(
+            "flush (pushing the primary context): {r:?} in {:?}",
+            t.elapsed()
+        );
         let _ctx = dev.make_current().unwrap();
         let t = Instant::now();
         for _ in 0..1000 {

@@ -14,7 +14,9 @@ fn missing_library_is_no_driver_with_the_loader_message() {
         }
         other => panic!("expected NoDriver, got {other:?}"),
     }
-    assert!(e.to_string().starts_with("no CUDA driver: cannot load /nonexistent"));
+    assert!(e
+        .to_string()
+        .starts_with("no CUDA driver: cannot load /nonexistent"));
 }
 
 #[test]
@@ -70,12 +72,21 @@ fn legacy_names_on_the_software_gpu_fail_visibly() {
 #[test]
 fn old_driver_without_dmabuf_and_flush_names_the_missing_entry_point() {
     support::sim();
-    let hidden = ["cuMemGetHandleForAddressRange", "cuFlushGPUDirectRDMAWrites"];
+    let hidden = [
+        "cuMemGetHandleForAddressRange",
+        "cuFlushGPUDirectRDMAWrites",
+    ];
     let path = support::old_driver("no-dmabuf-flush", &hidden);
     let old = Driver::open(path.to_str().unwrap()).unwrap();
     let mut missing = old.missing_entry_points();
     missing.sort();
-    assert_eq!(missing, vec!["cuFlushGPUDirectRDMAWrites", "cuMemGetHandleForAddressRange"]);
+    assert_eq!(
+        missing,
+        vec![
+            "cuFlushGPUDirectRDMAWrites",
+            "cuMemGetHandleForAddressRange"
+        ]
+    );
 
     // The rest works: it is a separate copy of the software GPU.
     let dev = old.device(0).unwrap();
@@ -111,7 +122,9 @@ fn old_driver_without_vmm_fails_vmm_allocation_by_name() {
     let dev = old.device(0).unwrap();
     assert_eq!(
         VmmAllocation::new(&dev, 1 << 20).unwrap_err(),
-        Error::MissingEntryPoint { name: "cuMemCreate" }
+        Error::MissingEntryPoint {
+            name: "cuMemCreate"
+        }
     );
 }
 
@@ -122,7 +135,10 @@ fn error_names_come_from_the_driver_and_the_builtin_table_agrees() {
         assert_eq!(d.error_name(code), builtin_name(code), "code {code}");
         assert!(d.error_name(code).is_some());
     }
-    assert_eq!(d.error_string(100), Some("no CUDA-capable device is detected"));
+    assert_eq!(
+        d.error_string(100),
+        Some("no CUDA-capable device is detected")
+    );
     assert_eq!(d.error_name(12345), None);
 }
 
@@ -137,7 +153,10 @@ fn builtin_table_names_codes_when_the_driver_lacks_cu_get_error_name() {
     let e = DeviceAlloc::new(&dev, 1 << 40).unwrap_err();
     match e {
         Error::Cuda(c) => {
-            assert_eq!((c.call, c.code, c.name), ("cuMemAlloc_v2", 2, Some("CUDA_ERROR_OUT_OF_MEMORY")));
+            assert_eq!(
+                (c.call, c.code, c.name),
+                ("cuMemAlloc_v2", 2, Some("CUDA_ERROR_OUT_OF_MEMORY"))
+            );
             assert_eq!(
                 Error::Cuda(c).to_string(),
                 "cuMemAlloc_v2 failed: CUDA_ERROR_OUT_OF_MEMORY (2)"
@@ -164,7 +183,11 @@ fn no_device_is_a_typed_error() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "child failed: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "child failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains("1 passed"), "{stdout}");
 }
 
@@ -179,12 +202,20 @@ fn library_env_selects_the_process_wide_driver() {
         return;
     }
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "library_env_selects_the_process_wide_driver", "--nocapture"])
+        .args([
+            "--exact",
+            "library_env_selects_the_process_wide_driver",
+            "--nocapture",
+        ])
         .env("EFA_CUDA_TEST_CHILD", "1")
         .env(LIBRARY_ENV, "/nonexistent/libcuda.so.1")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "child failed: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "child failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains("1 passed"), "{stdout}");
 }

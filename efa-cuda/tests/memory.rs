@@ -6,7 +6,9 @@ use efa_cuda::sys::{ptr_attr, CU_MEMORYTYPE_DEVICE};
 use efa_cuda::*;
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
-    (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 #[test]
@@ -32,12 +34,20 @@ fn copies_outside_the_buffer_are_rejected_before_the_driver() {
     let mut a = DeviceAlloc::new(&dev, 100).unwrap();
     assert_eq!(
         a.copy_from_host(96, b"12345").unwrap_err(),
-        Error::OutOfBounds { offset: 96, len: 5, buffer_len: 100 }
+        Error::OutOfBounds {
+            offset: 96,
+            len: 5,
+            buffer_len: 100
+        }
     );
     let mut out = [0u8; 2];
     assert_eq!(
         a.copy_to_host(usize::MAX, &mut out).unwrap_err(),
-        Error::OutOfBounds { offset: usize::MAX, len: 2, buffer_len: 100 }
+        Error::OutOfBounds {
+            offset: usize::MAX,
+            len: 2,
+            buffer_len: 100
+        }
     );
     assert_eq!(DeviceAlloc::new(&dev, 0).unwrap_err(), Error::EmptyBuffer);
 }
@@ -52,11 +62,22 @@ fn fill_and_two_devices_keep_their_own_bytes() {
     fill(&mut b, 0x55).unwrap();
     assert_eq!(a.to_vec().unwrap(), vec![0xaa; 5000]);
     assert_eq!(b.to_vec().unwrap(), vec![0x55; 5000]);
-    assert_eq!(d.pointer_attribute(a.device_ptr(), ptr_attr::DEVICE_ORDINAL).unwrap(), 0);
-    assert_eq!(d.pointer_attribute(b.device_ptr(), ptr_attr::DEVICE_ORDINAL).unwrap(), 1);
+    assert_eq!(
+        d.pointer_attribute(a.device_ptr(), ptr_attr::DEVICE_ORDINAL)
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        d.pointer_attribute(b.device_ptr(), ptr_attr::DEVICE_ORDINAL)
+            .unwrap(),
+        1
+    );
     assert_eq!(
         d.device(2).unwrap_err(),
-        Error::InvalidDevice { ordinal: 2, count: 2 }
+        Error::InvalidDevice {
+            ordinal: 2,
+            count: 2
+        }
     );
 }
 
@@ -67,7 +88,10 @@ fn vmm_allocation_spans_several_chunks_and_copies_across_them() {
     let g = dev.vmm_granularity().unwrap();
     assert_eq!(g, 2 << 20);
     let mut v = VmmAllocation::new(&dev, 3 * g - 100).unwrap();
-    assert_eq!((v.chunk_count(), v.chunk_size(), v.mapped_len()), (3, g, 3 * g));
+    assert_eq!(
+        (v.chunk_count(), v.chunk_size(), v.mapped_len()),
+        (3, g, 3 * g)
+    );
     assert_eq!(v.byte_len(), 3 * g - 100);
     // A copy straddling both chunk boundaries.
     let data = pattern(g + 8192, 9);
@@ -77,10 +101,24 @@ fn vmm_allocation_spans_several_chunks_and_copies_across_them() {
     assert_eq!(back, data);
     // Pointer attributes see one reservation, cuMemGetAddressRange would see one chunk.
     let p = v.device_ptr();
-    assert_eq!(d.pointer_attribute(p + g as u64, ptr_attr::RANGE_START_ADDR).unwrap(), p);
-    assert_eq!(d.pointer_attribute(p, ptr_attr::RANGE_SIZE).unwrap(), 3 * g as u64);
-    assert_eq!(d.pointer_attribute(p, ptr_attr::IS_GPU_DIRECT_RDMA_CAPABLE).unwrap(), 1);
-    assert_eq!(d.pointer_attribute(p, ptr_attr::MEMORY_TYPE).unwrap(), CU_MEMORYTYPE_DEVICE as u64);
+    assert_eq!(
+        d.pointer_attribute(p + g as u64, ptr_attr::RANGE_START_ADDR)
+            .unwrap(),
+        p
+    );
+    assert_eq!(
+        d.pointer_attribute(p, ptr_attr::RANGE_SIZE).unwrap(),
+        3 * g as u64
+    );
+    assert_eq!(
+        d.pointer_attribute(p, ptr_attr::IS_GPU_DIRECT_RDMA_CAPABLE)
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        d.pointer_attribute(p, ptr_attr::MEMORY_TYPE).unwrap(),
+        CU_MEMORYTYPE_DEVICE as u64
+    );
 }
 
 #[test]
@@ -88,7 +126,10 @@ fn vmm_chunk_size_must_be_a_granularity_multiple() {
     let dev = support::sim().device(0).unwrap();
     assert_eq!(
         VmmAllocation::with_chunk_size(&dev, 1 << 20, 3 << 19).unwrap_err(),
-        Error::BadVmmSize { size: 3 << 19, granularity: 2 << 20 }
+        Error::BadVmmSize {
+            size: 3 << 19,
+            granularity: 2 << 20
+        }
     );
     assert_eq!(VmmAllocation::new(&dev, 0).unwrap_err(), Error::EmptyBuffer);
 }
@@ -109,11 +150,17 @@ fn raw_device_memory_checks_the_pointer() {
     a.copy_to_host(0, &mut all).unwrap();
     assert_eq!(&all[110..114], b"raw!");
 
-    let host = vec![0u8; 64];
+    let host = [0u8; 64];
     let hp = host.as_ptr() as u64;
     // SAFETY: the constructor only queries the driver; it rejects host memory.
     let e = unsafe { RawDeviceMemory::new(d, hp, 64) }.unwrap_err();
-    assert_eq!(e, Error::NotDeviceMemory { ptr: hp, memory_type: 0 });
+    assert_eq!(
+        e,
+        Error::NotDeviceMemory {
+            ptr: hp,
+            memory_type: 0
+        }
+    );
     // SAFETY: as above (empty ranges are rejected before any query).
     let e = unsafe { RawDeviceMemory::new(d, a.device_ptr(), 0) }.unwrap_err();
     assert_eq!(e, Error::EmptyBuffer);

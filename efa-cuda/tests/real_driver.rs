@@ -35,7 +35,10 @@ fn nvidia_nodes() -> Vec<PathBuf> {
     };
     dir.flatten()
         .map(|e| e.path())
-        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("nvidia")))
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("nvidia"))
+        })
         .collect()
 }
 
@@ -68,7 +71,11 @@ fn check(lib: &Path) {
         Vec::<&str>::new(),
         "entry points efa-cuda resolves that NVIDIA's driver lacks"
     );
-    assert_eq!(d.version().unwrap() / 10, 1202, "bookworm ships the 535 (CUDA 12.2) driver");
+    assert_eq!(
+        d.version().unwrap() / 10,
+        1202,
+        "bookworm ships the 535 (CUDA 12.2) driver"
+    );
 
     // The _v2 trap: the legacy names are exported too, as other functions.
     let path = CString::new(lib.to_str().unwrap()).unwrap();
@@ -80,10 +87,17 @@ fn check(lib: &Path) {
         // SAFETY: live handle, NUL-terminated name.
         unsafe { libc::dlsym(h, n.as_ptr()) }
     };
-    for v2 in Driver::entry_point_names().iter().filter(|n| n.ends_with("_v2")) {
+    for v2 in Driver::entry_point_names()
+        .iter()
+        .filter(|n| n.ends_with("_v2"))
+    {
         let legacy = v2.trim_end_matches("_v2");
         assert!(!sym(legacy).is_null(), "{legacy} exported");
-        assert_ne!(sym(legacy), sym(v2), "{legacy} and {v2} are different functions");
+        assert_ne!(
+            sym(legacy),
+            sym(v2),
+            "{legacy} and {v2} are different functions"
+        );
     }
 
     // Error names: every code NVIDIA's 535 driver names, the built-in table names alike.

@@ -8,7 +8,9 @@ use efa_typestate::{AccessFlags, Context, DeviceCaps, Errno, Unsupported, Verb};
 
 fn efa() -> Context {
     let ctx = Context::open_first_efa().expect("efa-sim device");
-    assert!(efa_sim_select::fw_matches_selection(ctx.query_device().unwrap().fw_ver()));
+    assert!(efa_sim_select::fw_matches_selection(
+        ctx.query_device().unwrap().fw_ver()
+    ));
     ctx
 }
 
@@ -40,17 +42,32 @@ fn cumemalloc_memory_registers_by_dmabuf_with_cuda_addresses() {
     assert_eq!(mr.path(), RegistrationPath::DmaBuf);
     assert_eq!((mr.device_ptr(), mr.len()), (va, 10000));
     let export = *mr.export().unwrap();
-    assert_eq!((export.export_base, export.offset, export.iova), (va, 0, va));
-    assert_eq!(export.export_len, 10000u64.div_ceil(host_page_size()) * host_page_size());
+    assert_eq!(
+        (export.export_base, export.offset, export.iova),
+        (va, 0, va)
+    );
+    assert_eq!(
+        export.export_len,
+        10000u64.div_ceil(host_page_size()) * host_page_size()
+    );
     let fd = mr.dmabuf_fd().unwrap();
     let info = support::dmabuf_info(fd).unwrap();
-    assert_eq!((info.base, info.size), (export.export_base, export.export_len));
+    assert_eq!(
+        (info.base, info.size),
+        (export.export_base, export.export_len)
+    );
 
     let sge = mr.sge(100, 50).unwrap();
-    assert_eq!((sge.addr(), sge.len(), sge.lkey()), (va + 100, 50, mr.lkey()));
+    assert_eq!(
+        (sge.addr(), sge.len(), sge.lkey()),
+        (va + 100, 50, mr.lkey())
+    );
     assert!(mr.sge(9990, 11).is_err(), "SGE past the end");
     let remote = mr.remote();
-    assert_eq!((remote.addr(), remote.len(), remote.rkey()), (va, 10000, mr.rkey()));
+    assert_eq!(
+        (remote.addr(), remote.len(), remote.rkey()),
+        (va, 10000, mr.rkey())
+    );
 
     // Closing deregisters, closes the dma-buf fd and gives the memory back intact.
     let mem = mr.close().map_err(|(_, e)| e).unwrap();
@@ -109,7 +126,12 @@ fn an_old_driver_without_export_falls_back_too() {
     let dev = old.device(0).unwrap();
     let ctx = efa();
     let pd = ctx.alloc_pd().unwrap();
-    let mr = register(&pd, DeviceAlloc::new(&dev, 100).unwrap(), AccessFlags::LOCAL_WRITE).unwrap();
+    let mr = register(
+        &pd,
+        DeviceAlloc::new(&dev, 100).unwrap(),
+        AccessFlags::LOCAL_WRITE,
+    )
+    .unwrap();
     assert_eq!(mr.path(), RegistrationPath::Peermem);
 }
 
@@ -150,7 +172,12 @@ fn borrowed_memory_cannot_be_remote_writable_and_host_or_empty_memory_is_rejecte
     let pd = ctx.alloc_pd().unwrap();
     let mut mem = DeviceAlloc::new(&dev, 4096).unwrap();
     assert_eq!(
-        register(&pd, &mut mem, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE).unwrap_err(),
+        register(
+            &pd,
+            &mut mem,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE
+        )
+        .unwrap_err(),
         Error::RemoteWriteNeedsOwnedMemory
     );
     // A borrow without remote write is fine, and the memory is usable again afterwards.
@@ -183,7 +210,10 @@ fn borrowed_memory_cannot_be_remote_writable_and_host_or_empty_memory_is_rejecte
     let p = liar.device_ptr();
     assert_eq!(
         register(&pd, liar, AccessFlags::LOCAL_WRITE).unwrap_err(),
-        Error::NotDeviceMemory { ptr: p, memory_type: 0 }
+        Error::NotDeviceMemory {
+            ptr: p,
+            memory_type: 0
+        }
     );
     assert_eq!(
         register(&pd, Liar(Vec::new()), AccessFlags::LOCAL_WRITE).unwrap_err(),

@@ -9,8 +9,8 @@ use crate::state::gpu;
 /// `CU_MEM_ALLOCATION_TYPE_PINNED`, `CU_MEM_LOCATION_TYPE_DEVICE`.
 const PINNED: c_int = 1;
 const LOCATION_DEVICE: c_int = 1;
-/// Shareable handle types modelled: none, POSIX fd.
-const HANDLE_TYPES: c_int = 0 | 1;
+/// Shareable handle types modelled (bitmask): none (0) or POSIX fd (1).
+const HANDLE_TYPES: c_int = 1;
 
 /// Checks a `CUmemAllocationProp`; returns (device, gpuDirectRDMACapable).
 ///

@@ -28,14 +28,42 @@ pub const NAMES: &[(CUresult, &str, &str)] = &[
     (2, "CUDA_ERROR_OUT_OF_MEMORY\0", "out of memory\0"),
     (3, "CUDA_ERROR_NOT_INITIALIZED\0", "initialization error\0"),
     (4, "CUDA_ERROR_DEINITIALIZED\0", "driver shutting down\0"),
-    (100, "CUDA_ERROR_NO_DEVICE\0", "no CUDA-capable device is detected\0"),
-    (101, "CUDA_ERROR_INVALID_DEVICE\0", "invalid device ordinal\0"),
-    (201, "CUDA_ERROR_INVALID_CONTEXT\0", "invalid device context\0"),
-    (304, "CUDA_ERROR_OPERATING_SYSTEM\0", "OS call failed or operation not supported on this OS\0"),
-    (400, "CUDA_ERROR_INVALID_HANDLE\0", "invalid resource handle\0"),
+    (
+        100,
+        "CUDA_ERROR_NO_DEVICE\0",
+        "no CUDA-capable device is detected\0",
+    ),
+    (
+        101,
+        "CUDA_ERROR_INVALID_DEVICE\0",
+        "invalid device ordinal\0",
+    ),
+    (
+        201,
+        "CUDA_ERROR_INVALID_CONTEXT\0",
+        "invalid device context\0",
+    ),
+    (
+        304,
+        "CUDA_ERROR_OPERATING_SYSTEM\0",
+        "OS call failed or operation not supported on this OS\0",
+    ),
+    (
+        400,
+        "CUDA_ERROR_INVALID_HANDLE\0",
+        "invalid resource handle\0",
+    ),
     (500, "CUDA_ERROR_NOT_FOUND\0", "named symbol not found\0"),
-    (700, "CUDA_ERROR_ILLEGAL_ADDRESS\0", "an illegal memory access was encountered\0"),
-    (801, "CUDA_ERROR_NOT_SUPPORTED\0", "operation not supported\0"),
+    (
+        700,
+        "CUDA_ERROR_ILLEGAL_ADDRESS\0",
+        "an illegal memory access was encountered\0",
+    ),
+    (
+        801,
+        "CUDA_ERROR_NOT_SUPPORTED\0",
+        "operation not supported\0",
+    ),
     (999, "CUDA_ERROR_UNKNOWN\0", "unknown error\0"),
 ];
 

@@ -277,7 +277,10 @@ impl Memory {
         let (base, r) = self.region_at(va).ok_or(INVALID_VALUE)?;
         let end = va.checked_add(len).ok_or(INVALID_VALUE)?;
         match &r.kind {
-            Kind::Alloc { device, extent: ext } => {
+            Kind::Alloc {
+                device,
+                extent: ext,
+            } => {
                 let limit = base + if extent { *ext } else { r.size };
                 if end > limit {
                     return Err(INVALID_VALUE);
@@ -338,7 +341,13 @@ impl Memory {
             return Err(INVALID_VALUE);
         }
         let base = self.take_va(size, align.max(GRANULARITY))?;
-        self.add_region(base, size, Kind::Reserve { maps: BTreeMap::new() });
+        self.add_region(
+            base,
+            size,
+            Kind::Reserve {
+                maps: BTreeMap::new(),
+            },
+        );
         Ok(base)
     }
 
@@ -378,7 +387,11 @@ impl Memory {
     }
 
     pub fn release(&mut self, h: u64) -> CuResult {
-        let p = self.handles.get_mut(&h).filter(|p| !p.released).ok_or(INVALID_VALUE)?;
+        let p = self
+            .handles
+            .get_mut(&h)
+            .filter(|p| !p.released)
+            .ok_or(INVALID_VALUE)?;
         if p.mapped_at.is_some() {
             // Freed when its last mapping goes (cuMemRelease semantics).
             p.released = true;
@@ -391,7 +404,11 @@ impl Memory {
     }
 
     pub fn map(&mut self, va: u64, size: u64, offset: u64, h: u64) -> CuResult {
-        let p = self.handles.get(&h).filter(|p| !p.released).ok_or(INVALID_HANDLE)?;
+        let p = self
+            .handles
+            .get(&h)
+            .filter(|p| !p.released)
+            .ok_or(INVALID_HANDLE)?;
         if offset != 0 || size != p.size || va % GRANULARITY != 0 {
             return Err(INVALID_VALUE);
         }

@@ -102,7 +102,9 @@ impl Gpu {
     /// The device of the calling thread's current context; `INVALID_CONTEXT` when there is
     /// none or it has been released.
     pub fn current_device(&self) -> CuResult<&Device> {
-        let top = STACK.with(|s| s.borrow().last().copied()).ok_or(INVALID_CONTEXT)?;
+        let top = STACK
+            .with(|s| s.borrow().last().copied())
+            .ok_or(INVALID_CONTEXT)?;
         let dev = self.context_device(top as CUcontext)?;
         if dev.primary_refs.load(Ordering::Acquire) == 0 {
             return Err(INVALID_CONTEXT);

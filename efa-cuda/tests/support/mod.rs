@@ -10,10 +10,9 @@ use efa_cuda::Driver;
 
 /// The software GPU's `libcuda.so.1` (efa-sim-select puts it on the library path).
 pub fn sim_library() -> PathBuf {
-    assert!(
-        efa_sim_select::SOFTWARE_GPU,
-        "these tests run on efa-sim-gpu (EFA_SIM_GPU=0 selected a real driver)"
-    );
+    if !efa_sim_select::SOFTWARE_GPU {
+        panic!("these tests run on efa-sim-gpu, which EFA_SIM_GPU=0 took off the library path");
+    }
     PathBuf::from(efa_sim_select::GPU_LIB_DIR).join("libcuda.so.1")
 }
 
@@ -58,7 +57,8 @@ pub fn control(key: &str, value: i64) {
     let f: F = unsafe { std::mem::transmute(sim_symbol("efaSimGpuControl")) };
     let k = CString::new(key).unwrap();
     // SAFETY: NUL-terminated key.
-    assert_eq!(unsafe { f(k.as_ptr(), value) }, 0, "efaSimGpuControl({key}, {value})");
+    let rc = unsafe { f(k.as_ptr(), value) };
+    assert_eq!(rc, 0, "efaSimGpuControl({key}, {value})");
 }
 
 /// `efaSimGpuFlushCount(device)`: (to owner, to all devices).
