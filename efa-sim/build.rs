@@ -82,8 +82,18 @@ fn main() {
     );
     // The CLI and the model tests link this crate's rlib; keep the verbs symbols the rlib
     // also carries out of their dynamic symbol tables.
-    for kind in ["bins", "tests", "benches"] {
-        println!("cargo:rustc-link-arg-{kind}=-Wl,--exclude-libs,ALL");
+    // (cargo rejects link args for a kind of target the package lacks: the published
+    // crate ships without tests/ and benches/.)
+    let manifest_dir =
+        PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    for (kind, dir) in [
+        ("bins", "src/bin"),
+        ("tests", "tests"),
+        ("benches", "benches"),
+    ] {
+        if manifest_dir.join(dir).is_dir() {
+            println!("cargo:rustc-link-arg-{kind}=-Wl,--exclude-libs,ALL");
+        }
     }
     embed_cdylib_in_bins(&out);
 }

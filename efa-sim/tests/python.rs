@@ -58,7 +58,10 @@ fn ctypes_consumer_exchanges_sends_and_an_rdma_write_through_efa_sim_run() {
     let mut cmd = with_module(env!("CARGO_BIN_EXE_efa-sim"));
     cmd.args(["run", "--", "python3"])
         .arg(tests_dir().join("verbs_consumer.py"));
-    assert_ok(&mut cmd, "PASS verbs_consumer (SENDs both ways, RDMA write; fw_ver efa-sim");
+    assert_ok(
+        &mut cmd,
+        "PASS verbs_consumer (SENDs both ways, RDMA write; fw_ver efa-sim",
+    );
 }
 
 #[test]
@@ -71,6 +74,14 @@ fn efa_sim_module_env_and_library_path_select_the_device_for_children() {
 #[test]
 fn a_unittest_suite_runs_on_the_device_under_efa_sim_run() {
     let mut cmd = with_module(env!("CARGO_BIN_EXE_efa-sim"));
-    cmd.args(["run", "--", "python3", "-m", "unittest", "-v", "test_on_device"]);
+    cmd.args([
+        "run",
+        "--",
+        "python3",
+        "-m",
+        "unittest",
+        "-v",
+        "test_on_device",
+    ]);
     assert_ok(&mut cmd, "Ran 2 tests");
 }
