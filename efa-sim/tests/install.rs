@@ -6,7 +6,7 @@
 mod support;
 
 use efa_sim::install::{cache, CacheRoot, Lookup, Origin, LIBRARY_FILE, VERSION};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -26,12 +26,15 @@ fn built_library() -> Vec<u8> {
     std::fs::read(so).expect("read the built libefa_sim.so")
 }
 
-/// `<root>/bin/efa-sim`: the CLI alone, away from cargo's target directory.
+/// `<root>/bin/efa-sim`: the CLI alone, away from cargo's target directory (same file
+/// system: CARGO_TARGET_TMPDIR is inside it).
 fn copy_cli(root: &Path) -> PathBuf {
     let bin = root.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     let exe = bin.join("efa-sim");
-    std::fs::copy(env!("CARGO_BIN_EXE_efa-sim"), &exe).unwrap();
+    // A hard link, not a copy: a copy's write descriptor can leak into a child another
+    // test thread is forking, and exec then fails with ETXTBSY.
+    std::fs::hard_link(env!("CARGO_BIN_EXE_efa-sim"), &exe).unwrap();
     exe
 }
 
@@ -267,23 +270,32 @@ fn an_unusable_user_cache_falls_back_to_a_private_runtime_directory() {
 }
 
 #[test]
-fn a_runtime_directory_others_can_write_is_refused() {
+fn a_runtime_directory_others_could_write_is_tightened_and_a_symlinked_one_refused() {
     let root = scratch("refused");
     let exe = copy_cli(&root);
     std::fs::write(root.join("file"), b"").unwrap();
+    let broken_cache = root.join("file/c");
     let user_dir = root
         .join("run")
         .join(format!("efa-sim-{}", efa_sim::install::current_uid()));
+    // Ours but group/world-writable (a umask of 002, or worse): tightened, then used.
     std::fs::create_dir_all(&user_dir).unwrap();
-    std::fs::set_permissions(
-        &user_dir,
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    )
-    .unwrap();
+    std::fs::set_permissions(&user_dir, PermissionsExt::from_mode(0o777)).unwrap();
+    let env = ok_stdout(
+        cli(&exe, &root)
+            .arg("env")
+            .env("XDG_CACHE_HOME", &broken_cache),
+    );
+    assert!(selected_library(&env).starts_with(&user_dir), "{env}");
+    assert_eq!(std::fs::metadata(&user_dir).unwrap().mode() & 0o777, 0o755);
+    // A symlink in its place (someone else's directory, say): refused.
+    std::fs::remove_dir_all(&user_dir).unwrap();
+    std::fs::create_dir_all(root.join("elsewhere")).unwrap();
+    std::os::unix::fs::symlink(root.join("elsewhere"), &user_dir).unwrap();
     let out = output(
         cli(&exe, &root)
             .arg("env")
-            .env("XDG_CACHE_HOME", root.join("file/c")),
+            .env("XDG_CACHE_HOME", &broken_cache),
     );
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
@@ -291,7 +303,11 @@ fn a_runtime_directory_others_can_write_is_refused() {
         err.contains("cannot write libefa_sim.so to a cache directory"),
         "{err}"
     );
-    assert!(err.contains("writable only by it"), "{err}");
+    assert!(err.contains("is not a directory owned by uid"), "{err}");
+    assert!(
+        !root.join("elsewhere/cache").exists(),
+        "nothing written through the link"
+    );
 }
 
 #[test]

@@ -95,9 +95,11 @@ fn write_new(path: &Path, bytes: &[u8]) -> io::Result<()> {
     f.flush()
 }
 
-/// Creates `dir` (mode 0700 when new) and checks that it is a directory of this user that
+/// Creates `dir` (mode 0700 when new) and makes sure it is a directory of this user that
 /// nobody else can write: a cache under a shared temporary directory must not be one
-/// that another user created in advance.
+/// another user created in advance. A directory of ours that group or others may write
+/// (made under a umask of 002) loses those bits; one that is not ours, or a symlink, is
+/// refused.
 pub fn private_dir(dir: &Path) -> io::Result<()> {
     match fs::create_dir(dir) {
         Ok(()) => fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?,
@@ -106,14 +108,15 @@ pub fn private_dir(dir: &Path) -> io::Result<()> {
     }
     let meta = fs::symlink_metadata(dir)?;
     let uid = fs::metadata("/proc/self")?.uid();
-    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
+    if !meta.is_dir() || meta.uid() != uid {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
-            format!(
-                "{} is not a directory owned by uid {uid} and writable only by it",
-                dir.display()
-            ),
+            format!("{} is not a directory owned by uid {uid}", dir.display()),
         ));
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        fs::set_permissions(dir, fs::Permissions::from_mode(mode & !0o022))?;
     }
     Ok(())
 }
