@@ -9,8 +9,9 @@
 #      unpacked library selected; the aarch64 tarball's `efa-sim info` / `env` under
 #      qemu-aarch64;
 #   3. wheel: scripts/wheel.sh, installed into a fresh virtual environment: the Python
-#      tests (efa_sim.env(), library_path(), the wheel layout) and a unittest suite on the
-#      device through the installed `efa-sim run`, plus the consumer script.
+#      tests (efa_sim.env(), library_path(), the wheel layout), a unittest suite on the
+#      device through the installed `efa-sim run`, the same with pytest (pinned, from
+#      PyPI), and the consumer script.
 # The consumer (efa-sim/python/tests/verbs_consumer.py) is two processes exchanging SENDs
 # and an RDMA write, bytes checked. Builds reuse the workspace's target directory.
 set -euo pipefail
@@ -22,6 +23,7 @@ trap 'rm -rf "$tmp"' EXIT
 consumer="$PWD/efa-sim/python/tests/verbs_consumer.py"
 target_dir=$(cargo metadata --format-version 1 --no-deps --locked |
   python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+pytest_version=8.3.5
 fail() { echo "check-install: $*" >&2; exit 1; }
 step() { echo "check-install: $*" >&2; }
 
@@ -106,4 +108,11 @@ tests="$PWD/efa-sim/python/tests"
 (cd "$tmp" && timeout 300 "${clean_env[@]}" PYTHONPATH="$tests" \
   "$venv_cli" run -- "$tmp/venv/bin/python" -m unittest -v test_on_device) ||
   fail "unittest suite under the installed efa-sim run failed"
+# What a Python project does: its pytest suite under `efa-sim run` (pytest from PyPI,
+# pinned, into the same venv).
+"$tmp/venv/bin/python" -m pip install -q --disable-pip-version-check "pytest==$pytest_version"
+out=$(cd "$tmp" && timeout 300 "${clean_env[@]}" "$venv_cli" run -- \
+  "$tmp/venv/bin/python" -m pytest -q -p no:cacheprovider "$tests/test_on_device.py" "$tests/test_api.py" 2>&1) ||
+  fail "pytest under the installed efa-sim run failed: $out"
+grep -q "^8 passed" <<<"$(tail -1 <<<"$out")" || fail "pytest did not run the 8 tests: $out"
 step "ok"
