@@ -38,10 +38,11 @@ macro_rules! pair {
 }
 
 /// Posts one receive of `sge` (in any state that accepts receives).
-fn recv_one<S: RecvReady>(qp: &Qp<'_, S>, wr_id: u64, sge: Sge<'_>) {
-    let mut r = RecvBatch::<1>::new();
+fn recv_one<P: Parent, S: RecvReady>(qp: &Qp<P, S>, wr_id: u64, sge: Sge<'_>) {
+    let mut r = RecvBatch::<1>::new(qp);
     r.push(wr_id, sge).unwrap();
-    // SAFETY: tests read receive buffers only after polling their completion.
+    // SAFETY: tests read a receive buffer only after polling its completion, or after
+    // resetting or destroying the QP (which ends the device's right to write it).
     unsafe { qp.post_recv(&r) }.unwrap();
 }
 
@@ -54,7 +55,7 @@ fn send_and_receive() {
         .register(vec![0u8; 256], AccessFlags::LOCAL_WRITE)
         .unwrap();
     recv_one(&b, 42, dst.sge(0, 256).unwrap());
-    let mut s = SendBatch::<1>::new();
+    let mut s = SendBatch::<1>::new(&a);
     s.send(7, &to_b, src.sge(0, 11).unwrap()).unwrap();
     // SAFETY: `src` is owned by its Mr, which lives to the end of the test, and is not
     // written after this; the send's completion is polled just below.
@@ -86,7 +87,7 @@ fn send_and_receive() {
     );
 }
 
-fn to_a_number(pd: &Pd<'_>, ctx: &Context) -> u16 {
+fn to_a_number(pd: &BPd<'_>, ctx: &Context) -> u16 {
     pd.create_ah(ctx.gid().unwrap()).unwrap().number()
 }
 
@@ -98,7 +99,7 @@ fn send_with_immediate_arrives_in_host_order() {
         .register(vec![0u8; 64], AccessFlags::LOCAL_WRITE)
         .unwrap();
     recv_one(&b, 1, dst.sge_all().unwrap());
-    let mut s = SendBatch::<1>::new();
+    let mut s = SendBatch::<1>::new(&a);
     s.send_imm(2, &to_b, src.sge(0, 3).unwrap(), 0x0102_0304)
         .unwrap();
     // SAFETY: `src` is owned by its Mr (alive to the end) and never written after the post;
@@ -120,7 +121,7 @@ fn rdma_write_lands_without_receiver_completion() {
         .register((0..=255u8).collect::<Vec<u8>>(), AccessFlags::empty())
         .unwrap();
     let target = write_target(&pd, 512);
-    let mut s = SendBatch::<1>::new();
+    let mut s = SendBatch::<1>::new(&a);
     s.write(
         9,
         &to_b,
@@ -134,9 +135,9 @@ fn rdma_write_lands_without_receiver_completion() {
     let c = expect_n(&cqa, 1)[0];
     c.result().unwrap();
     assert_eq!((c.wr_id(), c.opcode()), (9, WcOpcode::RDMA_WRITE));
-    assert_eq!(&target.as_slice()[200..300], &src.as_slice()[16..116]);
-    assert!(target.as_slice()[..200].iter().all(|&x| x == 0));
-    assert!(target.as_slice()[300..].iter().all(|&x| x == 0));
+    assert_eq!(&target.to_vec()[200..300], &src.as_slice()[16..116]);
+    assert!(target.to_vec()[..200].iter().all(|&x| x == 0));
+    assert!(target.to_vec()[300..].iter().all(|&x| x == 0));
     expect_none(&cqb, Duration::from_millis(50));
     let _ = (&ctx, &b);
 }
@@ -150,7 +151,7 @@ fn rdma_write_with_imm_consumes_a_receive() {
         .register(vec![0u8; 16], AccessFlags::LOCAL_WRITE)
         .unwrap();
     recv_one(&b, 55, rbuf.sge_all().unwrap());
-    let mut s = SendBatch::<1>::new();
+    let mut s = SendBatch::<1>::new(&a);
     s.write_imm(3, &to_b, src.sge(0, 40).unwrap(), target.remote(), 0xfeed)
         .unwrap();
     // SAFETY: `src` (owned by a live Mr) is never written after the post; the send
@@ -166,7 +167,7 @@ fn rdma_write_with_imm_consumes_a_receive() {
     assert!(!r.is_unsolicited());
     assert_eq!(r.imm(), Some(0xfeed));
     assert_eq!(r.byte_len(), 40);
-    assert_eq!(&target.as_slice()[..40], &[0xab; 40][..]);
+    assert_eq!(&target.to_vec()[..40], &[0xab; 40][..]);
     assert!(
         rbuf.as_slice().iter().all(|&x| x == 0),
         "no data goes into the receive buffer"
@@ -190,7 +191,7 @@ fn unsolicited_write_with_imm_consumes_no_receive() {
     );
     let src = pd.register(vec![7u8; 32], AccessFlags::empty()).unwrap();
     let target = write_target(&pd, 32);
-    let mut s = SendBatch::<1>::new();
+    let mut s = SendBatch::<1>::new(&a);
     s.write_imm(4, &to_b, src.sge_all().unwrap(), target.remote(), 99)
         .unwrap();
     // SAFETY: `src` (owned by a live Mr) is never written after the post; the completion
@@ -203,7 +204,7 @@ fn unsolicited_write_with_imm_consumes_no_receive() {
     assert!(r.is_unsolicited());
     assert_eq!(r.wr_id(), 0);
     assert_eq!(r.imm(), Some(99));
-    assert_eq!(target.as_slice(), &[7u8; 32][..]);
+    assert_eq!(target.to_vec(), &[7u8; 32][..]);
     let _ = &ctx;
 }
 
@@ -217,7 +218,7 @@ fn rdma_read_fetches_remote_bytes() {
     let local = pd
         .register(vec![0u8; 128], AccessFlags::LOCAL_WRITE)
         .unwrap();
-    let mut s = SendBatch::<1>::new();
+    let mut s = SendBatch::<1>::new(&a);
     s.read(
         11,
         &to_b,
@@ -249,7 +250,7 @@ fn inline_send_and_two_sge_gather() {
     let dst = pd
         .register(vec![0u8; 256], AccessFlags::LOCAL_WRITE)
         .unwrap();
-    let mut r = RecvBatch::<2>::new();
+    let mut r = RecvBatch::<2>::new(&b);
     r.push(1, dst.sge(0, 128).unwrap()).unwrap();
     r.push(2, dst.sge(128, 128).unwrap()).unwrap();
     // SAFETY: `dst` is read only after both receive completions are polled on `cqb`
@@ -260,9 +261,9 @@ fn inline_send_and_two_sge_gather() {
     first.as_mut_slice().copy_from_slice(b"gather, ");
     let mut second = pd.register(vec![0u8; 16], AccessFlags::empty()).unwrap();
     second.as_mut_slice()[..6].copy_from_slice(b"world!");
-    let sges = [first.sge_all().unwrap(), second.sge(0, 6).unwrap()];
+    let sges = SgeList::<2>::new(&[first.sge_all().unwrap(), second.sge(0, 6).unwrap()]).unwrap();
     let inline = *b"inline!";
-    let mut s = SendBatch::<2>::new();
+    let mut s = SendBatch::<2>::new(&a);
     s.send_inline(10, &to_b, &inline).unwrap();
     s.send(11, &to_b, &sges).unwrap();
     // SAFETY: the inline payload is copied during the call; the gather sources `first`
@@ -295,32 +296,43 @@ fn inline_send_and_two_sge_gather() {
 }
 
 #[test]
-fn oversized_send_fails_with_local_length_error() {
+fn sends_up_to_max_msg_sz_arrive_and_longer_ones_are_refused() {
     pair!(ctx, pd, cqa, cqb, a, b, to_b, _to_a);
     let mtu = ctx.query_port(1).unwrap().max_msg_sz as usize;
+    assert_eq!(a.limits().max_msg_sz() as usize, mtu);
     let big = pd
         .register(vec![1u8; mtu + 1], AccessFlags::empty())
         .unwrap();
     let dst = pd
         .register(vec![0u8; mtu + 64], AccessFlags::LOCAL_WRITE)
         .unwrap();
-    recv_one(&b, 1, dst.sge_all().unwrap());
-    let mut s = SendBatch::<1>::new();
-    s.send(5, &to_b, big.sge_all().unwrap()).unwrap();
-    // SAFETY: `big` is not written after the post and its Mr lives to the end; the send
-    // completion (a local length error) is polled just below.
-    unsafe { a.post_send(&s) }.unwrap();
-    let c = expect_n(&cqa, 1)[0];
-    assert_eq!(c.status(), WcStatus::LOC_LEN_ERR);
-    assert_eq!(c.efa_status(), EfaStatus::LOCAL_BAD_LENGTH);
-    let err = c.result().unwrap_err();
-    assert_eq!(err.efa_status(), Some(EfaStatus::LOCAL_BAD_LENGTH));
-    assert!(
-        err.to_string().contains("message too long (EFA status 6)"),
-        "{err}"
+    let mut s = SendBatch::<1>::new(&a);
+    let err = s.send(5, &to_b, big.sge_all().unwrap()).unwrap_err();
+    assert_eq!(
+        err,
+        Error::Invalid(InvalidInput::MessageTooLong {
+            len: mtu as u64 + 1,
+            max: mtu as u32
+        })
     );
-    expect_none(&cqb, Duration::from_millis(30));
-    assert!(dst.as_slice().iter().all(|&x| x == 0));
+    assert_eq!(
+        err.to_string(),
+        format!("message of {} bytes exceeds max_msg_sz {mtu}", mtu + 1)
+    );
+    assert!(s.is_empty(), "nothing refused reaches the device");
+
+    // Exactly max_msg_sz bytes arrive whole.
+    recv_one(&b, 1, dst.sge_all().unwrap());
+    s.send(6, &to_b, big.sge(0, mtu as u64).unwrap()).unwrap();
+    // SAFETY: `big` is not written after the post and its Mr lives to the end; `dst` is
+    // read only after its receive completion is polled below.
+    unsafe { a.post_send(&s) }.unwrap();
+    expect_n(&cqa, 1)[0].result().unwrap();
+    let r = expect_n(&cqb, 1)[0];
+    r.result().unwrap();
+    assert_eq!(r.byte_len() as usize, mtu);
+    assert!(dst.as_slice()[..mtu].iter().all(|&x| x == 1));
+    assert!(dst.as_slice()[mtu..].iter().all(|&x| x == 0));
 }
 
 #[test]
@@ -340,7 +352,7 @@ fn unknown_peer_for_rdma_write_is_status_14_and_sender_gid_for_send() {
 
     let src = pd_a.register(vec![3u8; 16], AccessFlags::empty()).unwrap();
     let target = write_target(&pd_b, 16);
-    let mut s = SendBatch::<1>::new();
+    let mut s = SendBatch::<1>::new(&a);
     s.write(1, &to_b, src.sge_all().unwrap(), target.remote())
         .unwrap();
     // SAFETY: `src` is not written after the post and its Mr lives to the end; the
@@ -354,7 +366,7 @@ fn unknown_peer_for_rdma_write_is_status_14_and_sender_gid_for_send() {
         msg.contains("remote has no address handle for this sender (EFA status 14)"),
         "{msg}"
     );
-    assert!(target.as_slice().iter().all(|&x| x == 0), "nothing written");
+    assert!(target.to_vec().iter().all(|&x| x == 0), "nothing written");
 
     // A two-sided send works without an AH; b learns a's GID from the CQ.
     let dst = pd_b
@@ -391,7 +403,7 @@ fn remote_access_error_without_remote_write_right() {
     let target = pd
         .register(vec![0u8; 16], AccessFlags::LOCAL_WRITE)
         .unwrap(); // no REMOTE_WRITE
-    let mut s = SendBatch::<1>::new();
+    let mut s = SendBatch::<1>::new(&a);
     s.write(1, &to_b, src.sge_all().unwrap(), target.remote())
         .unwrap();
     // SAFETY: `src` is not written after the post and its Mr lives to the end; the
@@ -400,7 +412,7 @@ fn remote_access_error_without_remote_write_right() {
     let c = expect_n(&cqa, 1)[0];
     assert_eq!(c.efa_status(), EfaStatus::REMOTE_BAD_ADDRESS);
     assert_eq!(c.status(), WcStatus::REM_ACCESS_ERR);
-    assert!(target.as_slice().iter().all(|&x| x == 0));
+    assert!(target.to_vec().iter().all(|&x| x == 0));
     let _ = (&ctx, &b);
 }
 
@@ -412,11 +424,11 @@ fn rnr_when_receiver_posts_nothing() {
     let a = pd
         .create_qp(&cq, &cq, &QpConfig::srd())
         .unwrap()
-        .prepare(QKEY_A, Some(0))
+        .prepare(QKEY_A, Some(RnrRetry::Times(0)))
         .unwrap();
     let b = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_B);
     let to_b = pd.connect(&b.endpoint()).unwrap();
-    let mut s = SendBatch::<1>::new();
+    let mut s = SendBatch::<1>::new(&a);
     s.send_inline(77, &to_b, b"anyone?").unwrap();
     // SAFETY: the batch holds only an inline payload, copied during the call: no memory
     // of ours is left to the device.
@@ -439,7 +451,7 @@ fn send_queue_full_is_recoverable() {
     let dst = pd
         .register(vec![0u8; 64 * 16], AccessFlags::LOCAL_WRITE)
         .unwrap();
-    let mut r = RecvBatch::<64>::new();
+    let mut r = RecvBatch::<64>::new(&b);
     for i in 0..64 {
         r.push(1000 + i, dst.sge(i * 16, 16).unwrap()).unwrap();
     }
@@ -449,13 +461,13 @@ fn send_queue_full_is_recoverable() {
     unsafe { b.post_recv(&r) }.unwrap();
 
     // Fill the SQ exactly; the next batch fails as a whole with SendQueueFull.
-    let mut s = SendBatch::<64>::new();
+    let mut s = SendBatch::<64>::new(&a);
     for i in 0..depth {
         s.send_inline(i as u64, &to_b, b"x").unwrap();
     }
     // SAFETY: every WR is inline, copied during the call: no memory is left to the device.
     unsafe { a.post_send(&s) }.unwrap();
-    let mut one = SendBatch::<1>::new();
+    let mut one = SendBatch::<1>::new(&a);
     one.send_inline(999, &to_b, b"y").unwrap();
     // SAFETY: as above: inline only (and refused, the SQ being full).
     assert_eq!(unsafe { a.post_send(&one) }, Err(Error::SendQueueFull));
@@ -482,15 +494,29 @@ fn recv_queue_full_reports_how_many_were_posted() {
     let buf = pd
         .register(vec![0u8; 64], AccessFlags::LOCAL_WRITE)
         .unwrap();
-    let mut r = RecvBatch::<64>::new();
-    for i in 0..depth + 3 {
+    // A batch can never be longer than the queue: refused while building.
+    let mut r = RecvBatch::<64>::new(&qp);
+    for i in 0..depth {
         r.push(i as u64, buf.sge(0, 64).unwrap()).unwrap();
     }
     assert_eq!(
-        // SAFETY: `buf` is never accessed after this and its Mr lives to the end; nothing
-        // sends to this QP (still in INIT), so no receive ever completes.
+        r.push(depth as u64, buf.sge(0, 64).unwrap()),
+        Err(Error::Invalid(InvalidInput::BatchLargerThanQueue {
+            depth: depth as u32
+        }))
+    );
+    // With 3 receives already posted, a full-depth batch posts only what fits.
+    let mut first = RecvBatch::<3>::new(&qp);
+    for i in 0..3 {
+        first.push(100 + i, buf.sge(0, 64).unwrap()).unwrap();
+    }
+    // SAFETY: `buf` is never accessed after this and its Mr lives to the end; nothing
+    // sends to this QP (still in INIT), so no receive ever completes.
+    unsafe { qp.post_recv(&first) }.unwrap();
+    assert_eq!(
+        // SAFETY: as above.
         unsafe { qp.post_recv(&r) },
-        Err(Error::RecvQueueFull { posted: depth })
+        Err(Error::RecvQueueFull { posted: depth - 3 })
     );
 }
 
@@ -510,20 +536,16 @@ fn send_op_not_enabled_is_refused_before_the_device() {
     );
     let src = pd.register(vec![0u8; 8], AccessFlags::empty()).unwrap();
     let target = write_target(&pd, 8);
-    let mut s = SendBatch::<2>::new();
+    let mut s = SendBatch::<2>::new(&a);
     s.send_inline(1, &to_b, b"ok").unwrap();
-    s.write(2, &to_b, src.sge_all().unwrap(), target.remote())
-        .unwrap();
-    // SAFETY: the batch is refused before the device (write not enabled), so nothing is
-    // posted; `src` is not written afterwards in any case.
-    let err = unsafe { a.post_send(&s) }.unwrap_err();
     assert_eq!(
-        err,
-        Error::Unsupported {
-            verb: Verb::PostSend,
-            why: Unsupported::SendOpNotEnabled
-        }
+        s.write(2, &to_b, src.sge_all().unwrap(), target.remote()),
+        Err(Error::Invalid(InvalidInput::SendOpNotEnabled {
+            op: SendOps::RDMA_WRITE,
+            enabled: SendOps::SEND
+        }))
     );
+    assert_eq!(s.len(), 1, "the refused write was not added");
     expect_none(&cqa, Duration::from_millis(20));
     let _ = (&ctx, &b, &cqb);
 }
@@ -540,7 +562,7 @@ fn ud_send_and_receive_with_grh_prefix() {
         .register(vec![0u8; 40 + 64], AccessFlags::LOCAL_WRITE)
         .unwrap();
     recv_one(&b, 5, dst.sge_all().unwrap());
-    let mut s = SendBatch::<1>::new();
+    let mut s = SendBatch::<1>::new(&a);
     s.send_imm(6, &to_b, Payload::Inline(b"datagram"), 12)
         .unwrap();
     // SAFETY: inline payload, copied during the call: no memory of ours is left to the device.
@@ -580,7 +602,7 @@ fn receives_can_be_posted_in_init_and_rtr() {
     let b = b.rts(RtsOptions::default()).unwrap();
     let a = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_A);
     let to_b = pd.connect(&b.endpoint()).unwrap();
-    let mut s = SendBatch::<2>::new();
+    let mut s = SendBatch::<2>::new(&a);
     s.send_inline(10, &to_b, b"one").unwrap();
     s.send_inline(11, &to_b, b"two").unwrap();
     // SAFETY: both sends are inline, copied during the call.
@@ -606,14 +628,14 @@ fn classic_cq_batch_polling_respects_capacity() {
     let dst = pd
         .register(vec![0u8; 20 * 8], AccessFlags::LOCAL_WRITE)
         .unwrap();
-    let mut r = RecvBatch::<20>::new();
+    let mut r = RecvBatch::<20>::new(&b);
     for i in 0..20 {
         r.push(100 + i, dst.sge(i * 8, 8).unwrap()).unwrap();
     }
     // SAFETY: `dst` is never read or written after this; its Mr owns the buffer and lives
     // until the end of the test.
     unsafe { b.post_recv(&r) }.unwrap();
-    let mut s = SendBatch::<20>::new();
+    let mut s = SendBatch::<20>::new(&a);
     for i in 0..20 {
         s.send_inline(i, &to_b, b"abc").unwrap();
     }
@@ -647,8 +669,10 @@ fn completion_channel_wakes_on_completion() {
     let ctx = open(0);
     let ch = ctx.create_comp_channel().unwrap();
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_ext_cq(CqOptions::new(16).channel(&ch)).unwrap();
-    let other = ctx.create_cq(CqOptions::new(16).channel(&ch)).unwrap();
+    let cq = ctx
+        .create_ext_cq_with_channel(&ch, CqOptions::new(16))
+        .unwrap();
+    let other = ctx.create_cq_with_channel(&ch, CqOptions::new(16)).unwrap();
     let a = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_A);
     let to_a = pd.connect(&a.endpoint()).unwrap();
     let dst = pd
@@ -664,7 +688,7 @@ fn completion_channel_wakes_on_completion() {
     std::thread::scope(|sc| {
         sc.spawn(|| {
             std::thread::sleep(Duration::from_millis(50));
-            let mut s = SendBatch::<1>::new();
+            let mut s = SendBatch::<1>::new(&a);
             s.send_inline(1, &to_a, b"wake").unwrap(); // loopback to a's own receive
 
             // SAFETY: inline payload, copied during the call; `a` is Sync, so posting from
@@ -704,12 +728,10 @@ fn dmabuf_registration_is_a_target_and_a_source() {
         .open(&path)
         .unwrap();
     file.set_len(8192).unwrap();
-    use std::os::fd::AsRawFd;
+    let fd = std::os::fd::OwnedFd::from(file.try_clone().unwrap());
     let dmabuf = pd
         .register_dmabuf(
-            file.as_raw_fd(),
-            4096,
-            4096,
+            DmaBufFd::new(fd, 4096, 4096),
             0x2000_0000,
             AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
         )
@@ -721,7 +743,7 @@ fn dmabuf_registration_is_a_target_and_a_source() {
     let src = pd
         .register(b"into device memory".to_vec(), AccessFlags::empty())
         .unwrap();
-    let mut s = SendBatch::<1>::new();
+    let mut s = SendBatch::<1>::new(&a);
     s.write(
         1,
         &to_b,
@@ -756,7 +778,8 @@ fn dmabuf_registration_is_a_target_and_a_source() {
     assert_eq!(r.byte_len(), 18);
     assert_eq!(&dst.as_slice()[..18], b"into device memory");
     drop(s);
-    dmabuf.close().unwrap();
+    let owner = dmabuf.close().unwrap();
+    assert_eq!((owner.offset(), owner.len()), (4096, 4096));
     let _ = std::fs::remove_file(&path);
     let _ = &ctx;
 }
@@ -777,7 +800,7 @@ fn inline_rdma_write_on_an_inline_write_qp() {
     );
     let target = write_target(&pd, 64);
     let bytes = *b"inline rdma";
-    let mut s = SendBatch::<1>::new();
+    let mut s = SendBatch::<1>::new(&a);
     s.write(
         1,
         &to_b,
@@ -789,31 +812,26 @@ fn inline_rdma_write_on_an_inline_write_qp() {
     unsafe { a.post_send(&s) }.unwrap();
     let c = expect_n(&cqa, 1)[0];
     c.result().unwrap();
-    assert_eq!(&target.as_slice()[5..16], b"inline rdma");
+    assert_eq!(&target.to_vec()[5..16], b"inline rdma");
 
-    // Without the flag the provider refuses an inline write (whole batch, EINVAL).
+    // Without the flag an inline write is refused while building, naming the rule.
     let plain = rts_qp(&pd, &cqa, &QpConfig::srd(), QKEY_A);
-    // SAFETY: as above: the same inline batch (refused with EINVAL).
-    let err = unsafe { plain.post_send(&s) }.unwrap_err();
+    let mut p = SendBatch::<1>::new(&plain);
     assert_eq!(
-        err,
-        Error::Verb {
-            verb: Verb::PostSend,
-            errno: Errno::EINVAL
-        }
+        p.write(1, &to_b, Payload::Inline(&bytes), target.remote()),
+        Err(Error::Invalid(InvalidInput::InlineWriteNotEnabled))
     );
-    // Inline data longer than the QP's maximum: EINVAL too, nothing posted.
+    // Inline data longer than the QP's maximum: refused, naming length and maximum.
     let long = [0u8; 200];
-    let mut s = SendBatch::<1>::new();
-    s.send_inline(2, &to_b, &long).unwrap();
+    let mut s = SendBatch::<1>::new(&a);
     assert_eq!(
-        // SAFETY: inline payload (refused with EINVAL): nothing of ours is left to the device.
-        unsafe { a.post_send(&s) }.unwrap_err(),
-        Error::Verb {
-            verb: Verb::PostSend,
-            errno: Errno::EINVAL
-        }
+        s.send_inline(2, &to_b, &long),
+        Err(Error::Invalid(InvalidInput::InlineTooLong {
+            len: 200,
+            max: a.limits().max_inline_data()
+        }))
     );
+    assert!(s.is_empty() && p.is_empty());
     expect_none(&cqa, Duration::from_millis(30));
     let _ = (&ctx, &b, &cqb);
 }
@@ -837,7 +855,7 @@ fn several_threads_post_to_one_qp() {
         .map(|i| dst.sge(i as u64 * 8, 8).unwrap())
         .collect();
     for chunk in sges.chunks(64).enumerate() {
-        let mut r = RecvBatch::<64>::new();
+        let mut r = RecvBatch::<64>::new(&b);
         for (j, sge) in chunk.1.iter().enumerate() {
             r.push((chunk.0 * 64 + j) as u64, *sge).unwrap();
         }
@@ -853,7 +871,7 @@ fn several_threads_post_to_one_qp() {
                 for k in 0..PER_THREAD {
                     let id = t << 32 | k;
                     let payload = id.to_le_bytes();
-                    let mut s = SendBatch::<1>::new();
+                    let mut s = SendBatch::<1>::new(a);
                     s.send_inline(id, to_b, &payload).unwrap();
                     loop {
                         // SAFETY: inline payload, copied during the call; `a` is Sync, so several threads
@@ -919,13 +937,13 @@ fn receive_scatters_over_two_sges() {
     let tail = pd
         .register(vec![0u8; 16], AccessFlags::LOCAL_WRITE)
         .unwrap();
-    let sges = [head.sge_all().unwrap(), tail.sge_all().unwrap()];
-    let mut r = RecvBatch::<1>::new();
+    let sges = SgeList::<2>::new(&[head.sge_all().unwrap(), tail.sge_all().unwrap()]).unwrap();
+    let mut r = RecvBatch::<1>::new(&b);
     r.push(1, &sges).unwrap();
     // SAFETY: `head` and `tail` are read only after the receive completion is polled on
     // `cqb`; their Mrs own the buffers and live to the end of the test.
     unsafe { b.post_recv(&r) }.unwrap();
-    let mut s = SendBatch::<1>::new();
+    let mut s = SendBatch::<1>::new(&a);
     s.send_inline(2, &to_b, b"headtail!").unwrap();
     // SAFETY: inline payload, copied during the call.
     unsafe { a.post_send(&s) }.unwrap();
@@ -936,22 +954,21 @@ fn receive_scatters_over_two_sges() {
     assert_eq!(&tail.as_slice()[..5], b"tail!");
     assert!(tail.as_slice()[5..].iter().all(|&x| x == 0));
 
-    // More SGEs than the QP was created with: the provider refuses the receive.
-    let three = [
+    // More SGEs than the QP was created with: refused while building.
+    let three = SgeList::<3>::new(&[
         head.sge(0, 1).unwrap(),
         head.sge(1, 1).unwrap(),
         head.sge(2, 1).unwrap(),
-    ];
-    let mut r = RecvBatch::<1>::new();
-    r.push(3, &three).unwrap();
+    ])
+    .unwrap();
+    let mut r = RecvBatch::<1>::new(&b);
     assert_eq!(
-        // SAFETY: the provider refuses the receive (EINVAL, asserted), so nothing is posted;
-        // `head` is not accessed afterwards anyway.
-        unsafe { b.post_recv(&r) },
-        Err(Error::Verb {
-            verb: Verb::PostRecv,
-            errno: Errno::EINVAL
-        })
+        r.push(3, &three),
+        Err(Error::Invalid(InvalidInput::TooManySges {
+            count: 3,
+            max: 2
+        }))
     );
+    assert!(r.is_empty());
     let _ = &ctx;
 }

@@ -65,9 +65,9 @@ fn steady_state_post_and_poll_does_not_allocate() {
         COUNTING.store(count, Ordering::SeqCst);
         for i in 0..iterations {
             src.as_mut_slice()[..8].copy_from_slice(&i.to_le_bytes());
-            let mut recv = RecvBatch::<1>::new();
+            let mut recv = RecvBatch::<1>::new(&b);
             recv.push(i, dst.sge(0, 64).unwrap()).unwrap();
-            let mut send = SendBatch::<1>::new();
+            let mut send = SendBatch::<1>::new(&a);
             send.send(i, &to_b, src.sge(0, 8).unwrap()).unwrap();
             // SAFETY: the buffers are touched again only after both completions are polled.
             unsafe {

@@ -55,14 +55,17 @@ pub fn expect_none<C: CompletionQueue>(cq: &C, wait: Duration) {
     assert!(got.is_empty(), "unexpected completions: {got:?}");
 }
 
+/// A PD borrowing its context, as most tests use it.
+pub type BPd<'a> = Pd<&'a Context>;
+
 /// Creates a QP on `pd` whose sends and receives both complete on `cq` and brings it to
-/// RTS with `qkey` and the device's default RNR retry.
+/// RTS with `qkey` and the crate's default RNR retry.
 pub fn rts_qp<'a, C: CompletionQueue>(
-    pd: &'a Pd<'_>,
+    pd: &'a BPd<'_>,
     cq: &'a C,
     config: &QpConfig,
     qkey: u32,
-) -> Qp<'a, Rts> {
+) -> Qp<&'a BPd<'a>, Rts> {
     pd.create_qp(cq, cq, config)
         .unwrap()
         .prepare(qkey, None)
@@ -71,12 +74,9 @@ pub fn rts_qp<'a, C: CompletionQueue>(
 
 /// Registers `len` zero bytes as a target peers may RDMA-write into
 /// (`LOCAL_WRITE | REMOTE_WRITE`).
-pub fn write_target<'pd>(pd: &'pd Pd<'pd>, len: usize) -> Mr<'pd, Vec<u8>> {
-    pd.register(
-        vec![0u8; len],
-        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-    )
-    .unwrap()
+pub fn write_target<'pd>(pd: &'pd BPd<'_>, len: usize) -> Mr<&'pd BPd<'pd>, Vec<u8>, RemoteWrite> {
+    pd.register_remote_write(vec![0u8; len], AccessFlags::LOCAL_WRITE)
+        .unwrap()
 }
 
 pub const QKEY_A: u32 = 0x1111_1111;
