@@ -15,19 +15,19 @@ flag_set! {
     /// EFA device capabilities (`efadv_device_attr.device_caps`).
     pub struct DeviceCaps: u32 {
         /// RDMA read.
-        const RDMA_READ = 1 << 0;
+        const RDMA_READ = ffi::EFADV_DEVICE_ATTR_CAPS_RDMA_READ;
         /// `rnr_retry` settable on SRD QPs.
-        const RNR_RETRY = 1 << 1;
+        const RNR_RETRY = ffi::EFADV_DEVICE_ATTR_CAPS_RNR_RETRY;
         /// CQs can report the sender GID of receives from unknown peers.
-        const CQ_WITH_SGID = 1 << 2;
+        const CQ_WITH_SGID = ffi::EFADV_DEVICE_ATTR_CAPS_CQ_WITH_SGID;
         /// RDMA write and write-with-immediate.
-        const RDMA_WRITE = 1 << 3;
+        const RDMA_WRITE = ffi::EFADV_DEVICE_ATTR_CAPS_RDMA_WRITE;
         /// QPs may receive write-with-immediate without consuming receive WRs.
-        const UNSOLICITED_WRITE_RECV = 1 << 4;
+        const UNSOLICITED_WRITE_RECV = ffi::EFADV_DEVICE_ATTR_CAPS_UNSOLICITED_WRITE_RECV;
         /// CQ rings in user dma-buf memory.
-        const CQ_WITH_EXT_MEM_DMABUF = 1 << 5;
+        const CQ_WITH_EXT_MEM_DMABUF = ffi::EFADV_DEVICE_ATTR_CAPS_CQ_WITH_EXT_MEM_DMABUF;
         /// Completion counters.
-        const COMP_CNTR = 1 << 6;
+        const COMP_CNTR = ffi::EFADV_DEVICE_ATTR_CAPS_COMP_CNTR;
     }
 }
 

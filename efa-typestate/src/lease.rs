@@ -74,10 +74,15 @@ impl<P, M: RegionMemory> Lease for Mr<P, M, Local> {
 }
 
 #[cfg(feature = "std")]
-impl<H: crate::parent::Parent<Target = crate::pool::BufferPool<P>>, P> sealed::Sealed for crate::pool::Slot<H> {}
+impl<H: crate::parent::Parent<Target = crate::pool::BufferPool<P>>, P> sealed::Sealed
+    for crate::pool::Slot<H>
+{
+}
 
 #[cfg(feature = "std")]
-impl<H: crate::parent::Parent<Target = crate::pool::BufferPool<P>>, P> Lease for crate::pool::Slot<H> {
+impl<H: crate::parent::Parent<Target = crate::pool::BufferPool<P>>, P> Lease
+    for crate::pool::Slot<H>
+{
     const LEAK_SAFE: bool = true;
     fn lease_sge(&self) -> Result<Sge<'_>> {
         Ok(self.sge())

@@ -168,8 +168,9 @@
 //!   Rts and consume the QP (a failure gives it back). States are sealed.
 //! * Lifetimes, or reference counts, for both forms of every handle ([`parent`]): an MR,
 //!   AH or QP cannot outlive its PD, a QP its CQs, a PD or CQ its context, a CQ its
-//!   completion channel, an SGE its MR, a batch its QP (so a QP cannot change state
-//!   while a batch for it exists). An `Arc`-held QP takes `Arc`-held CQs only.
+//!   completion channel, an SGE its MR, a batch its QP (so a QP cannot change state,
+//!   move or be destroyed while a batch built for it is still in use). An `Arc`-held QP
+//!   takes `Arc`-held CQs only.
 //! * SGEs are made only from registrations ([`MemoryRegion`] is sealed), range-checked,
 //!   and carry the identity of their PD.
 //! * Memory peers may write ([`RemoteWrite`] registrations) gives no `&`/`&mut` access
@@ -225,7 +226,8 @@
 //! return [`Error::Timeout`] after the deadline. SRD QPs retry RNR a finite
 //! [`DEFAULT_RNR_RETRY`] times unless [`RnrRetry::Forever`] is asked for by name.
 //! [`Qp::write_all`] / [`Qp::read_all`] move buffers of any size within the send queue's
-//! depth.
+//! depth ([`Transfer`] sets the timeout and the chunks' `wr_id`s; chunk `i` of any
+//! [`RdmaChunks`] fill gets `base + i`).
 //!
 //! # Choosing a CQ
 //!

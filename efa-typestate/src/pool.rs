@@ -19,8 +19,57 @@ const BITS: usize = u64::BITS as usize;
 pub struct BufferPool<P> {
     mr: Mr<P, std::vec::Vec<u8>>,
     slot_size: usize,
+    free: FreeSlots,
+}
+
+/// Which slots are free: one bit each, set when free. Claiming clears a bit with a CAS,
+/// returning sets it; nothing allocates after creation.
+struct FreeSlots {
+    words: std::boxed::Box<[AtomicU64]>,
     count: usize,
-    free: std::boxed::Box<[AtomicU64]>,
+}
+
+impl FreeSlots {
+    fn new(count: usize) -> FreeSlots {
+        let words = (0..count.div_ceil(BITS))
+            .map(|w| {
+                let n = (count - w * BITS).min(BITS);
+                AtomicU64::new(if n == BITS { u64::MAX } else { (1u64 << n) - 1 })
+            })
+            .collect();
+        FreeSlots { words, count }
+    }
+    fn available(&self) -> usize {
+        self.words
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed).count_ones() as usize)
+            .sum()
+    }
+    fn claim(&self) -> Option<u32> {
+        for (w, word) in self.words.iter().enumerate() {
+            let mut bits = word.load(Ordering::Relaxed);
+            while bits != 0 {
+                let bit = bits.trailing_zeros();
+                let rest = bits & !(1 << bit);
+                // Acquire: the previous holder's writes to the slot happen before ours.
+                match word.compare_exchange_weak(bits, rest, Ordering::Acquire, Ordering::Relaxed) {
+                    Ok(_) => return Some((w * BITS) as u32 + bit),
+                    Err(now) => bits = now,
+                }
+            }
+        }
+        None
+    }
+    /// The word holding slot `index`'s bit (heap memory that never moves).
+    fn word(&self, index: u32) -> &AtomicU64 {
+        &self.words[index as usize / BITS]
+    }
+}
+
+/// Returns slot `index` through its bitmap word.
+fn release(word: &AtomicU64, index: u32) {
+    // Release: our writes to the slot happen before the next holder's.
+    word.fetch_or(1u64 << (index as usize % BITS), Ordering::Release);
 }
 
 impl<P> BufferPool<P> {
@@ -38,18 +87,10 @@ impl<P> BufferPool<P> {
             return Err(InvalidInput::LengthTooLarge(slot_size as u64).into());
         }
         let mr = Mr::new(pd, std::vec![0u8; bytes], AccessFlags::LOCAL_WRITE)?;
-        let words = count.div_ceil(BITS);
-        let free = (0..words)
-            .map(|w| {
-                let n = (count - w * BITS).min(BITS);
-                AtomicU64::new(if n == BITS { u64::MAX } else { (1u64 << n) - 1 })
-            })
-            .collect();
         Ok(BufferPool {
             mr,
             slot_size,
-            count,
-            free,
+            free: FreeSlots::new(count),
         })
     }
     /// Bytes per slot.
@@ -58,42 +99,19 @@ impl<P> BufferPool<P> {
     }
     /// Number of slots.
     pub fn len(&self) -> usize {
-        self.count
+        self.free.count
     }
     /// True if the pool has no slots.
     pub fn is_empty(&self) -> bool {
-        self.count == 0
+        self.free.count == 0
     }
     /// Slots not taken right now.
     pub fn available(&self) -> usize {
-        self.free
-            .iter()
-            .map(|w| w.load(Ordering::Relaxed).count_ones() as usize)
-            .sum()
+        self.free.available()
     }
     /// Takes a free slot, borrowing the pool: [`Slot::take`].
     pub fn take(&self) -> Option<Slot<&Self>> {
         Slot::take(self)
-    }
-
-    fn claim(&self) -> Option<u32> {
-        for (w, word) in self.free.iter().enumerate() {
-            let mut bits = word.load(Ordering::Relaxed);
-            while bits != 0 {
-                let bit = bits.trailing_zeros();
-                // Acquire: the previous holder's writes to the slot happen before ours.
-                match word.compare_exchange_weak(
-                    bits,
-                    bits & !(1 << bit),
-                    Ordering::Acquire,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => return Some((w * BITS) as u32 + bit),
-                    Err(now) => bits = now,
-                }
-            }
-        }
-        None
     }
 
     fn offset(&self, index: u32) -> usize {
@@ -105,7 +123,7 @@ impl<P> core::fmt::Debug for BufferPool<P> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("BufferPool")
             .field("slot_size", &self.slot_size)
-            .field("count", &self.count)
+            .field("count", &self.free.count)
             .field("available", &self.available())
             .finish()
     }
@@ -139,11 +157,11 @@ unsafe impl<H: Sync> Sync for Slot<H> {}
 impl<H: Parent<Target = BufferPool<P>>, P> Slot<H> {
     /// Takes a free slot of `pool`, or `None` if all are taken.
     pub fn take(pool: H) -> Option<Self> {
-        let index = pool.claim()?;
+        let index = pool.free.claim()?;
         let offset = pool.offset(index);
         // SAFETY: `offset + slot_size <= count * slot_size`: inside the registration.
         let bytes = unsafe { core::ptr::NonNull::new_unchecked(pool.mr.host_ptr().add(offset)) };
-        let word = core::ptr::NonNull::from(&pool.free[index as usize / BITS]);
+        let word = core::ptr::NonNull::from(pool.free.word(index));
         Some(Slot {
             bytes,
             len: pool.slot_size,
@@ -189,10 +207,9 @@ impl<H> Slot<H> {
 
 impl<H> Drop for Slot<H> {
     fn drop(&mut self) {
-        let bit = 1u64 << (self.index as usize % BITS);
         // SAFETY: the bitmap word lives as long as the pool, which `pool` keeps alive
-        // until the next line. Release: our writes happen before the next holder's.
-        unsafe { self.word.as_ref() }.fetch_or(bit, Ordering::Release);
+        // until the next line.
+        release(unsafe { self.word.as_ref() }, self.index);
         // SAFETY: the holder is dropped exactly once, here.
         unsafe { core::mem::ManuallyDrop::drop(&mut self.pool) };
     }
@@ -201,5 +218,51 @@ impl<H> Drop for Slot<H> {
 impl<H> core::fmt::Debug for Slot<H> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Slot").field("index", &self.index).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_slot_is_claimed_once_and_comes_back() {
+        for count in [0usize, 1, 63, 64, 65, 130] {
+            let free = FreeSlots::new(count);
+            assert_eq!(free.available(), count);
+            let mut seen = std::vec::Vec::new();
+            while let Some(i) = free.claim() {
+                seen.push(i);
+            }
+            seen.sort();
+            assert_eq!(seen, (0..count as u32).collect::<std::vec::Vec<_>>());
+            assert_eq!(free.available(), 0);
+            for &i in seen.iter().rev() {
+                release(free.word(i), i);
+            }
+            assert_eq!(free.available(), count);
+        }
+    }
+
+    #[test]
+    fn concurrent_claims_never_share_a_slot() {
+        let free = FreeSlots::new(100);
+        let claimed: std::vec::Vec<std::vec::Vec<u32>> = std::thread::scope(|s| {
+            let workers: std::vec::Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut mine = std::vec::Vec::new();
+                        while let Some(i) = free.claim() {
+                            mine.push(i);
+                        }
+                        mine
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        let mut all: std::vec::Vec<u32> = claimed.into_iter().flatten().collect();
+        all.sort();
+        assert_eq!(all, (0..100).collect::<std::vec::Vec<_>>());
     }
 }

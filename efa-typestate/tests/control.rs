@@ -344,7 +344,6 @@ fn dyn_qp_tracks_state_at_run_time() {
     sends.send_inline(1, &peer, b"x").unwrap();
     // SAFETY: inline payload; nothing is handed to the device.
     let err = unsafe { qp.post_send(&sends) }.unwrap_err();
-    drop(sends);
     assert_eq!(
         err,
         Error::Invalid(InvalidInput::WrongQpState {

@@ -165,3 +165,35 @@ unsafe impl RegionMemory for RawMemory {
         RawMemory::new(raw.ptr.as_ptr(), raw.len)
     }
 }
+
+#[cfg(all(test, feature = "std"))]
+mod tests {
+    use super::*;
+
+    fn round_trip<M: RegionMemory>(mem: M, write: M::Elem) -> M {
+        let raw = mem.into_raw();
+        if raw.len > 0 {
+            // SAFETY: `into_raw` hands out `len` valid, exclusive elements.
+            unsafe { raw.ptr.as_ptr().write(write) };
+        }
+        // SAFETY: exactly what `into_raw` returned, used once.
+        unsafe { M::from_raw(raw) }
+    }
+
+    #[test]
+    fn memory_is_taken_apart_and_rebuilt_intact() {
+        let mut v = std::vec::Vec::with_capacity(10);
+        v.extend_from_slice(&[1u32, 2, 3]);
+        let v = round_trip(v, 9);
+        assert_eq!((v.as_slice(), v.capacity()), (&[9, 2, 3][..], 10));
+        let b: std::boxed::Box<[u64]> = std::vec![5u64; 4].into_boxed_slice();
+        assert_eq!(&*round_trip(b, 6), &[6, 5, 5, 5]);
+        let mut arr = [7u8; 3];
+        assert_eq!(round_trip(&mut arr[..], 8), &[8, 7, 7]);
+        assert_eq!(arr, [8, 7, 7]);
+        let empty: std::vec::Vec<u16> = round_trip(std::vec::Vec::new(), 0);
+        assert!(empty.is_empty());
+        const { assert!(<std::vec::Vec<u8> as RegionMemory>::STAYS_ALLOCATED_IF_LEAKED) };
+        const { assert!(!<&mut [u8] as RegionMemory>::STAYS_ALLOCATED_IF_LEAKED) };
+    }
+}

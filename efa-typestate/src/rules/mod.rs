@@ -18,7 +18,6 @@
 //!     let mut recvs = RecvBatch::<1>::new(&qp);
 //!     recvs.push(1, sge)?;
 //!     unsafe { qp.post_recv(&recvs)? };               // receives from INIT on
-//!     drop(recvs);
 //!     let qp = qp.rtr()?.rts(RtsOptions::default())?;
 //!     let peer = pd.connect(&qp.endpoint())?;
 //!     let mut sends = SendBatch::<1>::new(&qp);

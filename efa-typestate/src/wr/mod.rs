@@ -15,6 +15,7 @@ use crate::flags::flag_set;
 use crate::mr::{RemoteBuffer, Sge, SgeList, Sges};
 
 mod chunks;
+mod copy_vec;
 mod limits;
 mod recv;
 mod send;

@@ -1,7 +1,6 @@
 //! [`RecvBatch`]: up to `N` receives for one QP, checked as they are added.
 
-use arrayvec::ArrayVec;
-
+use super::copy_vec::CopyVec;
 use super::limits::Origin;
 use super::{QpLimits, RecvBufs, RecvTarget};
 use crate::error::{InvalidInput, Result};
@@ -25,7 +24,7 @@ impl RecvWr<'_> {
 #[derive(Debug)]
 pub struct RecvBatch<'a, const N: usize> {
     pub(crate) limits: &'a QpLimits,
-    pub(crate) wrs: ArrayVec<RecvWr<'a>, N>,
+    pub(crate) wrs: CopyVec<RecvWr<'a>, N>,
 }
 
 impl<'a, const N: usize> RecvBatch<'a, N> {
@@ -34,7 +33,7 @@ impl<'a, const N: usize> RecvBatch<'a, N> {
     pub fn new<Q: RecvTarget + ?Sized>(qp: &'a Q) -> Self {
         RecvBatch {
             limits: RecvTarget::limits(qp),
-            wrs: ArrayVec::new_const(),
+            wrs: CopyVec::new(),
         }
     }
     /// Appends a receive after checking it against the QP: [`InvalidInput::BatchFull`]

@@ -3,8 +3,7 @@
 use core::marker::PhantomData;
 use core::ptr::NonNull;
 
-use arrayvec::ArrayVec;
-
+use super::copy_vec::CopyVec;
 use super::limits::Origin;
 use super::{Payload, QpLimits, RdmaChunks, SendOp, SendTarget};
 use crate::ah::Peer;
@@ -110,7 +109,7 @@ impl<'a> SendWr<'a> {
 #[derive(Debug)]
 pub struct SendBatch<'a, const N: usize> {
     pub(crate) limits: &'a QpLimits,
-    pub(crate) wrs: ArrayVec<SendWr<'a>, N>,
+    pub(crate) wrs: CopyVec<SendWr<'a>, N>,
 }
 
 impl<'a, const N: usize> SendBatch<'a, N> {
@@ -118,7 +117,7 @@ impl<'a, const N: usize> SendBatch<'a, N> {
     pub fn new<Q: SendTarget + ?Sized>(qp: &'a Q) -> Self {
         SendBatch {
             limits: SendTarget::limits(qp),
-            wrs: ArrayVec::new_const(),
+            wrs: CopyVec::new(),
         }
     }
     /// The limits of the QP the batch is for.

@@ -119,3 +119,43 @@ pub fn unhex(s: &str) -> Vec<u8> {
         .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
         .collect()
 }
+
+/// Two SRD QPs on one device, each with its own CQ, connected both ways.
+#[macro_export]
+macro_rules! pair {
+    ($ctx:ident, $pd:ident, $cqa:ident, $cqb:ident, $a:ident, $b:ident, $to_b:ident, $to_a:ident) => {
+        pair!(
+            $ctx,
+            $pd,
+            $cqa,
+            $cqb,
+            $a,
+            $b,
+            $to_b,
+            $to_a,
+            QpConfig::srd(),
+            QpConfig::srd()
+        )
+    };
+    ($ctx:ident, $pd:ident, $cqa:ident, $cqb:ident, $a:ident, $b:ident, $to_b:ident, $to_a:ident, $cfga:expr, $cfgb:expr) => {
+        let $ctx = $crate::common::open(0);
+        let $pd = $ctx.alloc_pd().unwrap();
+        let $cqa = $ctx.create_ext_cq(CqOptions::new(256)).unwrap();
+        let $cqb = $ctx
+            .create_ext_cq(CqOptions::new(256).unsolicited_flag().sender_gid())
+            .unwrap();
+        let $a = rts_qp(&$pd, &$cqa, &$cfga, QKEY_A);
+        let $b = rts_qp(&$pd, &$cqb, &$cfgb, QKEY_B);
+        let $to_b = $pd.connect(&$b.endpoint()).unwrap();
+        let $to_a = $pd.connect(&$a.endpoint()).unwrap();
+    };
+}
+
+/// Posts one receive of `sge` (in any state that accepts receives).
+pub fn recv_one<P: Parent, S: RecvReady>(qp: &Qp<P, S>, wr_id: u64, sge: Sge<'_>) {
+    let mut r = RecvBatch::<1>::new(qp);
+    r.push(wr_id, sge).unwrap();
+    // SAFETY: tests read a receive buffer only after polling its completion, or after
+    // resetting or destroying the QP (which ends the device's right to write it).
+    unsafe { qp.post_recv(&r) }.unwrap();
+}
