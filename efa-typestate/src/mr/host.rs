@@ -103,6 +103,7 @@ impl<P, M: RegionMemory, A: Access> Mr<P, M, A> {
         }
     }
 
+    #[inline]
     fn bytes(&self) -> usize {
         self.region.len * core::mem::size_of::<M::Elem>()
     }
@@ -344,21 +345,27 @@ impl<C: Parent<Target = Context>> Pd<C> {
 impl<P, M: RegionMemory, A> region_sealed::Sealed for Mr<P, M, A> {}
 
 impl<P, M: RegionMemory, A: Access> MemoryRegion for Mr<P, M, A> {
+    #[inline]
     fn lkey(&self) -> u32 {
         self.lkey
     }
+    #[inline]
     fn rkey(&self) -> u32 {
         self.rkey
     }
+    #[inline]
     fn iova(&self) -> u64 {
         self.iova
     }
+    #[inline]
     fn len(&self) -> u64 {
         self.bytes() as u64
     }
+    #[inline]
     fn as_mr_ptr(&self) -> *mut ffi::ibv_mr {
         self.raw.map_or(core::ptr::null_mut(), NonNull::as_ptr)
     }
+    #[inline]
     fn pd_id(&self) -> PdId {
         self.pd
     }

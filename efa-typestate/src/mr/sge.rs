@@ -7,6 +7,7 @@ use crate::error::{InvalidInput, Result};
 use crate::ffi;
 use crate::pd::PdId;
 
+#[inline]
 pub(crate) fn check_range(offset: u64, len: u64, region_len: u64) -> Result<()> {
     match offset.checked_add(len) {
         Some(end) if end <= region_len => Ok(()),
@@ -31,6 +32,7 @@ pub struct Sge<'mr> {
 
 impl<'mr> Sge<'mr> {
     /// Only for ranges already checked against a live region of lifetime `'mr` in `pd`.
+    #[inline]
     pub(crate) fn new_checked(addr: u64, length: u32, lkey: u32, pd: PdId) -> Self {
         Sge {
             raw: ffi::ibv_sge { addr, length, lkey },
@@ -39,10 +41,12 @@ impl<'mr> Sge<'mr> {
         }
     }
     /// Device address.
+    #[inline]
     pub fn addr(&self) -> u64 {
         self.raw.addr
     }
     /// Length in bytes.
+    #[inline]
     pub fn len(&self) -> u32 {
         self.raw.length
     }
@@ -51,6 +55,7 @@ impl<'mr> Sge<'mr> {
         self.raw.length == 0
     }
     /// Local key.
+    #[inline]
     pub fn lkey(&self) -> u32 {
         self.raw.lkey
     }
@@ -64,9 +69,11 @@ impl<'mr> Sge<'mr> {
             self.pd,
         ))
     }
+    #[inline]
     pub(crate) fn raw(&self) -> &ffi::ibv_sge {
         &self.raw
     }
+    #[inline]
     pub(crate) fn pd(&self) -> PdId {
         self.pd
     }

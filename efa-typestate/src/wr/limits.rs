@@ -68,6 +68,7 @@ impl QpLimits {
         self.max_rdma
     }
 
+    #[inline]
     fn check_wr_id(wr_id: u64, origin: Origin) -> Result<()> {
         if origin == Origin::User && wr_id & LEASE_WR_ID_BIT != 0 {
             return Err(InvalidInput::ReservedWrId(wr_id).into());
@@ -75,6 +76,7 @@ impl QpLimits {
         Ok(())
     }
 
+    #[inline]
     fn check_pd(&self, pd: PdId, what: PdObject) -> Result<()> {
         if pd != self.pd {
             return Err(InvalidInput::WrongPd(what).into());
@@ -83,6 +85,7 @@ impl QpLimits {
     }
 
     /// Checks one send work request against the QP (see the module docs).
+    #[inline]
     pub(crate) fn check_send(&self, wr: &SendWr<'_>, origin: Origin) -> Result<()> {
         Self::check_wr_id(wr.wr_id, origin)?;
         self.check_pd(wr.dest.pd, PdObject::Peer)?;
@@ -148,6 +151,7 @@ impl QpLimits {
     }
 
     /// Checks one receive work request against the QP.
+    #[inline]
     pub(crate) fn check_recv(&self, wr_id: u64, bufs: &RecvBufs<'_>, origin: Origin) -> Result<()> {
         Self::check_wr_id(wr_id, origin)?;
         match bufs {

@@ -62,6 +62,7 @@ pub enum Payload<'a> {
 
 impl Payload<'_> {
     /// Total bytes.
+    #[inline]
     pub fn len(&self) -> u64 {
         match self {
             Payload::Sge(s) => s.len() as u64,
@@ -126,6 +127,7 @@ pub enum SendOp {
 
 impl SendOp {
     /// The send-ops bit a QP needs for this operation.
+    #[inline]
     pub fn op_bit(&self) -> SendOps {
         match self {
             SendOp::Send => SendOps::SEND,
@@ -136,6 +138,7 @@ impl SendOp {
         }
     }
     /// The remote buffer of an RDMA operation.
+    #[inline]
     pub fn remote(&self) -> Option<RemoteBuffer> {
         match *self {
             SendOp::Write(r) | SendOp::WriteImm(r, _) | SendOp::Read(r) => Some(r),

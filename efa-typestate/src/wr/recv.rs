@@ -40,9 +40,11 @@ impl<'a, const N: usize> RecvBatch<'a, N> {
     /// at capacity `N`, [`InvalidInput::BatchLargerThanQueue`] at the QP's queue depth,
     /// [`InvalidInput::WrongPd`] for memory of another PD,
     /// [`InvalidInput::TooManySges`] beyond `max_recv_sge`.
+    #[inline]
     pub fn push(&mut self, wr_id: u64, bufs: impl Into<RecvBufs<'a>>) -> Result<()> {
         self.push_from(wr_id, bufs.into(), Origin::User)
     }
+    #[inline]
     pub(crate) fn push_from(
         &mut self,
         wr_id: u64,

@@ -22,6 +22,7 @@ pub(crate) struct Dest {
 }
 
 impl Dest {
+    #[inline]
     pub(crate) fn of<P>(peer: &Peer<P>) -> Dest {
         Dest {
             // SAFETY: a live AH's pointer is never null.
@@ -61,10 +62,12 @@ unsafe impl Sync for SendWr<'_> {}
 impl<'a> SendWr<'a> {
     /// Builds a work request; RDMA operations are checked to fit their remote buffer.
     /// The rest is checked against the QP when it is added to a batch.
+    #[inline]
     pub fn new<P>(wr_id: u64, op: SendOp, peer: &'a Peer<P>, payload: Payload<'a>) -> Result<Self> {
         Self::with_dest(wr_id, op, Dest::of(peer), payload)
     }
 
+    #[inline]
     pub(crate) fn with_dest(
         wr_id: u64,
         op: SendOp,
@@ -127,9 +130,11 @@ impl<'a, const N: usize> SendBatch<'a, N> {
     /// Appends a work request after checking it against the QP: [`InvalidInput::BatchFull`]
     /// at capacity `N`, [`InvalidInput::BatchLargerThanQueue`] at the QP's queue depth,
     /// and the rule it breaks otherwise (see [`QpLimits`]).
+    #[inline]
     pub fn push(&mut self, wr: SendWr<'a>) -> Result<()> {
         self.push_from(wr, Origin::User)
     }
+    #[inline]
     pub(crate) fn push_from(&mut self, wr: SendWr<'a>, origin: Origin) -> Result<()> {
         if self.wrs.is_full() {
             return Err(InvalidInput::BatchFull.into());
