@@ -164,8 +164,9 @@
 //! Compile-fail examples of each rule are in [`rules`].
 //!
 //! * QP states are types: send batches can be built and posted only for `Qp<_, Rts>`,
-//!   receive batches for `Qp<_, Init | Rtr | Rts>`; transitions go Reset → Init → Rtr →
-//!   Rts and consume the QP (a failure gives it back). States are sealed.
+//!   receive batches for `Qp<_, Init | Rtr | Rts>` (a [`DynQp`], whose state is known at
+//!   run time only, checks it when posting); transitions go Reset → Init → Rtr → Rts and
+//!   consume the QP (a failure gives it back). States are sealed.
 //! * Lifetimes, or reference counts, for both forms of every handle ([`parent`]): an MR,
 //!   AH or QP cannot outlive its PD, a QP its CQs, a PD or CQ its context, a CQ its
 //!   completion channel, an SGE its MR, a batch its QP (so a QP cannot change state,
@@ -176,7 +177,9 @@
 //! * Memory peers may write ([`RemoteWrite`] registrations) gives no `&`/`&mut` access
 //!   in safe code: only copies, or `unsafe` slices with a stated contract.
 //! * Only plain data ([`Plain`]: zerocopy's `FromBytes + IntoBytes + Immutable`) can be
-//!   registered, as `Vec<T>`, `Box<[T]>` or `&mut [T]`.
+//!   registered as `Vec<T>`, `Box<[T]>` or `&mut [T]` (other memory through
+//!   `register_raw` or an `unsafe impl` of [`RegionMemory`], whose contracts say what
+//!   must hold).
 //! * Every send is signaled: there is no way to ask for an unsignaled one (EFA rejects them).
 //! * Posting through a batch is `unsafe`; posting a lease is safe, and a posted lease is
 //!   moved into its ticket, out of reach until the completion gives it back. Completions
