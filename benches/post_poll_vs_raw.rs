@@ -13,9 +13,10 @@ use efa::*;
 const N: usize = 16;
 const MSG: u64 = 64;
 
-// The C inline helpers, as C compiles them: one indirect call each, no checks.
-// SAFETY (for all): callers pass a live qp_ex/cq_ex whose provider filled these pointers
-// (checked once in `raw_qp`/`raw_cq` below).
+// The C inline helpers, as C compiles them: one indirect call each, no checks. Each
+// unwraps a provider pointer the safe API checked non-null once when it created the
+// QP (`SendFns::load` in efa-typestate's qp/raw.rs) or the CQ (`ExtCq::load_ops` in
+// cq/extended.rs); each SAFETY line below names its own check.
 unsafe fn wr_start(q: *mut ibv_qp_ex) {
     // SAFETY: the caller passes the live qp_ex of a QP the safe API created, and its
     // creation (`SendFns::load`) failed unless `wr_start` was non-null, so the unchecked
@@ -146,7 +147,7 @@ fn benches(c: &mut Criterion) {
     assert!(!qpx.is_null());
     let cqx = cq.as_cq_ptr() as *mut ibv_cq_ex; // ibv_cq_ex starts with ibv_cq
     let recvs = || {
-        let mut r = RecvBatch::<N>::new();
+        let mut r = RecvBatch::<N>::new(&b);
         for i in 0..N as u64 {
             r.push(i, dst.sge(i * 256, 256).unwrap()).unwrap();
         }
@@ -157,7 +158,7 @@ fn benches(c: &mut Criterion) {
     g.bench_function("safe API", |bench| {
         bench.iter(|| {
             let r = recvs();
-            let mut s = SendBatch::<N>::new();
+            let mut s = SendBatch::<N>::new(&a);
             for i in 0..N as u64 {
                 s.send(i, &to_b, src.sge(0, MSG).unwrap()).unwrap();
             }

@@ -82,7 +82,65 @@ fn main() {
     );
     // The CLI and the model tests link this crate's rlib; keep the verbs symbols the rlib
     // also carries out of their dynamic symbol tables.
-    for kind in ["bins", "tests", "benches"] {
-        println!("cargo:rustc-link-arg-{kind}=-Wl,--exclude-libs,ALL");
+    // (cargo rejects link args for a kind of target the package lacks: the published
+    // crate ships without tests/ and benches/.)
+    let manifest_dir =
+        PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    for (kind, dir) in [
+        ("bins", "src/bin"),
+        ("tests", "tests"),
+        ("benches", "benches"),
+    ] {
+        if manifest_dir.join(dir).is_dir() {
+            println!("cargo:rustc-link-arg-{kind}=-Wl,--exclude-libs,ALL");
+        }
+    }
+    embed_cdylib_in_bins(&out);
+}
+
+/// Links this package's cdylib into the `efa-sim` CLI as data, so an installed CLI
+/// (`cargo install` copies only binaries) carries its library (`src/install/`).
+///
+/// The cdylib is not built yet when this script runs, so the bytes cannot be handed to
+/// rustc (`include_bytes!` would also break `cargo check`, which never writes the
+/// cdylib). They are handed to the linker instead: a binary links this crate's rlib,
+/// cargo starts it only after the library's rustc (which writes the rlib and the cdylib
+/// together) has exited, and `check`/`clippy`/`doc` never link. The linker reads the file
+/// as raw data (`--format=binary`) and names it by its path; `--defsym` gives the two
+/// ends the fixed names the CLI declares.
+fn embed_cdylib_in_bins(out: &std::path::Path) {
+    // OUT_DIR = <target>/[<triple>/]<profile>/build/efa-sim-<hash>/out; rustc writes
+    // the cdylib to <target>/[<triple>/]<profile>/deps.
+    let deps = out.ancestors().nth(3).map(|p| p.join("deps"));
+    let Some(deps) = deps.filter(|d| d.is_dir()) else {
+        panic!(
+            "efa-sim: no deps/ directory three levels above OUT_DIR={}: cargo's build \
+             directory layout is not the one this build script knows, so the CLI cannot \
+             embed libefa_sim.so",
+            out.display()
+        );
+    };
+    let so = deps.join("libefa_sim.so");
+    let path = so.to_str().expect("target directory path is not UTF-8");
+    // The linker derives the data symbols from the path, every non-alphanumeric byte
+    // becoming '_'.
+    let mangled: String = path
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() {
+                b as char
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    for arg in [
+        "-Wl,--format=binary",
+        path,
+        "-Wl,--format=default",
+        &format!("-Wl,--defsym=efa_sim_embedded_start=_binary_{mangled}_start"),
+        &format!("-Wl,--defsym=efa_sim_embedded_end=_binary_{mangled}_end"),
+    ] {
+        println!("cargo:rustc-link-arg-bins={arg}");
     }
 }

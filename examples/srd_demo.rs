@@ -3,9 +3,10 @@
 //!
 //! 1. Ping: `--messages` 64-byte SENDs from A to B, each carrying its sequence number
 //!    and a checksum that B verifies (SRD does not keep order, so B counts, not expects).
-//! 2. RDMA WRITE of `--bytes` from A into B's memory, split at the device's
-//!    `max_rdma_size`, announced by a write-with-immediate; B checks every byte.
-//! 3. RDMA READ of the same range back into A; A checks every byte.
+//! 2. RDMA WRITE of `--bytes` from A into B's memory (`Qp::write_all`: split at the
+//!    device's `max_rdma_size`, within the send queue's depth), announced by a
+//!    write-with-immediate; B checks every byte.
+//! 3. RDMA READ of the same range back into A (`Qp::read_all`); A checks every byte.
 //!
 //! Run with `./scripts/demo.sh` (or `cargo run --release --example srd_demo -- --help`).
 use efa::*;
@@ -90,17 +91,15 @@ fn pattern(i: u64) -> u8 {
     (i.wrapping_mul(2_654_435_761) >> 13) as u8
 }
 
-/// Polls `cq` until it yields a completion, failing on error statuses.
+/// How long any one step may take.
+const STEP: Duration = Duration::from_secs(30);
+
+/// Waits for one completion of `cq`, failing on error statuses.
 fn wait_one<C: CompletionQueue>(cq: &C, what: &str) -> DemoResult<Completion> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let mut got = ArrayVec::<Completion, 1>::new();
-        if cq.poll(&mut got)? == 1 {
-            return Ok(*got[0].result()?);
-        }
-        if Instant::now() > deadline {
-            return Err(format!("timed out waiting for {what}").into());
-        }
+    match cq.wait(STEP) {
+        Ok(c) => Ok(*c.result()?),
+        Err(Error::Timeout) => Err(format!("timed out waiting for {what}").into()),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -147,8 +146,8 @@ pub fn run(args: &Args) -> DemoResult<Report> {
 
     let pd_a = ctx_a.alloc_pd()?;
     let pd_b = ctx_b.alloc_pd()?;
-    let cq_a = ctx_a.create_ext_cq(CqOptions::new(1024))?;
-    let cq_b = ctx_b.create_ext_cq(CqOptions::new(1024))?;
+    let cq_a = ctx_a.create_ext_cq(CqOptions::new(1024).waitable())?;
+    let cq_b = ctx_b.create_ext_cq(CqOptions::new(1024).waitable())?;
     let qp_a = pd_a
         .create_qp(&cq_a, &cq_a, &QpConfig::srd())?
         .prepare(0x1111, None)
@@ -199,15 +198,18 @@ pub fn run(args: &Args) -> DemoResult<Report> {
     })
 }
 
+/// A PD borrowing its context, and what hangs off it.
+type BPd<'a> = Pd<&'a Context>;
+
 /// Both ends of the demo: A sends and initiates RDMA, B receives and is the RDMA target.
 struct Link<'a> {
-    pd_a: &'a Pd<'a>,
-    pd_b: &'a Pd<'a>,
-    qp_a: &'a Qp<'a, Rts>,
-    qp_b: &'a Qp<'a, Rts>,
-    cq_a: &'a ExtCq<'a>,
-    cq_b: &'a ExtCq<'a>,
-    to_b: &'a Peer<'a>,
+    pd_a: &'a BPd<'a>,
+    pd_b: &'a BPd<'a>,
+    qp_a: &'a Qp<&'a BPd<'a>, Rts>,
+    qp_b: &'a Qp<&'a BPd<'a>, Rts>,
+    cq_a: &'a ExtCq<&'a Context>,
+    cq_b: &'a ExtCq<&'a Context>,
+    to_b: &'a Peer<&'a BPd<'a>>,
 }
 
 fn ping(messages: u64, link: &Link) -> DemoResult<()> {
@@ -224,7 +226,7 @@ fn ping(messages: u64, link: &Link) -> DemoResult<()> {
     let ring = pd_b.register(vec![0u8; MSG * RING], AccessFlags::LOCAL_WRITE)?;
     // Keep every ring slot posted; wr_id = slot index.
     for chunk in (0..RING as u64).collect::<Vec<_>>().chunks(32) {
-        let mut recvs = RecvBatch::<32>::new();
+        let mut recvs = RecvBatch::<32>::new(qp_b);
         for &slot in chunk {
             recvs.push(slot, ring.sge(slot * MSG as u64, MSG as u64)?)?;
         }
@@ -244,7 +246,7 @@ fn ping(messages: u64, link: &Link) -> DemoResult<()> {
                     sent + i as u64,
                 );
             }
-            let mut batch = SendBatch::<BATCH>::new();
+            let mut batch = SendBatch::<BATCH>::new(qp_a);
             for i in 0..n {
                 batch.send(
                     sent + i as u64,
@@ -264,7 +266,7 @@ fn ping(messages: u64, link: &Link) -> DemoResult<()> {
         }
         got.clear();
         cq_b.poll(&mut got)?;
-        let mut repost = RecvBatch::<32>::new();
+        let mut repost = RecvBatch::<32>::new(qp_b);
         for c in &got {
             c.result()?;
             let slot = c.wr_id();
@@ -309,68 +311,54 @@ fn rdma(bytes: u64, max_rdma: u32, link: &Link) -> DemoResult<()> {
     } = *link;
     let data: Vec<u8> = (0..bytes).map(pattern).collect();
     let src = pd_a.register(data, AccessFlags::LOCAL_WRITE)?;
-    let target = pd_b.register(
+    // Peers may write the target: it is reached by copying only.
+    let target = pd_b.register_remote_write(
         vec![0u8; bytes as usize],
-        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
     )?;
-    let back = pd_a.register(vec![0u8; bytes as usize], AccessFlags::LOCAL_WRITE)?;
+    let mut back = pd_a.register(vec![0u8; bytes as usize], AccessFlags::LOCAL_WRITE)?;
     let notice = pd_b.register(vec![0u8; 8], AccessFlags::LOCAL_WRITE)?;
     let remote = target.remote(); // what B would send A: address, length, rkey
 
     // B expects one write-with-immediate announcing the transfer.
-    let mut recv = RecvBatch::<1>::new();
+    let mut recv = RecvBatch::<1>::new(qp_b);
     recv.push(99, notice.sge_all()?)?;
     // SAFETY: `notice` is not accessed until the completion is polled.
     unsafe { qp_b.post_recv(&recv)? };
 
+    let mut stray = 0;
     let start = Instant::now();
-    let mut chunks = RdmaChunks::new(&src, 0, remote, max_rdma)?;
-    let total = chunks.remaining();
-    let mut done = 0;
-    while chunks.remaining() > 0 {
-        let mut batch = SendBatch::<BATCH>::new();
-        let n = batch.fill_writes(1, to_b, &mut chunks);
-        // SAFETY: src is not written while registered; completions are awaited below.
-        unsafe { qp_a.post_send(&batch)? };
-        for _ in 0..n {
-            wait_one(cq_a, "RDMA write completion")?;
-        }
-        done += n;
-    }
+    let opts = Transfer::new(STEP).wr_ids_from(1 << 32);
+    let chunks = qp_a.write_all(cq_a, to_b, &src, remote, opts, |_| stray += 1)?;
     // The write-with-immediate carries no payload beyond its last byte; it orders nothing
-    // (SRD is unordered), which is why we waited for every write's completion first.
-    let mut fin = SendBatch::<1>::new();
-    fin.write_imm(2, to_b, src.sge(0, 1)?, remote.slice(0, 1)?, done as u32)?;
-    // SAFETY: as above.
+    // (SRD is unordered), which is why write_all waited for every chunk's completion.
+    let mut fin = SendBatch::<1>::new(qp_a);
+    fin.write_imm(2, to_b, src.sge(0, 1)?, remote.slice(0, 1)?, chunks as u32)?;
+    // SAFETY: `src` is not written while registered; the completion is awaited next.
     unsafe { qp_a.post_send(&fin)? };
     wait_one(cq_a, "write-with-immediate completion")?;
     let c = wait_one(cq_b, "write-with-immediate at B")?;
     let secs = start.elapsed().as_secs_f64();
-    if c.imm() != Some(done as u32) {
-        return Err(format!("rdma write: immediate {:?}, expected {done}", c.imm()).into());
+    if c.imm() != Some(chunks as u32) {
+        return Err(format!("rdma write: immediate {:?}, expected {chunks}", c.imm()).into());
     }
-    if let Some(i) = (0..bytes).find(|&i| target.as_slice()[i as usize] != pattern(i)) {
+    let landed = target.to_vec();
+    if let Some(i) = (0..bytes).find(|&i| landed[i as usize] != pattern(i)) {
         return Err(format!("rdma write: byte {i} differs at B").into());
     }
     println!(
-        "rdma write: {bytes} bytes in {total} chunk(s) of <= {max_rdma} verified at B ({:.2} GB/s)",
+        "rdma write: {bytes} bytes in {chunks} chunk(s) of <= {max_rdma} verified at B ({:.2} GB/s)",
         bytes as f64 / secs / 1e9
     );
 
     let start = Instant::now();
-    let mut chunks = RdmaChunks::new(&back, 0, remote, max_rdma)?;
-    while chunks.remaining() > 0 {
-        let mut batch = SendBatch::<BATCH>::new();
-        let n = batch.fill_reads(3, to_b, &mut chunks);
-        // SAFETY: `back` is read only after every read completion is polled.
-        unsafe { qp_a.post_send(&batch)? };
-        for _ in 0..n {
-            wait_one(cq_a, "RDMA read completion")?;
-        }
-    }
+    qp_a.read_all(cq_a, to_b, &mut back, remote, opts, |_| stray += 1)?;
     let secs = start.elapsed().as_secs_f64();
     if back.as_slice() != src.as_slice() {
         return Err("rdma read: data read back differs".into());
+    }
+    if stray != 0 {
+        return Err(format!("rdma: {stray} completions of no transfer").into());
     }
     println!(
         "rdma read: {bytes} bytes read back and verified at A ({:.2} GB/s)",

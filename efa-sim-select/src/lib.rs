@@ -1,7 +1,7 @@
 //! Which device the tests of this workspace run on, decided at build time.
 //!
-//! Depending on this crate (as a dev-dependency) is what puts the software device on
-//! the library path; the functions here let a test assert it really runs where it
+//! Depending on this crate (as a dev-dependency) is what puts the software device (and
+//! the software GPU, efa-sim-gpu, as `libcuda.so.1`) on the library path; the functions here let a test assert it really runs where it
 //! was meant to, so a silent fall-back to the system rdma-core (zero devices) fails.
 #![no_std]
 
@@ -20,3 +20,13 @@ pub const SIM_FW_PREFIX: &str = "efa-sim";
 pub fn fw_matches_selection(fw_ver: &str) -> bool {
     fw_ver.starts_with(SIM_FW_PREFIX) == SOFTWARE_DEVICE
 }
+
+/// True when tests were built to load efa-sim-gpu (the software GPU) as `libcuda.so.1`.
+pub const SOFTWARE_GPU: bool = matches!(env!("EFA_SIM_GPU_SELECTED").as_bytes(), b"1");
+
+/// Directory holding efa-sim-gpu's `libcuda.so.1` (on the library path of tests), empty
+/// when the real CUDA driver was selected.
+pub const GPU_LIB_DIR: &str = env!("EFA_SIM_GPU_LIB_DIR");
+
+/// Prefix of the device names efa-sim-gpu reports (`cuDeviceGetName`).
+pub const SIM_GPU_NAME_PREFIX: &str = "efa-sim-gpu";

@@ -178,7 +178,7 @@ fn flag(v: Option<String>, name: &str, default: bool) -> Result<bool, String> {
 
 /// `EFA_SIM_LIB`: which `libefa_sim.so` the `efa-sim` CLI runs programs on.
 pub fn library_override() -> Option<OsString> {
-    std::env::var_os("EFA_SIM_LIB").filter(|v| !v.is_empty())
+    std::env::var_os(crate::install::OVERRIDE_VAR).filter(|v| !v.is_empty())
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@
 #![deny(missing_docs)]
 mod abi;
 pub mod config;
+pub mod install;
 pub mod model;
 pub mod provider;
 pub mod ring;

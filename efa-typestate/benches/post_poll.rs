@@ -36,17 +36,22 @@ fn drain<C: CompletionQueue>(cq: &C, n: usize) {
 
 fn no_device(c: &mut Criterion) {
     // Baseline for "build SendBatch<16>": the bare cost of pushing 16 values of the
-    // same size into an ArrayVec, measured before any device (and its threads) exists.
-    c.bench_function("ArrayVec push of 16 prebuilt 72-byte values", |bench| {
-        let v = [0u64; 9];
-        bench.iter(|| {
-            let mut a = ArrayVec::<[u64; 9], 16>::new();
-            for _ in 0..16 {
-                a.push(black_box(v));
-            }
-            black_box(a.len())
-        })
-    });
+    // same size as a SendWr into an ArrayVec, measured before any device (and its
+    // threads) exists.
+    const WORDS: usize = core::mem::size_of::<SendWr<'static>>() / 8;
+    c.bench_function(
+        "ArrayVec push of 16 prebuilt SendWr-sized values",
+        |bench| {
+            let v = [0u64; WORDS];
+            bench.iter(|| {
+                let mut a = ArrayVec::<[u64; WORDS], 16>::new();
+                for _ in 0..16 {
+                    a.push(black_box(v));
+                }
+                black_box(a.len())
+            })
+        },
+    );
 }
 
 fn benches(c: &mut Criterion) {
@@ -72,7 +77,7 @@ fn benches(c: &mut Criterion) {
     c.bench_function("build SendBatch<16> of SGE sends", |bench| {
         let sge = src.sge(0, 64).unwrap();
         bench.iter(|| {
-            let mut batch = SendBatch::<16>::new();
+            let mut batch = SendBatch::<16>::new(&a);
             for i in 0..16 {
                 batch.send(i, &to_b, black_box(sge)).unwrap();
             }
@@ -91,9 +96,9 @@ fn benches(c: &mut Criterion) {
         "loopback send 64 B: post_recv + post_send + poll 2",
         |bench| {
             bench.iter(|| {
-                let mut r = RecvBatch::<1>::new();
+                let mut r = RecvBatch::<1>::new(&b);
                 r.push(1, dst.sge(0, 256).unwrap()).unwrap();
-                let mut s = SendBatch::<1>::new();
+                let mut s = SendBatch::<1>::new(&a);
                 s.send(2, &to_b, src.sge(0, 64).unwrap()).unwrap();
                 // SAFETY: buffers untouched until both completions are drained.
                 unsafe {
@@ -105,14 +110,43 @@ fn benches(c: &mut Criterion) {
         },
     );
 
+    let pool = BufferPool::new(&pd, 256, 4).unwrap();
+    c.bench_function(
+        "loopback send 64 B through pool-slot leases (safe): post_recv + post_send + poll 2",
+        |bench| {
+            bench.iter(|| {
+                let rx = b.post_recv_lease(pool.take().unwrap()).unwrap();
+                let tx = a
+                    .post_send_lease(&to_b, SendOp::Send, pool.take().unwrap(), 64)
+                    .unwrap();
+                let (mut rx, mut tx) = (Some(rx), Some(tx));
+                while rx.is_some() || tx.is_some() {
+                    let mut got = ArrayVec::<Completion, 2>::new();
+                    cq.poll(&mut got).unwrap();
+                    for c in &got {
+                        assert!(c.is_ok(), "{c:?}");
+                        for t in [&mut rx, &mut tx] {
+                            if let Some(p) = t.take() {
+                                match p.reclaim(c) {
+                                    Ok(slot) => drop(black_box(slot)),
+                                    Err(p) => *t = Some(p),
+                                }
+                            }
+                        }
+                    }
+                }
+            })
+        },
+    );
+
     c.bench_function(
         "loopback batch of 16 sends (one doorbell) + poll 32",
         |bench| {
             bench.iter_batched(
                 || (),
                 |()| {
-                    let mut r = RecvBatch::<16>::new();
-                    let mut s = SendBatch::<16>::new();
+                    let mut r = RecvBatch::<16>::new(&b);
+                    let mut s = SendBatch::<16>::new(&a);
                     for i in 0..16u64 {
                         r.push(i, dst.sge(i * 256, 256).unwrap()).unwrap();
                         s.send(i, &to_b, src.sge(0, 64).unwrap()).unwrap();

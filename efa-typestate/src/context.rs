@@ -15,19 +15,19 @@ flag_set! {
     /// EFA device capabilities (`efadv_device_attr.device_caps`).
     pub struct DeviceCaps: u32 {
         /// RDMA read.
-        const RDMA_READ = 1 << 0;
+        const RDMA_READ = ffi::EFADV_DEVICE_ATTR_CAPS_RDMA_READ;
         /// `rnr_retry` settable on SRD QPs.
-        const RNR_RETRY = 1 << 1;
+        const RNR_RETRY = ffi::EFADV_DEVICE_ATTR_CAPS_RNR_RETRY;
         /// CQs can report the sender GID of receives from unknown peers.
-        const CQ_WITH_SGID = 1 << 2;
+        const CQ_WITH_SGID = ffi::EFADV_DEVICE_ATTR_CAPS_CQ_WITH_SGID;
         /// RDMA write and write-with-immediate.
-        const RDMA_WRITE = 1 << 3;
+        const RDMA_WRITE = ffi::EFADV_DEVICE_ATTR_CAPS_RDMA_WRITE;
         /// QPs may receive write-with-immediate without consuming receive WRs.
-        const UNSOLICITED_WRITE_RECV = 1 << 4;
+        const UNSOLICITED_WRITE_RECV = ffi::EFADV_DEVICE_ATTR_CAPS_UNSOLICITED_WRITE_RECV;
         /// CQ rings in user dma-buf memory.
-        const CQ_WITH_EXT_MEM_DMABUF = 1 << 5;
+        const CQ_WITH_EXT_MEM_DMABUF = ffi::EFADV_DEVICE_ATTR_CAPS_CQ_WITH_EXT_MEM_DMABUF;
         /// Completion counters.
-        const COMP_CNTR = 1 << 6;
+        const COMP_CNTR = ffi::EFADV_DEVICE_ATTR_CAPS_COMP_CNTR;
     }
 }
 
@@ -168,7 +168,7 @@ pub struct PortAttr {
 impl PortAttr {
     /// True if the port is active.
     pub fn is_active(&self) -> bool {
-        self.state == 4
+        self.state == ffi::ibv_port_state::IBV_PORT_ACTIVE
     }
 }
 
@@ -184,7 +184,7 @@ pub struct AsyncEvent {
 impl AsyncEvent {
     /// True for `IBV_EVENT_DEVICE_FATAL`.
     pub fn is_device_fatal(&self) -> bool {
-        self.event_type == 8
+        self.event_type == ffi::ibv_event_type::IBV_EVENT_DEVICE_FATAL as u32
     }
 }
 
@@ -197,6 +197,14 @@ struct RawAsyncEvent {
 }
 static_assertions::assert_eq_size!(RawAsyncEvent, ffi::ibv_async_event);
 
+/// EFA devices have one port, number 1.
+fn check_port(port: u8) -> Result<()> {
+    if port != crate::qp::EFA_PORT {
+        return Err(crate::error::InvalidInput::NoSuchPort(port).into());
+    }
+    Ok(())
+}
+
 pub(crate) fn timeout_ms(timeout: Option<Duration>) -> c_int {
     match timeout {
         None => -1,
@@ -206,8 +214,8 @@ pub(crate) fn timeout_ms(timeout: Option<Duration>) -> c_int {
 
 /// An open device context (`ibv_context`), closed on drop.
 ///
-/// Everything made from it (PDs, CQs, channels) borrows it, so it cannot be closed
-/// while they exist.
+/// Everything made from it (PDs, CQs, channels) holds it, by borrow or by `Arc` (see
+/// [`parent`](crate::parent)), so it cannot be closed while they exist.
 pub struct Context {
     raw: NonNull<ffi::ibv_context>,
     efa: Option<EfaDeviceAttr>,
@@ -311,8 +319,10 @@ impl Context {
         self.efa.map(|a| a.caps).unwrap_or_default()
     }
 
-    /// Attributes of `port` (EFA: port 1).
+    /// Attributes of `port` (EFA devices have port 1 only: any other is
+    /// [`InvalidInput::NoSuchPort`](crate::InvalidInput::NoSuchPort)).
     pub fn query_port(&self, port: u8) -> Result<PortAttr> {
+        check_port(port)?;
         let mut raw = MaybeUninit::<ffi::ibv_port_attr>::zeroed();
         // SAFETY: valid context and zeroed out-struct; rdma-sys picks the length-aware
         // verbs_context op or the exported compat symbol.
@@ -335,11 +345,12 @@ impl Context {
 
     /// The device's network address (port 1, GID index 0).
     pub fn gid(&self) -> Result<Gid> {
-        self.query_gid(1, 0)
+        self.query_gid(crate::qp::EFA_PORT, 0)
     }
 
-    /// GID `index` of `port`.
+    /// GID `index` of `port` (port 1 only, as for [`query_port`](Self::query_port)).
     pub fn query_gid(&self, port: u8, index: i32) -> Result<Gid> {
+        check_port(port)?;
         let mut gid = ffi::ibv_gid { raw: [0; 16] };
         // SAFETY: valid context, `gid` is a writable 16-byte union.
         let rc = unsafe { ffi::ibv_query_gid(self.as_ptr(), port, index, &mut gid) };

@@ -9,8 +9,8 @@ use crate::error::{Error, Result, Verb};
 use crate::ffi;
 
 /// `IBV_NODE_UNSPECIFIED` / `IBV_TRANSPORT_UNSPECIFIED`: what EFA devices report.
-const NODE_UNSPECIFIED: i32 = 7;
-const TRANSPORT_UNSPECIFIED: i32 = 4;
+const NODE_UNSPECIFIED: i32 = ffi::ibv_node_type::IBV_NODE_UNSPECIFIED;
+const TRANSPORT_UNSPECIFIED: i32 = ffi::ibv_transport_type::IBV_TRANSPORT_UNSPECIFIED;
 
 /// The RDMA devices of this host, as returned by `ibv_get_device_list` (no copy; freed
 /// with `ibv_free_device_list` on drop).

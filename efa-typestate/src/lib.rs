@@ -4,21 +4,23 @@
 //! The objects mirror verbs, one module each: [`device`] (list devices), [`context`]
 //! (an open device), [`pd`], [`mr`] (memory registration and SGEs), [`ah`] (address
 //! handles and peers), [`endpoint`] (GIDs and the endpoint-info wire format), [`cq`]
-//! (completion queues and channels), [`qp`] (typestate queue pairs), [`wr`]
-//! (work-request batches) and [`error`].
+//! (completion queues, channels, waiting), [`qp`] (typestate queue pairs), [`wr`]
+//! (work-request batches), [`lease`] and [`pool`] (safe posting), [`parent`] (borrowed
+//! or shared handles) and [`error`].
 //!
 //! # Quickstart (SRD, two QPs in one process)
 //!
 //! ```
 //! use efa_typestate::*;
+//! use std::time::Duration;
 //!
 //! # fn main() -> efa_typestate::Result<()> {
 //! let ctx = Context::open_first_efa()?;
 //! # assert!(efa_sim_select::fw_matches_selection(ctx.query_device()?.fw_ver()));
 //! let pd = ctx.alloc_pd()?;
-//! let cq = ctx.create_ext_cq(CqOptions::new(64))?;
+//! let cq = ctx.create_ext_cq(CqOptions::new(64).waitable())?;
 //!
-//! // Two SRD QPs, each brought to RTS in one call.
+//! // Two SRD QPs, each brought to RTS in one call (with a finite RNR retry).
 //! let a = pd.create_qp(&cq, &cq, &QpConfig::srd())?.prepare(0x1234, None)?;
 //! let b = pd.create_qp(&cq, &cq, &QpConfig::srd())?.prepare(0x5678, None)?;
 //!
@@ -33,15 +35,17 @@
 //! src[..5].copy_from_slice(b"hello");
 //! let src = pd.register(src, AccessFlags::empty())?;
 //! let dst = pd.register(vec![0u8; 4096], AccessFlags::LOCAL_WRITE)?;
-//! let target = pd.register(vec![0u8; 4096], AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
+//! // Peers may write this one: it gives access by copying only.
+//! let target = pd.register_remote_write(vec![0u8; 4096], AccessFlags::LOCAL_WRITE)?;
 //!
-//! // b posts a receive; a sends 5 bytes and RDMA-writes 5 bytes into b's target.
-//! let mut recvs = RecvBatch::<4>::new();
+//! // b posts a receive; a sends 5 bytes and RDMA-writes 5 bytes into b's target. Batches
+//! // are built for their QP and check every work request against it as it is added.
+//! let mut recvs = RecvBatch::<4>::new(&b);
 //! recvs.push(7, dst.sge(0, 4096)?)?;
 //! // SAFETY: `dst` is not touched until its completion is polled below.
 //! unsafe { b.post_recv(&recvs)? };
 //!
-//! let mut batch = SendBatch::<4>::new();
+//! let mut batch = SendBatch::<4>::new(&a);
 //! batch.send(1, &to_b, src.sge(0, 5)?)?;
 //! if ctx.caps().contains(DeviceCaps::RDMA_WRITE) {
 //!     batch.write(2, &to_b, src.sge(0, 5)?, target.remote().slice(100, 5)?)?;
@@ -49,35 +53,184 @@
 //! // SAFETY: `src` is not written until both completions are polled below.
 //! unsafe { a.post_send(&batch)? };
 //!
-//! // Poll until the receive and every send completed.
+//! // Wait (spin, then sleep on the CQ's channel) until the receive and every send completed.
 //! let mut done = ArrayVec::<Completion, 16>::new();
-//! while done.len() < batch.len() + 1 {
-//!     let mut got = ArrayVec::<Completion, 16>::new();
-//!     cq.poll(&mut got)?;
-//!     for c in got {
-//!         c.result()?;
-//!         done.push(c);
-//!     }
+//! cq.poll_until(&mut done, batch.len() + 1, Duration::from_secs(5))?;
+//! for c in &done {
+//!     c.result()?; // a failed completion becomes a typed error naming the EFA status
 //! }
 //! assert_eq!(&dst.as_slice()[..5], b"hello");
 //! if ctx.caps().contains(DeviceCaps::RDMA_WRITE) {
-//!     assert_eq!(&target.as_slice()[100..105], b"hello");
+//!     let mut got = [0u8; 5];
+//!     target.copy_to_slice(100, &mut got)?;
+//!     assert_eq!(&got, b"hello");
 //! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Safe posting with leases
+//!
+//! Where ownership can carry the "do not touch posted buffers" promise, posting is safe:
+//! a buffer lease (a [`pool::Slot`] or an owned [`Mr`]) is moved into the post and
+//! handed back by its completion ([`lease`]).
+//!
+//! ```
+//! # use efa_typestate::*;
+//! # use std::time::Duration;
+//! # fn main() -> efa_typestate::Result<()> {
+//! # let ctx = Context::open_first_efa()?;
+//! # let pd = ctx.alloc_pd()?;
+//! # let cq = ctx.create_ext_cq(CqOptions::new(64))?;
+//! # let a = pd.create_qp(&cq, &cq, &QpConfig::srd())?.prepare(1, None)?;
+//! # let b = pd.create_qp(&cq, &cq, &QpConfig::srd())?.prepare(2, None)?;
+//! # let to_b = pd.connect(&b.endpoint())?;
+//! let pool = BufferPool::new(&pd, 256, 8)?; // 8 slots of 256 bytes, one registration
+//! let mut out = pool.take().expect("a free slot");
+//! out.as_mut_slice()[..5].copy_from_slice(b"hello");
+//! let rx = b.post_recv_lease(pool.take().expect("a free slot"))?;
+//! let tx = a.post_send_lease(&to_b, SendOp::Send, out, 5)?;
+//! // `out` moved into the ticket: it cannot be touched until the completion.
+//! let (mut rx, mut tx) = (Some(rx), Some(tx));
+//! let (mut inbox, mut sent) = (None, None);
+//! while inbox.is_none() || sent.is_none() {
+//!     let c = cq.wait(Duration::from_secs(5))?;
+//!     c.result()?;
+//!     if let Some(t) = rx.take() {
+//!         match t.reclaim(&c) { Ok(slot) => inbox = Some(slot), Err(t) => rx = Some(t) }
+//!     }
+//!     if let Some(t) = tx.take() {
+//!         match t.reclaim(&c) { Ok(slot) => sent = Some(slot), Err(t) => tx = Some(t) }
+//!     }
+//! }
+//! assert_eq!(&inbox.unwrap().as_slice()[..5], b"hello");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # An engine that owns its objects
+//!
+//! Every handle holds its parent through a type parameter ([`parent`]): a borrow (zero
+//! cost, as above) or an `Arc` (a reference count touched when the handle is made and
+//! dropped, never on the post/poll path). With `Arc`s an engine can own its context,
+//! PD, CQ, QPs and MRs in one struct, with no lifetime, and move it to another thread:
+//!
+//! ```
+//! use efa_typestate::*;
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! type SharedPd = Arc<Pd<Arc<Context>>>;
+//!
+//! struct Engine {
+//!     qp: Qp<SharedPd, Rts>,
+//!     to_self: Peer<SharedPd>,
+//!     inbox: Mr<SharedPd, Vec<u8>>,
+//!     cq: Arc<ExtCq<Arc<Context>>>,
+//! }
+//!
+//! # fn main() -> efa_typestate::Result<()> {
+//! let ctx = Arc::new(Context::open_first_efa()?);
+//! let pd: SharedPd = Arc::new(Pd::new(Arc::clone(&ctx))?);
+//! let cq = Arc::new(ExtCq::new(Arc::clone(&ctx), CqOptions::new(64).waitable())?);
+//! let qp = Qp::new(Arc::clone(&pd), Arc::clone(&cq), Arc::clone(&cq), &QpConfig::srd())?
+//!     .prepare(0x42, None)?;
+//! let to_self = Peer::connect(Arc::clone(&pd), &qp.endpoint())?;
+//! let inbox = Mr::new(Arc::clone(&pd), vec![0u8; 64], AccessFlags::LOCAL_WRITE)?;
+//! let engine = Engine { qp, to_self, inbox, cq };
+//! drop((pd, ctx)); // the engine holds what it needs
+//!
+//! let worker = std::thread::spawn(move || -> efa_typestate::Result<Vec<u8>> {
+//!     let e = engine;
+//!     let mut r = RecvBatch::<1>::new(&e.qp);
+//!     r.push(1, e.inbox.sge(0, 64)?)?;
+//!     // SAFETY: `inbox` is read only after the receive's completion.
+//!     unsafe { e.qp.post_recv(&r)? };
+//!     let mut s = SendBatch::<1>::new(&e.qp);
+//!     s.send_inline(2, &e.to_self, b"from a thread")?;
+//!     // SAFETY: inline payload, copied during the call.
+//!     unsafe { e.qp.post_send(&s)? };
+//!     let mut done = ArrayVec::<Completion, 2>::new();
+//!     e.cq.poll_until(&mut done, 2, Duration::from_secs(5))?;
+//!     Ok(e.inbox.as_slice()[..13].to_vec())
+//! });
+//! assert_eq!(worker.join().unwrap()?, b"from a thread");
 //! # Ok(())
 //! # }
 //! ```
 //!
 //! # What the types enforce
 //!
-//! * QP states are types: sends compile only on `Qp<Rts>`, receives on `Qp<Init | Rtr | Rts>`,
-//!   transitions go Reset → Init → Rtr → Rts and consume the QP (a failure gives it back).
-//! * Lifetimes: an MR, AH or QP cannot outlive its PD, a QP its CQs, a PD its context, an
-//!   SGE its MR, a CQ its completion channel.
-//! * SGEs are made only by [`MemoryRegion::sge`], which checks the range lies inside the MR.
-//! * Every send is signaled: there is no way to ask for an unsignaled one (EFA rejects them).
-//! * Posting an operation the QP was not created for is a typed error, checked once per batch.
-//!
 //! Compile-fail examples of each rule are in [`rules`].
+//!
+//! * QP states are types: send batches can be built and posted only for `Qp<_, Rts>`,
+//!   receive batches for `Qp<_, Init | Rtr | Rts>` (a [`DynQp`], whose state is known at
+//!   run time only, checks it when posting); transitions go Reset → Init → Rtr → Rts and
+//!   consume the QP (a failure gives it back). States are sealed.
+//! * Lifetimes, or reference counts, for both forms of every handle ([`parent`]): an MR,
+//!   AH or QP cannot outlive its PD, a QP its CQs, a PD or CQ its context, a CQ its
+//!   completion channel, an SGE its MR, a batch its QP (so a QP cannot change state,
+//!   move or be destroyed while a batch built for it is still in use). An `Arc`-held QP
+//!   takes `Arc`-held CQs only.
+//! * SGEs are made only from registrations ([`MemoryRegion`] is sealed), range-checked,
+//!   and carry the identity of their PD.
+//! * Memory peers may write ([`RemoteWrite`] registrations) gives no `&`/`&mut` access
+//!   in safe code: only copies, or `unsafe` slices with a stated contract.
+//! * Only plain data ([`Plain`]: zerocopy's `FromBytes + IntoBytes + Immutable`) can be
+//!   registered as `Vec<T>`, `Box<[T]>` or `&mut [T]` (other memory through
+//!   `register_raw` or an `unsafe impl` of [`RegionMemory`], whose contracts say what
+//!   must hold).
+//! * Every send is signaled: there is no way to ask for an unsignaled one (EFA rejects them).
+//! * Posting through a batch is `unsafe`; posting a lease is safe, and a posted lease is
+//!   moved into its ticket, out of reach until the completion gives it back. Completions
+//!   have no public constructor.
+//!
+//! # What is checked at run time, before the device sees anything
+//!
+//! One compare per rule, when a work request is added to a batch ([`QpLimits`]): the PD
+//! of every SGE and peer against the QP's ([`InvalidInput::WrongPd`]); the operation
+//! against the QP's send ops and type; inline length, SGE count, SEND length
+//! (`max_msg_sz`), RDMA length (`max_rdma_size`) and RDMA range; the queue depth
+//! ([`InvalidInput::BatchLargerThanQueue`]: a batch can never outgrow its queue); `wr_id`
+//! bit 63 (reserved for leases). Posting checks that the batch was built for this QP (a
+//! pointer compare). Registrations refuse `REMOTE_WRITE` on slice-giving MRs and remote
+//! access to memory that does not stay allocated if leaked. QP creation refuses options
+//! the QP type or the device lacks; RTS refuses out-of-range RNR retry counts. Each is a
+//! typed [`Error`] naming the value and the limit.
+//!
+//! # Soundness: who may touch registered memory
+//!
+//! * **Posted buffers.** Posting a batch is `unsafe` ([`Qp::post_send`],
+//!   [`Qp::post_recv`]): from the post until the work request's completion is polled,
+//!   the device may read (sends, RDMA-write sources) or write (receives, RDMA-read
+//!   destinations) the bytes its SGEs name; the caller promises not to write (resp.
+//!   access) them meanwhile and to keep them allocated. Posting a lease is safe: the
+//!   ticket holds the buffer until the completion that carries its unique `wr_id`.
+//! * **Peers.** A peer may write memory registered with `REMOTE_WRITE` at any time, so
+//!   such memory is a [`RemoteWrite`] registration, reached only by (volatile) copies;
+//!   the right ends when the registration is closed (the memory comes back as a plain
+//!   value) or re-registered (old keys dead). Peers may read `REMOTE_READ` memory at any
+//!   time. Both rights need memory that stays allocated even if its `Mr` is leaked with
+//!   `mem::forget` (owned `Vec`/`Box`, or `register_raw`'s promise), never a borrow.
+//! * **Releasing memory.** Memory cannot be freed while registered: the `Mr` owns or
+//!   borrows it and deregisters before releasing it (and leaks it if deregistration
+//!   fails). A dropped `Mr` makes the device fail the work request rather than touch the
+//!   memory.
+//! * **Other PDs and devices.** An SGE or peer of another PD (lkeys of two devices
+//!   collide) never reaches a QP's post.
+//! * **Raw access.** `as_ptr` handles and the `unsafe` escape hatches (`modify`,
+//!   `register_raw`, `as_slice_unchecked`) carry their own contracts; work requests
+//!   posted through raw handles must not use `wr_id`s with bit 63 set.
+//!
+//! # Waiting, and no silent hangs
+//!
+//! [`CompletionQueue::poll_until`] / [`wait`](CompletionQueue::wait) spin briefly, then
+//! sleep on the CQ's own channel ([`CqOptions::waitable`]) or poll with short naps, and
+//! return [`Error::Timeout`] after the deadline. SRD QPs retry RNR a finite
+//! [`DEFAULT_RNR_RETRY`] times unless [`RnrRetry::Forever`] is asked for by name.
+//! [`Qp::write_all`] / [`Qp::read_all`] move buffers of any size within the send queue's
+//! depth ([`Transfer`] sets the timeout and the chunks' `wr_id`s; chunk `i` of any
+//! [`RdmaChunks`] fill gets `base + i`).
 //!
 //! # Choosing a CQ
 //!
@@ -85,35 +238,22 @@
 //! (`ibv_create_cq_ex`/`efadv_create_cq`, polled through function pointers checked once)
 //! can also report the sender GID of unknown peers and the unsolicited flag of
 //! write-with-immediate. Both poll into a caller-provided [`ArrayVec`] of [`Completion`]s
-//! and never allocate. A [`CompChannel`] plus [`CompletionQueue::request_notify`] lets a
-//! thread sleep (or epoll) until completions arrive.
-//!
-//! # Soundness: who may touch posted buffers
-//!
-//! Posting is `unsafe` ([`Qp::post_send`], [`Qp::post_recv`]): from the post until the
-//! work request's completion is polled, the device may read (sends, RDMA-write sources)
-//! or write (receives, RDMA-read destinations) the bytes its SGEs name, and the caller
-//! promises not to write (resp. access) them meanwhile. This is the contract hand-written
-//! C lives by, stated precisely, with no per-post bookkeeping. Everything else is safe:
-//! memory cannot be freed while registered (the `Mr` owns or borrows it, and deregisters
-//! before releasing it), and a dropped `Mr` makes the device fail the work request rather
-//! than touch the memory. Peers can write memory registered with `REMOTE_WRITE` at any
-//! time, even after a safe `mem::forget` of its `Mr`; so safe code may grant that right
-//! only to memory that stays allocated if leaked (owned `Vec`/`Box` buffers), never to a
-//! borrowed slice. Read remote-writable memory when the application protocol says the
-//! peer is done (e.g. after its write-with-immediate completion). If deregistration fails,
-//! an `Mr` leaks its memory rather than freeing it while registered.
+//! and never allocate. A shared [`CompChannel`] plus [`CompletionQueue::request_notify`]
+//! lets a thread sleep (or epoll) on several CQs.
 //!
 //! # Threads
 //!
 //! The EFA provider locks SQ, RQ and CQ internally, so [`Qp`], [`Cq`], [`ExtCq`] and the
-//! other handles are `Send + Sync`: several threads may post to one QP or poll one CQ.
-//! A single poster per QP and poller per CQ remains the fastest arrangement.
+//! other handles are `Send + Sync` (when their holders are): several threads may post to
+//! one QP or poll one CQ. A single poster per QP and poller per CQ remains the fastest
+//! arrangement.
 //!
 //! # Features
 //!
-//! `std` (default): `std::error::Error`, `AsFd`/`AsRawFd`, owned `Vec`/`Box` buffers.
-//! Without it the crate is `#![no_std]`.
+//! `std` (default): `std::error::Error`, `From<Error> for std::io::Error`,
+//! `AsFd`/`AsRawFd`, owned `Vec`/`Box` buffers, `Arc`-held handles, [`pool`], waiting
+//! with a timeout and [`Qp::write_all`]/[`read_all`](Qp::read_all). Without it the crate
+//! is `#![no_std]`.
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -124,6 +264,8 @@
 /// extra dependency).
 pub use arrayvec::{self, ArrayVec};
 pub use efa_sys as sys;
+/// zerocopy, whose traits say what plain data is (re-exported for `#[derive]`s).
+pub use zerocopy;
 
 mod ffi;
 mod flags;
@@ -134,8 +276,12 @@ pub mod cq;
 pub mod device;
 pub mod endpoint;
 pub mod error;
+pub mod lease;
 pub mod mr;
+pub mod parent;
 pub mod pd;
+#[cfg(feature = "std")]
+pub mod pool;
 pub mod qp;
 pub mod rules;
 pub mod wr;
@@ -148,16 +294,27 @@ pub use cq::{
 };
 pub use device::{Device, DeviceList};
 pub use endpoint::{EndpointInfo, Gid, MAX_QPN};
-pub use error::{EfaStatus, Errno, Error, InvalidInput, Result, Unsupported, Verb};
-pub use mr::{
-    AccessFlags, DmaBufMr, MemoryRegion, Mr, MrInterconnect, RawMemory, RegionMemory, RemoteBuffer,
-    Sge,
+pub use error::{
+    EfaStatus, Errno, Error, InvalidInput, PdObject, Result, SrdOnly, Unsupported, Verb,
 };
-pub use pd::Pd;
+pub use lease::{Lease, Posted, Rejected};
+#[cfg(feature = "std")]
+pub use mr::DmaBufFd;
+pub use mr::{
+    Access, AccessFlags, DmaBufMemory, DmaBufMr, Local, MemoryRegion, Mr, MrInterconnect, Plain,
+    RawMemory, RawRegion, RegionMemory, RemoteBuffer, RemoteWrite, Sge, SgeList, Sges,
+};
+pub use parent::{Parent, Sibling};
+pub use pd::{Pd, PdId};
+#[cfg(feature = "std")]
+pub use pool::{BufferPool, Slot};
+#[cfg(feature = "std")]
+pub use qp::Transfer;
 pub use qp::{
-    DynQp, Init, Qp, QpAttr, QpCaps, QpConfig, QpState, QpStateKind, QpType, RecvReady, Reset, Rtr,
-    Rts, RtsOptions, TransitionError, WqLayout,
+    DynQp, Init, Qp, QpAttr, QpCaps, QpConfig, QpState, QpStateKind, QpType, RecvReady, Reset,
+    RnrRetry, Rtr, Rts, RtsOptions, TransitionError, WqLayout, DEFAULT_RNR_RETRY,
 };
 pub use wr::{
-    Payload, RdmaChunks, RecvBatch, RecvBufs, RecvWr, SendBatch, SendOp, SendOps, SendWr,
+    Payload, QpLimits, RdmaChunks, RecvBatch, RecvBufs, RecvTarget, RecvWr, SendBatch, SendOp,
+    SendOps, SendTarget, SendWr,
 };

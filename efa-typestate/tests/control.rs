@@ -2,6 +2,7 @@
 
 mod common;
 use common::*;
+use efa_typestate::sys::verbs::ibv_qp_attr_mask;
 use efa_typestate::*;
 
 #[test]
@@ -44,6 +45,15 @@ fn lists_efa_devices_and_queries_them() {
     assert_ne!(gid, Gid::default());
     assert_eq!(ctx.query_gid(1, 0).unwrap(), gid);
     assert!(ctx.query_gid(1, 1).is_err(), "EFA has one GID per port");
+    // EFA has port 1 only: any other is refused before the device sees it.
+    assert_eq!(
+        ctx.query_port(2).unwrap_err(),
+        Error::Invalid(InvalidInput::NoSuchPort(2))
+    );
+    assert_eq!(
+        ctx.query_gid(0, 0).unwrap_err(),
+        Error::Invalid(InvalidInput::NoSuchPort(0))
+    );
     let other = open(1);
     assert_ne!(other.gid().unwrap(), gid, "two devices, two GIDs");
 }
@@ -64,12 +74,7 @@ fn pd_mr_ah_lifecycle_and_close_errors() {
     let ctx = open(0);
     let pd = ctx.alloc_pd().unwrap();
     let mut buf = vec![0u8; 4096];
-    let mr = pd
-        .register(
-            &mut buf[..],
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
-        )
-        .unwrap();
+    let mr = pd.register(&mut buf[..], AccessFlags::LOCAL_WRITE).unwrap();
     assert_eq!(mr.len(), 4096);
     assert_eq!(mr.iova(), mr.host_ptr() as u64);
     assert!(
@@ -146,44 +151,6 @@ fn pd_mr_ah_lifecycle_and_close_errors() {
 }
 
 #[test]
-fn remote_write_needs_memory_that_outlives_a_leak() {
-    let ctx = open(0);
-    let pd = ctx.alloc_pd().unwrap();
-    let mut stack = [0u8; 64];
-    let err = pd
-        .register(
-            &mut stack[..],
-            AccessFlags::REMOTE_WRITE | AccessFlags::LOCAL_WRITE,
-        )
-        .map(drop);
-    assert_eq!(
-        err,
-        Err(Error::Invalid(InvalidInput::RemoteWriteNeedsOwnedMemory))
-    );
-    // Borrowed memory is fine for local and remote-read access ...
-    pd.register(
-        &mut stack[..],
-        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
-    )
-    .unwrap();
-    // ... and owned memory for remote write (a leaked Mr leaks its Vec: never reused).
-    let owned = pd
-        .register(
-            vec![0u8; 64],
-            AccessFlags::REMOTE_WRITE | AccessFlags::LOCAL_WRITE,
-        )
-        .unwrap();
-    assert_eq!(owned.close().unwrap().len(), 64);
-    // The unsafe raw form takes the promise from the caller.
-    let leaked: &'static mut [u8] = Box::leak(vec![0u8; 32].into_boxed_slice());
-    // Remote write needs local write (the kernel's rule).
-    let rights = AccessFlags::REMOTE_WRITE | AccessFlags::LOCAL_WRITE;
-    // SAFETY: the leaked buffer is valid forever and used only through the Mr.
-    let raw = unsafe { pd.register_raw(leaked.as_mut_ptr(), 32, None, rights) }.unwrap();
-    assert_eq!(raw.len(), 32);
-}
-
-#[test]
 fn sge_bounds_are_checked() {
     let ctx = open(0);
     let pd = ctx.alloc_pd().unwrap();
@@ -197,8 +164,7 @@ fn sge_bounds_are_checked() {
         mr.sge(120, 9).unwrap_err(),
         Error::Invalid(InvalidInput::SgeOutOfBounds {
             offset: 120,
-            len: 9,
-            region_len: 128
+            len: 9
         })
     );
     assert!(matches!(
@@ -219,7 +185,7 @@ fn sge_bounds_are_checked() {
     ));
     let msg = mr.sge(120, 9).unwrap_err().to_string();
     assert!(
-        msg.contains("outside its memory region of 128 bytes"),
+        msg.contains("SGE [120, 120+9) lies outside its memory region"),
         "{msg}"
     );
 }
@@ -265,7 +231,7 @@ fn qp_state_machine_step_by_step() {
     assert_eq!(qp.query().unwrap().state, QpStateKind::Rtr);
     let qp = qp
         .rts(RtsOptions {
-            rnr_retry: Some(3),
+            rnr_retry: Some(RnrRetry::Times(3)),
             sq_psn: 0,
         })
         .unwrap();
@@ -281,7 +247,24 @@ fn qp_state_machine_step_by_step() {
     let qp = qp.reset().unwrap();
     assert_eq!(qp.query().unwrap().state, QpStateKind::Reset);
     let qp = qp.prepare(QKEY_B, None).unwrap();
-    assert_eq!(qp.query().unwrap().state, QpStateKind::Rts);
+    let a = qp.query().unwrap();
+    assert_eq!(a.state, QpStateKind::Rts);
+    assert_eq!(
+        RnrRetry::from_raw(a.rnr_retry),
+        DEFAULT_RNR_RETRY,
+        "finite RNR retry unless asked otherwise"
+    );
+    assert_eq!(DEFAULT_RNR_RETRY, RnrRetry::Times(3));
+    let qp = qp
+        .reset()
+        .unwrap()
+        .prepare(QKEY_B, Some(RnrRetry::Forever))
+        .unwrap();
+    assert_eq!(
+        qp.query().unwrap().rnr_retry,
+        7,
+        "forever only when asked for"
+    );
     qp.close().unwrap();
 }
 
@@ -300,7 +283,7 @@ fn failed_transition_gives_the_qp_back() {
         .unwrap();
     let err = qp
         .rts(RtsOptions {
-            rnr_retry: Some(3),
+            rnr_retry: Some(RnrRetry::Times(3)),
             sq_psn: 0,
         })
         .unwrap_err();
@@ -330,13 +313,25 @@ fn failed_transition_gives_the_qp_back() {
         .unwrap();
     let err = qp2
         .rts(RtsOptions {
-            rnr_retry: Some(8),
+            rnr_retry: Some(RnrRetry::Times(8)),
             sq_psn: 0,
         })
         .unwrap_err();
     assert_eq!(
         err.error,
         Error::Invalid(InvalidInput::RnrRetryOutOfRange(8))
+    );
+    // 7 is "forever" in verbs: it must be asked for by name.
+    let err = err
+        .qp
+        .rts(RtsOptions {
+            rnr_retry: Some(RnrRetry::Times(7)),
+            sq_psn: 0,
+        })
+        .unwrap_err();
+    assert_eq!(
+        err.error,
+        Error::Invalid(InvalidInput::RnrRetryOutOfRange(7))
     );
     drop(qp);
 }
@@ -349,7 +344,7 @@ fn dyn_qp_tracks_state_at_run_time() {
     let mut qp = pd.create_qp(&cq, &cq, &QpConfig::srd()).unwrap().into_dyn();
     assert_eq!(qp.state(), QpStateKind::Reset);
     let peer = pd.connect(&qp.endpoint()).unwrap();
-    let mut sends = SendBatch::<1>::new();
+    let mut sends = SendBatch::<1>::new(&qp);
     sends.send_inline(1, &peer, b"x").unwrap();
     // SAFETY: inline payload; nothing is handed to the device.
     let err = unsafe { qp.post_send(&sends) }.unwrap_err();
@@ -368,7 +363,7 @@ fn dyn_qp_tracks_state_at_run_time() {
     qp.modify_state(QpStateKind::Rts).unwrap();
     assert_eq!(qp.refresh_state().unwrap(), QpStateKind::Rts);
     let qp = qp.into_typed::<Init>().unwrap_err().qp; // wrong state: handed back
-    let qp: Qp<'_, Rts> = qp.into_typed().unwrap();
+    let qp: Qp<_, Rts> = qp.into_typed().unwrap();
     assert_eq!(qp.endpoint().qkey(), QKEY_A);
 }
 
@@ -383,14 +378,14 @@ fn raw_modify_escape_hatch() {
     let mut attr: efa_typestate::sys::verbs::ibv_qp_attr = unsafe { std::mem::zeroed() };
     attr.qkey = 77;
     // SAFETY: RTS -> RTS with a new qkey keeps the state the type claims.
-    unsafe { qp.modify(&mut attr, 1 << 6) }.unwrap();
+    unsafe { qp.modify(&mut attr, ibv_qp_attr_mask::IBV_QP_QKEY.0) }.unwrap();
     assert_eq!(qp.query().unwrap().qkey, 77);
     // An attribute EFA does not accept (AV) is refused.
     // SAFETY: all-zero bytes are a valid ibv_qp_attr (integers and integer structs/unions).
     let mut attr: efa_typestate::sys::verbs::ibv_qp_attr = unsafe { std::mem::zeroed() };
     // SAFETY: the mask is IBV_QP_AV only (no IBV_QP_STATE), so the call cannot move the
     // QP out of RTS, and EFA refuses it anyway; `attr` is live and writable.
-    let err = unsafe { qp.modify(&mut attr, 1 << 7) }.unwrap_err();
+    let err = unsafe { qp.modify(&mut attr, ibv_qp_attr_mask::IBV_QP_AV.0) }.unwrap_err();
     assert!(
         err.is_unsupported() || err.errno() == Some(Errno::EINVAL),
         "{err}"
@@ -466,11 +461,25 @@ fn ud_and_srd_creation_report_granted_caps() {
             errno: Errno::EINVAL
         }
     );
-    // UD cannot do RDMA.
+    // UD cannot do RDMA, nor have SRD-only options: refused before the device.
     let err = pd
         .create_qp(&cq, &cq, &QpConfig::ud().send_ops(SendOps::RDMA_WRITE))
         .unwrap_err();
-    assert!(err.is_unsupported(), "{err}");
+    assert_eq!(err, Error::Invalid(InvalidInput::RdmaOnUd));
+    let err = pd
+        .create_qp(&cq, &cq, &QpConfig::ud().unsolicited_write_recv())
+        .unwrap_err();
+    assert_eq!(
+        err,
+        Error::Invalid(InvalidInput::SrdOnly(SrdOnly::UnsolicitedWriteRecv))
+    );
+    let err = pd
+        .create_qp(&cq, &cq, &QpConfig::ud().inline_write())
+        .unwrap_err();
+    assert_eq!(
+        err,
+        Error::Invalid(InvalidInput::SrdOnly(SrdOnly::InlineWrite))
+    );
 }
 
 #[test]

@@ -1,49 +1,13 @@
-//! Data path on the software device: every opcode, error statuses, batches, channels.
+//! Data path on the software device, two-sided: SEND/SEND_IMM, UD, inline and gather
+//! lists, batches, channels, several posting threads (RDMA: `rdma.rs`; limits: `limits.rs`).
 
+#[macro_use]
 mod common;
 use std::time::Duration;
 
 use arrayvec::ArrayVec;
 use common::*;
 use efa_typestate::*;
-
-/// Two SRD QPs on one device, each with its own CQ, connected both ways.
-macro_rules! pair {
-    ($ctx:ident, $pd:ident, $cqa:ident, $cqb:ident, $a:ident, $b:ident, $to_b:ident, $to_a:ident) => {
-        pair!(
-            $ctx,
-            $pd,
-            $cqa,
-            $cqb,
-            $a,
-            $b,
-            $to_b,
-            $to_a,
-            QpConfig::srd(),
-            QpConfig::srd()
-        )
-    };
-    ($ctx:ident, $pd:ident, $cqa:ident, $cqb:ident, $a:ident, $b:ident, $to_b:ident, $to_a:ident, $cfga:expr, $cfgb:expr) => {
-        let $ctx = open(0);
-        let $pd = $ctx.alloc_pd().unwrap();
-        let $cqa = $ctx.create_ext_cq(CqOptions::new(256)).unwrap();
-        let $cqb = $ctx
-            .create_ext_cq(CqOptions::new(256).unsolicited_flag().sender_gid())
-            .unwrap();
-        let $a = rts_qp(&$pd, &$cqa, &$cfga, QKEY_A);
-        let $b = rts_qp(&$pd, &$cqb, &$cfgb, QKEY_B);
-        let $to_b = $pd.connect(&$b.endpoint()).unwrap();
-        let $to_a = $pd.connect(&$a.endpoint()).unwrap();
-    };
-}
-
-/// Posts one receive of `sge` (in any state that accepts receives).
-fn recv_one<S: RecvReady>(qp: &Qp<'_, S>, wr_id: u64, sge: Sge<'_>) {
-    let mut r = RecvBatch::<1>::new();
-    r.push(wr_id, sge).unwrap();
-    // SAFETY: tests read receive buffers only after polling their completion.
-    unsafe { qp.post_recv(&r) }.unwrap();
-}
 
 #[test]
 fn send_and_receive() {
@@ -54,7 +18,7 @@ fn send_and_receive() {
         .register(vec![0u8; 256], AccessFlags::LOCAL_WRITE)
         .unwrap();
     recv_one(&b, 42, dst.sge(0, 256).unwrap());
-    let mut s = SendBatch::<1>::new();
+    let mut s = SendBatch::<1>::new(&a);
     s.send(7, &to_b, src.sge(0, 11).unwrap()).unwrap();
     // SAFETY: `src` is owned by its Mr, which lives to the end of the test, and is not
     // written after this; the send's completion is polled just below.
@@ -86,7 +50,7 @@ fn send_and_receive() {
     );
 }
 
-fn to_a_number(pd: &Pd<'_>, ctx: &Context) -> u16 {
+fn to_a_number(pd: &BPd<'_>, ctx: &Context) -> u16 {
     pd.create_ah(ctx.gid().unwrap()).unwrap().number()
 }
 
@@ -98,7 +62,7 @@ fn send_with_immediate_arrives_in_host_order() {
         .register(vec![0u8; 64], AccessFlags::LOCAL_WRITE)
         .unwrap();
     recv_one(&b, 1, dst.sge_all().unwrap());
-    let mut s = SendBatch::<1>::new();
+    let mut s = SendBatch::<1>::new(&a);
     s.send_imm(2, &to_b, src.sge(0, 3).unwrap(), 0x0102_0304)
         .unwrap();
     // SAFETY: `src` is owned by its Mr (alive to the end) and never written after the post;
@@ -114,142 +78,12 @@ fn send_with_immediate_arrives_in_host_order() {
 }
 
 #[test]
-fn rdma_write_lands_without_receiver_completion() {
-    pair!(ctx, pd, cqa, cqb, a, b, to_b, _to_a);
-    let src = pd
-        .register((0..=255u8).collect::<Vec<u8>>(), AccessFlags::empty())
-        .unwrap();
-    let target = write_target(&pd, 512);
-    let mut s = SendBatch::<1>::new();
-    s.write(
-        9,
-        &to_b,
-        src.sge(16, 100).unwrap(),
-        target.remote().slice(200, 100).unwrap(),
-    )
-    .unwrap();
-    // SAFETY: the source bytes of `src` are only read, never written, and only after the
-    // completion polled below; its Mr lives to the end of the test.
-    unsafe { a.post_send(&s) }.unwrap();
-    let c = expect_n(&cqa, 1)[0];
-    c.result().unwrap();
-    assert_eq!((c.wr_id(), c.opcode()), (9, WcOpcode::RDMA_WRITE));
-    assert_eq!(&target.as_slice()[200..300], &src.as_slice()[16..116]);
-    assert!(target.as_slice()[..200].iter().all(|&x| x == 0));
-    assert!(target.as_slice()[300..].iter().all(|&x| x == 0));
-    expect_none(&cqb, Duration::from_millis(50));
-    let _ = (&ctx, &b);
-}
-
-#[test]
-fn rdma_write_with_imm_consumes_a_receive() {
-    pair!(ctx, pd, cqa, cqb, a, b, to_b, _to_a);
-    let src = pd.register(vec![0xabu8; 64], AccessFlags::empty()).unwrap();
-    let target = write_target(&pd, 64);
-    let rbuf = pd
-        .register(vec![0u8; 16], AccessFlags::LOCAL_WRITE)
-        .unwrap();
-    recv_one(&b, 55, rbuf.sge_all().unwrap());
-    let mut s = SendBatch::<1>::new();
-    s.write_imm(3, &to_b, src.sge(0, 40).unwrap(), target.remote(), 0xfeed)
-        .unwrap();
-    // SAFETY: `src` (owned by a live Mr) is never written after the post; the send
-    // completion is polled just below.
-    unsafe { a.post_send(&s) }.unwrap();
-    let c = expect_n(&cqa, 1)[0];
-    c.result().unwrap();
-    assert_eq!(c.opcode(), WcOpcode::RDMA_WRITE);
-    let r = expect_n(&cqb, 1)[0];
-    r.result().unwrap();
-    assert_eq!(r.opcode(), WcOpcode::RECV_RDMA_WITH_IMM);
-    assert_eq!(r.wr_id(), 55, "the posted receive was consumed");
-    assert!(!r.is_unsolicited());
-    assert_eq!(r.imm(), Some(0xfeed));
-    assert_eq!(r.byte_len(), 40);
-    assert_eq!(&target.as_slice()[..40], &[0xab; 40][..]);
-    assert!(
-        rbuf.as_slice().iter().all(|&x| x == 0),
-        "no data goes into the receive buffer"
-    );
-    let _ = &ctx;
-}
-
-#[test]
-fn unsolicited_write_with_imm_consumes_no_receive() {
-    pair!(
-        ctx,
-        pd,
-        cqa,
-        cqb,
-        a,
-        b,
-        to_b,
-        _to_a,
-        QpConfig::srd(),
-        QpConfig::srd().unsolicited_write_recv()
-    );
-    let src = pd.register(vec![7u8; 32], AccessFlags::empty()).unwrap();
-    let target = write_target(&pd, 32);
-    let mut s = SendBatch::<1>::new();
-    s.write_imm(4, &to_b, src.sge_all().unwrap(), target.remote(), 99)
-        .unwrap();
-    // SAFETY: `src` (owned by a live Mr) is never written after the post; the completion
-    // is polled on the next line.
-    unsafe { a.post_send(&s) }.unwrap();
-    expect_n(&cqa, 1)[0].result().unwrap();
-    let r = expect_n(&cqb, 1)[0];
-    r.result().unwrap();
-    assert_eq!(r.opcode(), WcOpcode::RECV_RDMA_WITH_IMM);
-    assert!(r.is_unsolicited());
-    assert_eq!(r.wr_id(), 0);
-    assert_eq!(r.imm(), Some(99));
-    assert_eq!(target.as_slice(), &[7u8; 32][..]);
-    let _ = &ctx;
-}
-
-#[test]
-fn rdma_read_fetches_remote_bytes() {
-    pair!(ctx, pd, cqa, cqb, a, b, to_b, _to_a);
-    let mut remote = pd
-        .register(vec![0u8; 128], AccessFlags::REMOTE_READ)
-        .unwrap();
-    remote.as_mut_slice()[32..64].copy_from_slice(&[0x5a; 32]);
-    let local = pd
-        .register(vec![0u8; 128], AccessFlags::LOCAL_WRITE)
-        .unwrap();
-    let mut s = SendBatch::<1>::new();
-    s.read(
-        11,
-        &to_b,
-        local.sge(8, 32).unwrap(),
-        remote.remote().slice(32, 32).unwrap(),
-    )
-    .unwrap();
-    // SAFETY: `local`, the RDMA-read destination, is not touched until the completion is
-    // polled on the next line; both Mrs own their buffers and live to the end.
-    unsafe { a.post_send(&s) }.unwrap();
-    let c = expect_n(&cqa, 1)[0];
-    c.result().unwrap();
-    assert_eq!(c.wr_id(), 11);
-    // rdma-core reports RDMA-read requester completions as IBV_WC_SEND.
-    assert!(
-        c.opcode() == WcOpcode::SEND || c.opcode() == WcOpcode::RDMA_READ,
-        "{:?}",
-        c.opcode()
-    );
-    assert_eq!(&local.as_slice()[8..40], &[0x5a; 32][..]);
-    assert!(local.as_slice()[..8].iter().all(|&x| x == 0));
-    expect_none(&cqb, Duration::from_millis(30));
-    let _ = (&ctx, &b);
-}
-
-#[test]
 fn inline_send_and_two_sge_gather() {
     pair!(ctx, pd, cqa, cqb, a, b, to_b, _to_a);
     let dst = pd
         .register(vec![0u8; 256], AccessFlags::LOCAL_WRITE)
         .unwrap();
-    let mut r = RecvBatch::<2>::new();
+    let mut r = RecvBatch::<2>::new(&b);
     r.push(1, dst.sge(0, 128).unwrap()).unwrap();
     r.push(2, dst.sge(128, 128).unwrap()).unwrap();
     // SAFETY: `dst` is read only after both receive completions are polled on `cqb`
@@ -260,9 +94,9 @@ fn inline_send_and_two_sge_gather() {
     first.as_mut_slice().copy_from_slice(b"gather, ");
     let mut second = pd.register(vec![0u8; 16], AccessFlags::empty()).unwrap();
     second.as_mut_slice()[..6].copy_from_slice(b"world!");
-    let sges = [first.sge_all().unwrap(), second.sge(0, 6).unwrap()];
+    let sges = SgeList::<2>::new(&[first.sge_all().unwrap(), second.sge(0, 6).unwrap()]).unwrap();
     let inline = *b"inline!";
-    let mut s = SendBatch::<2>::new();
+    let mut s = SendBatch::<2>::new(&a);
     s.send_inline(10, &to_b, &inline).unwrap();
     s.send(11, &to_b, &sges).unwrap();
     // SAFETY: the inline payload is copied during the call; the gather sources `first`
@@ -295,240 +129,6 @@ fn inline_send_and_two_sge_gather() {
 }
 
 #[test]
-fn oversized_send_fails_with_local_length_error() {
-    pair!(ctx, pd, cqa, cqb, a, b, to_b, _to_a);
-    let mtu = ctx.query_port(1).unwrap().max_msg_sz as usize;
-    let big = pd
-        .register(vec![1u8; mtu + 1], AccessFlags::empty())
-        .unwrap();
-    let dst = pd
-        .register(vec![0u8; mtu + 64], AccessFlags::LOCAL_WRITE)
-        .unwrap();
-    recv_one(&b, 1, dst.sge_all().unwrap());
-    let mut s = SendBatch::<1>::new();
-    s.send(5, &to_b, big.sge_all().unwrap()).unwrap();
-    // SAFETY: `big` is not written after the post and its Mr lives to the end; the send
-    // completion (a local length error) is polled just below.
-    unsafe { a.post_send(&s) }.unwrap();
-    let c = expect_n(&cqa, 1)[0];
-    assert_eq!(c.status(), WcStatus::LOC_LEN_ERR);
-    assert_eq!(c.efa_status(), EfaStatus::LOCAL_BAD_LENGTH);
-    let err = c.result().unwrap_err();
-    assert_eq!(err.efa_status(), Some(EfaStatus::LOCAL_BAD_LENGTH));
-    assert!(
-        err.to_string().contains("message too long (EFA status 6)"),
-        "{err}"
-    );
-    expect_none(&cqb, Duration::from_millis(30));
-    assert!(dst.as_slice().iter().all(|&x| x == 0));
-}
-
-#[test]
-fn unknown_peer_for_rdma_write_is_status_14_and_sender_gid_for_send() {
-    // Two devices: b's PD has no AH for a's GID.
-    let ctx_a = open(0);
-    let ctx_b = open(1);
-    let pd_a = ctx_a.alloc_pd().unwrap();
-    let pd_b = ctx_b.alloc_pd().unwrap();
-    let cqa = ctx_a.create_ext_cq(CqOptions::new(16)).unwrap();
-    let cqb = ctx_b
-        .create_ext_cq(CqOptions::new(16).sender_gid())
-        .unwrap();
-    let a = rts_qp(&pd_a, &cqa, &QpConfig::srd(), QKEY_A);
-    let b = rts_qp(&pd_b, &cqb, &QpConfig::srd(), QKEY_B);
-    let to_b = pd_a.connect(&b.endpoint()).unwrap();
-
-    let src = pd_a.register(vec![3u8; 16], AccessFlags::empty()).unwrap();
-    let target = write_target(&pd_b, 16);
-    let mut s = SendBatch::<1>::new();
-    s.write(1, &to_b, src.sge_all().unwrap(), target.remote())
-        .unwrap();
-    // SAFETY: `src` is not written after the post and its Mr lives to the end; the
-    // completion is polled on the next line.
-    unsafe { a.post_send(&s) }.unwrap();
-    let c = expect_n(&cqa, 1)[0];
-    assert_eq!(c.efa_status(), EfaStatus::REMOTE_UNKNOWN_PEER);
-    assert_eq!(c.status(), WcStatus::REM_OP_ERR);
-    let msg = c.into_error().unwrap().to_string();
-    assert!(
-        msg.contains("remote has no address handle for this sender (EFA status 14)"),
-        "{msg}"
-    );
-    assert!(target.as_slice().iter().all(|&x| x == 0), "nothing written");
-
-    // A two-sided send works without an AH; b learns a's GID from the CQ.
-    let dst = pd_b
-        .register(vec![0u8; 16], AccessFlags::LOCAL_WRITE)
-        .unwrap();
-    recv_one(&b, 8, dst.sge_all().unwrap());
-    s.clear();
-    s.send(2, &to_b, src.sge(0, 4).unwrap()).unwrap();
-    // SAFETY: as above: `src` stays unwritten and registered; polled next line.
-    unsafe { a.post_send(&s) }.unwrap();
-    expect_n(&cqa, 1)[0].result().unwrap();
-    let r = expect_n(&cqb, 1)[0];
-    r.result().unwrap();
-    assert_eq!(r.slid(), AH_UNKNOWN);
-    assert_eq!(r.sender_ah(), None);
-    assert_eq!(r.sender_gid(), Some(ctx_a.gid().unwrap()));
-    assert_eq!(r.src_qp(), a.qpn());
-
-    // After b creates an AH for a, the sender is known: slid = that AH, no GID.
-    let ah = pd_b.create_ah(ctx_a.gid().unwrap()).unwrap();
-    recv_one(&b, 9, dst.sge_all().unwrap());
-    // SAFETY: as above: the same batch over `src`, unwritten and registered; polled next line.
-    unsafe { a.post_send(&s) }.unwrap();
-    expect_n(&cqa, 1)[0].result().unwrap();
-    let r = expect_n(&cqb, 1)[0];
-    assert_eq!(r.sender_ah(), Some(ah.number()));
-    assert_eq!(r.sender_gid(), None);
-}
-
-#[test]
-fn remote_access_error_without_remote_write_right() {
-    pair!(ctx, pd, cqa, cqb, a, b, to_b, _to_a);
-    let src = pd.register(vec![1u8; 16], AccessFlags::empty()).unwrap();
-    let target = pd
-        .register(vec![0u8; 16], AccessFlags::LOCAL_WRITE)
-        .unwrap(); // no REMOTE_WRITE
-    let mut s = SendBatch::<1>::new();
-    s.write(1, &to_b, src.sge_all().unwrap(), target.remote())
-        .unwrap();
-    // SAFETY: `src` is not written after the post and its Mr lives to the end; the
-    // completion is polled on the next line.
-    unsafe { a.post_send(&s) }.unwrap();
-    let c = expect_n(&cqa, 1)[0];
-    assert_eq!(c.efa_status(), EfaStatus::REMOTE_BAD_ADDRESS);
-    assert_eq!(c.status(), WcStatus::REM_ACCESS_ERR);
-    assert!(target.as_slice().iter().all(|&x| x == 0));
-    let _ = (&ctx, &b);
-}
-
-#[test]
-fn rnr_when_receiver_posts_nothing() {
-    let ctx = open(0);
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_ext_cq(CqOptions::new(16)).unwrap();
-    let a = pd
-        .create_qp(&cq, &cq, &QpConfig::srd())
-        .unwrap()
-        .prepare(QKEY_A, Some(0))
-        .unwrap();
-    let b = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_B);
-    let to_b = pd.connect(&b.endpoint()).unwrap();
-    let mut s = SendBatch::<1>::new();
-    s.send_inline(77, &to_b, b"anyone?").unwrap();
-    // SAFETY: the batch holds only an inline payload, copied during the call: no memory
-    // of ours is left to the device.
-    unsafe { a.post_send(&s) }.unwrap();
-    let c = expect_n(&cq, 1)[0];
-    assert_eq!(c.wr_id(), 77);
-    assert_eq!(c.efa_status(), EfaStatus::REMOTE_RNR);
-    assert_eq!(c.status(), WcStatus::RNR_RETRY_EXC_ERR);
-}
-
-#[test]
-fn send_queue_full_is_recoverable() {
-    let ctx = open(0);
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_ext_cq(CqOptions::new(256)).unwrap();
-    let a = rts_qp(&pd, &cq, &QpConfig::srd().depth(8, 8), QKEY_A);
-    let b = rts_qp(&pd, &cq, &QpConfig::srd().depth(64, 64), QKEY_B);
-    let to_b = pd.connect(&b.endpoint()).unwrap();
-    let depth = a.caps().max_send_wr as usize;
-    let dst = pd
-        .register(vec![0u8; 64 * 16], AccessFlags::LOCAL_WRITE)
-        .unwrap();
-    let mut r = RecvBatch::<64>::new();
-    for i in 0..64 {
-        r.push(1000 + i, dst.sge(i * 16, 16).unwrap()).unwrap();
-    }
-    // SAFETY: `dst` is never read or written after this; its Mr owns the buffer and is
-    // dropped before `b`, which the contract allows (the device then fails the
-    // receive instead of writing).
-    unsafe { b.post_recv(&r) }.unwrap();
-
-    // Fill the SQ exactly; the next batch fails as a whole with SendQueueFull.
-    let mut s = SendBatch::<64>::new();
-    for i in 0..depth {
-        s.send_inline(i as u64, &to_b, b"x").unwrap();
-    }
-    // SAFETY: every WR is inline, copied during the call: no memory is left to the device.
-    unsafe { a.post_send(&s) }.unwrap();
-    let mut one = SendBatch::<1>::new();
-    one.send_inline(999, &to_b, b"y").unwrap();
-    // SAFETY: as above: inline only (and refused, the SQ being full).
-    assert_eq!(unsafe { a.post_send(&one) }, Err(Error::SendQueueFull));
-    // Polling retires completions and frees slots: the retry succeeds.
-    let got = expect_n(&cq, 2 * depth);
-    assert!(got.iter().all(|c| c.is_ok()));
-    // SAFETY: as above: inline only.
-    unsafe { a.post_send(&one) }.unwrap();
-    let got = expect_n(&cq, 2);
-    assert!(got.iter().any(|c| c.wr_id() == 999));
-}
-
-#[test]
-fn recv_queue_full_reports_how_many_were_posted() {
-    let ctx = open(0);
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(CqOptions::new(64)).unwrap();
-    let qp = pd
-        .create_qp(&cq, &cq, &QpConfig::srd().depth(8, 8))
-        .unwrap()
-        .init(1)
-        .unwrap();
-    let depth = qp.caps().max_recv_wr as usize;
-    let buf = pd
-        .register(vec![0u8; 64], AccessFlags::LOCAL_WRITE)
-        .unwrap();
-    let mut r = RecvBatch::<64>::new();
-    for i in 0..depth + 3 {
-        r.push(i as u64, buf.sge(0, 64).unwrap()).unwrap();
-    }
-    assert_eq!(
-        // SAFETY: `buf` is never accessed after this and its Mr lives to the end; nothing
-        // sends to this QP (still in INIT), so no receive ever completes.
-        unsafe { qp.post_recv(&r) },
-        Err(Error::RecvQueueFull { posted: depth })
-    );
-}
-
-#[test]
-fn send_op_not_enabled_is_refused_before_the_device() {
-    pair!(
-        ctx,
-        pd,
-        cqa,
-        cqb,
-        a,
-        b,
-        to_b,
-        _to_a,
-        QpConfig::srd().send_ops(SendOps::SEND),
-        QpConfig::srd()
-    );
-    let src = pd.register(vec![0u8; 8], AccessFlags::empty()).unwrap();
-    let target = write_target(&pd, 8);
-    let mut s = SendBatch::<2>::new();
-    s.send_inline(1, &to_b, b"ok").unwrap();
-    s.write(2, &to_b, src.sge_all().unwrap(), target.remote())
-        .unwrap();
-    // SAFETY: the batch is refused before the device (write not enabled), so nothing is
-    // posted; `src` is not written afterwards in any case.
-    let err = unsafe { a.post_send(&s) }.unwrap_err();
-    assert_eq!(
-        err,
-        Error::Unsupported {
-            verb: Verb::PostSend,
-            why: Unsupported::SendOpNotEnabled
-        }
-    );
-    expect_none(&cqa, Duration::from_millis(20));
-    let _ = (&ctx, &b, &cqb);
-}
-
-#[test]
 fn ud_send_and_receive_with_grh_prefix() {
     let ctx = open(0);
     let pd = ctx.alloc_pd().unwrap();
@@ -540,7 +140,7 @@ fn ud_send_and_receive_with_grh_prefix() {
         .register(vec![0u8; 40 + 64], AccessFlags::LOCAL_WRITE)
         .unwrap();
     recv_one(&b, 5, dst.sge_all().unwrap());
-    let mut s = SendBatch::<1>::new();
+    let mut s = SendBatch::<1>::new(&a);
     s.send_imm(6, &to_b, Payload::Inline(b"datagram"), 12)
         .unwrap();
     // SAFETY: inline payload, copied during the call: no memory of ours is left to the device.
@@ -580,7 +180,7 @@ fn receives_can_be_posted_in_init_and_rtr() {
     let b = b.rts(RtsOptions::default()).unwrap();
     let a = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_A);
     let to_b = pd.connect(&b.endpoint()).unwrap();
-    let mut s = SendBatch::<2>::new();
+    let mut s = SendBatch::<2>::new(&a);
     s.send_inline(10, &to_b, b"one").unwrap();
     s.send_inline(11, &to_b, b"two").unwrap();
     // SAFETY: both sends are inline, copied during the call.
@@ -606,14 +206,14 @@ fn classic_cq_batch_polling_respects_capacity() {
     let dst = pd
         .register(vec![0u8; 20 * 8], AccessFlags::LOCAL_WRITE)
         .unwrap();
-    let mut r = RecvBatch::<20>::new();
+    let mut r = RecvBatch::<20>::new(&b);
     for i in 0..20 {
         r.push(100 + i, dst.sge(i * 8, 8).unwrap()).unwrap();
     }
     // SAFETY: `dst` is never read or written after this; its Mr owns the buffer and lives
     // until the end of the test.
     unsafe { b.post_recv(&r) }.unwrap();
-    let mut s = SendBatch::<20>::new();
+    let mut s = SendBatch::<20>::new(&a);
     for i in 0..20 {
         s.send_inline(i, &to_b, b"abc").unwrap();
     }
@@ -647,8 +247,10 @@ fn completion_channel_wakes_on_completion() {
     let ctx = open(0);
     let ch = ctx.create_comp_channel().unwrap();
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_ext_cq(CqOptions::new(16).channel(&ch)).unwrap();
-    let other = ctx.create_cq(CqOptions::new(16).channel(&ch)).unwrap();
+    let cq = ctx
+        .create_ext_cq_with_channel(&ch, CqOptions::new(16))
+        .unwrap();
+    let other = ctx.create_cq_with_channel(&ch, CqOptions::new(16)).unwrap();
     let a = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_A);
     let to_a = pd.connect(&a.endpoint()).unwrap();
     let dst = pd
@@ -664,7 +266,7 @@ fn completion_channel_wakes_on_completion() {
     std::thread::scope(|sc| {
         sc.spawn(|| {
             std::thread::sleep(Duration::from_millis(50));
-            let mut s = SendBatch::<1>::new();
+            let mut s = SendBatch::<1>::new(&a);
             s.send_inline(1, &to_a, b"wake").unwrap(); // loopback to a's own receive
 
             // SAFETY: inline payload, copied during the call; `a` is Sync, so posting from
@@ -692,133 +294,6 @@ fn completion_channel_wakes_on_completion() {
 }
 
 #[test]
-fn dmabuf_registration_is_a_target_and_a_source() {
-    pair!(ctx, pd, cqa, cqb, a, b, to_b, _to_a);
-    // A plain file stands in for a dma-buf: the software device maps the fd range.
-    let path = std::env::temp_dir().join(format!("efa-ts-dmabuf-{}", std::process::id()));
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&path)
-        .unwrap();
-    file.set_len(8192).unwrap();
-    use std::os::fd::AsRawFd;
-    let dmabuf = pd
-        .register_dmabuf(
-            file.as_raw_fd(),
-            4096,
-            4096,
-            0x2000_0000,
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-        )
-        .unwrap();
-    assert_eq!(
-        (dmabuf.iova(), dmabuf.len(), dmabuf.offset()),
-        (0x2000_0000, 4096, 4096)
-    );
-    let src = pd
-        .register(b"into device memory".to_vec(), AccessFlags::empty())
-        .unwrap();
-    let mut s = SendBatch::<1>::new();
-    s.write(
-        1,
-        &to_b,
-        src.sge_all().unwrap(),
-        dmabuf.remote().slice(10, 18).unwrap(),
-    )
-    .unwrap();
-    // SAFETY: `src` (owned by a live Mr) is never written after the post; the target is
-    // the remote dma-buf MR; the completion is polled on the next line.
-    unsafe { a.post_send(&s) }.unwrap();
-    expect_n(&cqa, 1)[0].result().unwrap();
-    let bytes = std::fs::read(&path).unwrap();
-    assert_eq!(&bytes[4096 + 10..4096 + 28], b"into device memory");
-    assert!(
-        bytes[..4096].iter().all(|&x| x == 0),
-        "nothing outside the registered range"
-    );
-
-    // And as a send source (SGE addressed by iova).
-    let dst = pd
-        .register(vec![0u8; 64], AccessFlags::LOCAL_WRITE)
-        .unwrap();
-    recv_one(&b, 2, dst.sge_all().unwrap());
-    s.clear();
-    s.send(3, &to_b, dmabuf.sge(10, 18).unwrap()).unwrap();
-    // SAFETY: the source range of the dma-buf file is not written after the post and
-    // `dmabuf` stays registered until the completion is polled (it is closed only
-    // after both completions are in).
-    unsafe { a.post_send(&s) }.unwrap();
-    expect_n(&cqa, 1)[0].result().unwrap();
-    let r = expect_n(&cqb, 1)[0];
-    assert_eq!(r.byte_len(), 18);
-    assert_eq!(&dst.as_slice()[..18], b"into device memory");
-    drop(s);
-    dmabuf.close().unwrap();
-    let _ = std::fs::remove_file(&path);
-    let _ = &ctx;
-}
-
-#[test]
-fn inline_rdma_write_on_an_inline_write_qp() {
-    pair!(
-        ctx,
-        pd,
-        cqa,
-        cqb,
-        a,
-        b,
-        to_b,
-        _to_a,
-        QpConfig::srd().inline_write(),
-        QpConfig::srd()
-    );
-    let target = write_target(&pd, 64);
-    let bytes = *b"inline rdma";
-    let mut s = SendBatch::<1>::new();
-    s.write(
-        1,
-        &to_b,
-        Payload::Inline(&bytes),
-        target.remote().slice(5, 11).unwrap(),
-    )
-    .unwrap();
-    // SAFETY: inline RDMA-write payload, copied during the call.
-    unsafe { a.post_send(&s) }.unwrap();
-    let c = expect_n(&cqa, 1)[0];
-    c.result().unwrap();
-    assert_eq!(&target.as_slice()[5..16], b"inline rdma");
-
-    // Without the flag the provider refuses an inline write (whole batch, EINVAL).
-    let plain = rts_qp(&pd, &cqa, &QpConfig::srd(), QKEY_A);
-    // SAFETY: as above: the same inline batch (refused with EINVAL).
-    let err = unsafe { plain.post_send(&s) }.unwrap_err();
-    assert_eq!(
-        err,
-        Error::Verb {
-            verb: Verb::PostSend,
-            errno: Errno::EINVAL
-        }
-    );
-    // Inline data longer than the QP's maximum: EINVAL too, nothing posted.
-    let long = [0u8; 200];
-    let mut s = SendBatch::<1>::new();
-    s.send_inline(2, &to_b, &long).unwrap();
-    assert_eq!(
-        // SAFETY: inline payload (refused with EINVAL): nothing of ours is left to the device.
-        unsafe { a.post_send(&s) }.unwrap_err(),
-        Error::Verb {
-            verb: Verb::PostSend,
-            errno: Errno::EINVAL
-        }
-    );
-    expect_none(&cqa, Duration::from_millis(30));
-    let _ = (&ctx, &b, &cqb);
-}
-
-#[test]
 fn several_threads_post_to_one_qp() {
     const THREADS: u64 = 4;
     const PER_THREAD: u64 = 300;
@@ -837,7 +312,7 @@ fn several_threads_post_to_one_qp() {
         .map(|i| dst.sge(i as u64 * 8, 8).unwrap())
         .collect();
     for chunk in sges.chunks(64).enumerate() {
-        let mut r = RecvBatch::<64>::new();
+        let mut r = RecvBatch::<64>::new(&b);
         for (j, sge) in chunk.1.iter().enumerate() {
             r.push((chunk.0 * 64 + j) as u64, *sge).unwrap();
         }
@@ -853,7 +328,7 @@ fn several_threads_post_to_one_qp() {
                 for k in 0..PER_THREAD {
                     let id = t << 32 | k;
                     let payload = id.to_le_bytes();
-                    let mut s = SendBatch::<1>::new();
+                    let mut s = SendBatch::<1>::new(a);
                     s.send_inline(id, to_b, &payload).unwrap();
                     loop {
                         // SAFETY: inline payload, copied during the call; `a` is Sync, so several threads
@@ -919,13 +394,13 @@ fn receive_scatters_over_two_sges() {
     let tail = pd
         .register(vec![0u8; 16], AccessFlags::LOCAL_WRITE)
         .unwrap();
-    let sges = [head.sge_all().unwrap(), tail.sge_all().unwrap()];
-    let mut r = RecvBatch::<1>::new();
+    let sges = SgeList::<2>::new(&[head.sge_all().unwrap(), tail.sge_all().unwrap()]).unwrap();
+    let mut r = RecvBatch::<1>::new(&b);
     r.push(1, &sges).unwrap();
     // SAFETY: `head` and `tail` are read only after the receive completion is polled on
     // `cqb`; their Mrs own the buffers and live to the end of the test.
     unsafe { b.post_recv(&r) }.unwrap();
-    let mut s = SendBatch::<1>::new();
+    let mut s = SendBatch::<1>::new(&a);
     s.send_inline(2, &to_b, b"headtail!").unwrap();
     // SAFETY: inline payload, copied during the call.
     unsafe { a.post_send(&s) }.unwrap();
@@ -936,22 +411,21 @@ fn receive_scatters_over_two_sges() {
     assert_eq!(&tail.as_slice()[..5], b"tail!");
     assert!(tail.as_slice()[5..].iter().all(|&x| x == 0));
 
-    // More SGEs than the QP was created with: the provider refuses the receive.
-    let three = [
+    // More SGEs than the QP was created with: refused while building.
+    let three = SgeList::<3>::new(&[
         head.sge(0, 1).unwrap(),
         head.sge(1, 1).unwrap(),
         head.sge(2, 1).unwrap(),
-    ];
-    let mut r = RecvBatch::<1>::new();
-    r.push(3, &three).unwrap();
+    ])
+    .unwrap();
+    let mut r = RecvBatch::<1>::new(&b);
     assert_eq!(
-        // SAFETY: the provider refuses the receive (EINVAL, asserted), so nothing is posted;
-        // `head` is not accessed afterwards anyway.
-        unsafe { b.post_recv(&r) },
-        Err(Error::Verb {
-            verb: Verb::PostRecv,
-            errno: Errno::EINVAL
-        })
+        r.push(3, &three),
+        Err(Error::Invalid(InvalidInput::TooManySges {
+            count: 3,
+            max: 2
+        }))
     );
+    assert!(r.is_empty());
     let _ = &ctx;
 }

@@ -19,7 +19,7 @@ fn two_processes_send_and_rdma_write() {
         .register(vec![0u8; 64], AccessFlags::LOCAL_WRITE)
         .unwrap();
     let target = write_target(&pd, 64);
-    let mut r = RecvBatch::<2>::new();
+    let mut r = RecvBatch::<2>::new(&qp);
     r.push(1, inbox.sge_all().unwrap()).unwrap();
     r.push(2, inbox.sge(0, 0).unwrap()).unwrap(); // consumed by the write-with-imm
 
@@ -56,7 +56,7 @@ fn two_processes_send_and_rdma_write() {
         .find(|c| c.opcode() == WcOpcode::RECV_RDMA_WITH_IMM)
         .expect("write arrived");
     assert_eq!(imm.imm(), Some(std::process::id() ^ 0x5555));
-    assert_eq!(&target.as_slice()[..16], b"written remotely");
+    assert_eq!(&target.to_vec()[..16], b"written remotely");
 }
 
 #[test]
@@ -75,7 +75,7 @@ fn child_side() {
     let mut msg = pd.register(vec![0u8; 64], AccessFlags::empty()).unwrap();
     msg.as_mut_slice()[..29].copy_from_slice(b"hello from the child process\0");
     msg.as_mut_slice()[32..48].copy_from_slice(b"written remotely");
-    let mut s = SendBatch::<2>::new();
+    let mut s = SendBatch::<2>::new(&qp);
     s.send(1, &to_parent, msg.sge(0, 28).unwrap()).unwrap();
     s.write_imm(
         2,

@@ -61,7 +61,7 @@ fn capability_gated_features_are_unsupported() {
             let rtr = qp.init(1).unwrap().rtr().unwrap();
             let e = rtr
                 .rts(RtsOptions {
-                    rnr_retry: Some(3),
+                    rnr_retry: Some(RnrRetry::Times(3)),
                     sq_psn: 0,
                 })
                 .unwrap_err();
@@ -70,10 +70,7 @@ fn capability_gated_features_are_unsupported() {
 
             // The provider itself refuses RDMA-write registration rights it cannot honour.
             let e = pd
-                .register(
-                    vec![0u8; 8],
-                    AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-                )
+                .register_remote_write(vec![0u8; 8], AccessFlags::empty())
                 .map(drop)
                 .unwrap_err();
             assert!(e.is_unsupported(), "{e}");
@@ -81,31 +78,34 @@ fn capability_gated_features_are_unsupported() {
             // No CQ notifications on this device: a CQ with a channel is refused.
             let ch = ctx.create_comp_channel().unwrap();
             let e = ctx
-                .create_cq(CqOptions::new(8).channel(&ch))
+                .create_cq_with_channel(&ch, CqOptions::new(8))
+                .map(drop)
+                .unwrap_err();
+            assert!(e.is_unsupported(), "{e}");
+            // Nor a waitable one (it needs a channel of its own).
+            let e = ctx
+                .create_ext_cq(CqOptions::new(8).waitable())
                 .map(drop)
                 .unwrap_err();
             assert!(e.is_unsupported(), "{e}");
 
-            // Posting a write on a QP without it is refused before the device.
+            // A write on a QP without it is refused while building the batch.
             let to_self = pd.connect(&qp.endpoint()).unwrap();
             let src = pd.register(vec![0u8; 8], AccessFlags::empty()).unwrap();
-            let mut s = SendBatch::<1>::new();
-            s.write(
-                1,
-                &to_self,
-                src.sge_all().unwrap(),
-                RemoteBuffer::new(0, 8, 0),
-            )
-            .unwrap();
+            let mut s = SendBatch::<1>::new(&qp);
             assert_eq!(
-                // SAFETY: the QP lacks RDMA write, so the batch is refused before the device (as
-                // asserted) and nothing is posted; `src` is never written in any case.
-                unsafe { qp.post_send(&s) },
-                Err(Error::Unsupported {
-                    verb: Verb::PostSend,
-                    why: Unsupported::SendOpNotEnabled
-                })
+                s.write(
+                    1,
+                    &to_self,
+                    src.sge_all().unwrap(),
+                    RemoteBuffer::new(0, 8, 0),
+                ),
+                Err(Error::Invalid(InvalidInput::SendOpNotEnabled {
+                    op: SendOps::RDMA_WRITE,
+                    enabled: SendOps::SEND | SendOps::SEND_WITH_IMM | SendOps::RDMA_READ
+                }))
             );
+            assert!(s.is_empty());
         },
     );
 }

@@ -1,5 +1,7 @@
 //! A counting global allocator shows that steady-state posting and polling allocate
-//! nothing: 100,000 iterations of post_recv + post_send + poll, zero allocations.
+//! nothing: 100,000 iterations of post_recv + post_send + poll through batches, then
+//! 20,000 through leases (pool slots moved into the post and handed back by their
+//! completions), zero allocations.
 //!
 //! (The software device is a separate shared object with its own allocator, so only this
 //! crate's and the test's allocations are counted.)
@@ -42,6 +44,7 @@ unsafe impl GlobalAlloc for Counting {
 static GLOBAL: Counting = Counting;
 
 const ITERATIONS: u64 = 100_000;
+const LEASED_ITERATIONS: u64 = 20_000;
 
 #[test]
 fn steady_state_post_and_poll_does_not_allocate() {
@@ -65,9 +68,9 @@ fn steady_state_post_and_poll_does_not_allocate() {
         COUNTING.store(count, Ordering::SeqCst);
         for i in 0..iterations {
             src.as_mut_slice()[..8].copy_from_slice(&i.to_le_bytes());
-            let mut recv = RecvBatch::<1>::new();
+            let mut recv = RecvBatch::<1>::new(&b);
             recv.push(i, dst.sge(0, 64).unwrap()).unwrap();
-            let mut send = SendBatch::<1>::new();
+            let mut send = SendBatch::<1>::new(&a);
             send.send(i, &to_b, src.sge(0, 8).unwrap()).unwrap();
             // SAFETY: the buffers are touched again only after both completions are polled.
             unsafe {
@@ -108,14 +111,73 @@ fn steady_state_post_and_poll_does_not_allocate() {
         allocs, 0,
         "{allocs} allocations in {ITERATIONS} post+poll iterations"
     );
-    eprintln!("sim artifacts: {unresponsive} sends completed with EFA status 13");
+
+    // The safe form: receives kept posted as pool-slot leases, each send a leased slot.
+    const RECVS: usize = 8;
+    let pool = BufferPool::new(&pd, 64, 2 * RECVS).unwrap();
+    let mut posted = ArrayVec::<Posted<Slot<&BufferPool<_>>>, RECVS>::new();
+    let mut lease_received = 0u64;
+    let mut run_leased = |count: bool, iterations: u64| {
+        COUNTING.store(count, Ordering::SeqCst);
+        for i in 0..iterations {
+            while !posted.is_full() {
+                let slot = pool.take().expect("a free slot for a receive");
+                posted.push(b.post_recv_lease(slot).unwrap());
+            }
+            let mut out = pool.take().expect("a free slot for the send");
+            out.as_mut_slice()[..8].copy_from_slice(&i.to_le_bytes());
+            let mut tx = Some(a.post_send_lease(&to_b, SendOp::Send, out, 8).unwrap());
+            let mut got_recv = false;
+            while tx.is_some() || !got_recv {
+                let mut got = ArrayVec::<Completion, 8>::new();
+                if cq.poll(&mut got).unwrap() == 0 {
+                    std::thread::yield_now();
+                }
+                for c in &got {
+                    if let Some(at) = posted.iter().position(|t| t.matches(c)) {
+                        let slot = posted.swap_remove(at).reclaim(c).unwrap();
+                        assert!(c.is_ok(), "iteration {i}: {c:?}");
+                        let v = u64::from_le_bytes(slot.as_slice()[..8].try_into().unwrap());
+                        assert!(v <= i, "iteration {i}: payload {v} from the future");
+                        lease_received += 1;
+                        got_recv = true;
+                    } else if let Some(t) = tx.take() {
+                        let slot = t.reclaim(c).expect("the send's own completion");
+                        drop(slot);
+                        if c.efa_status() == EfaStatus::LOCAL_UNRESP_REMOTE {
+                            unresponsive += 1;
+                            got_recv = true; // the message may or may not have landed
+                        } else {
+                            assert!(c.is_ok(), "iteration {i}: {c:?}");
+                        }
+                    } else {
+                        panic!("iteration {i}: a completion of no lease: {c:?}");
+                    }
+                }
+            }
+        }
+        COUNTING.store(false, Ordering::SeqCst);
+    };
+    run_leased(false, 100);
+    let before = ALLOCS.load(Ordering::SeqCst);
+    run_leased(true, LEASED_ITERATIONS);
+    let allocs = ALLOCS.load(Ordering::SeqCst) - before;
+    assert_eq!(
+        allocs, 0,
+        "{allocs} allocations in {LEASED_ITERATIONS} leased post+poll iterations"
+    );
     assert!(
-        unresponsive <= 5,
-        "{unresponsive} sends reported an unresponsive loopback peer"
+        lease_received + unresponsive >= LEASED_ITERATIONS + 100,
+        "{lease_received} received through leases"
     );
     assert!(
         received + unresponsive >= ITERATIONS + 100,
         "{received} received, {unresponsive} lost"
+    );
+    eprintln!("sim artifacts: {unresponsive} sends completed with EFA status 13");
+    assert!(
+        unresponsive <= 5,
+        "{unresponsive} sends reported an unresponsive loopback peer"
     );
     // The counter does count: one deliberate allocation is seen.
     COUNTING.store(true, Ordering::SeqCst);

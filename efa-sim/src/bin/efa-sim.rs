@@ -5,6 +5,7 @@
 //! * `efa-sim env` prints the shell line that selects it.
 //! * `efa-sim info` shows the software devices and their attributes (from the model).
 
+use efa_sim::install;
 use efa_sim::model::{profile, Device, Sim};
 use efa_sim::sysfs;
 use std::ffi::OsString;
@@ -23,53 +24,40 @@ environment: EFA_SIM_LIB=/path/to/libefa_sim.so overrides where the shared objec
 EFA_SIM_DEVICES, EFA_SIM_PROFILE, EFA_SIM_ADDR, EFA_SIM_READ_OPCODE configure the device
 (see the efa-sim README).";
 
-/// The stand-in shared object: `$EFA_SIM_LIB`, or the newest one next to / near this
-/// executable (cargo puts it in target/<profile>/ and target/<profile>/deps/).
+/// The stand-in shared object: `$EFA_SIM_LIB`, the install layout next to this
+/// executable, or the copy this executable carries (see `efa_sim::install`).
 fn find_library() -> Result<PathBuf, String> {
-    if let Some(p) = efa_sim::config::library_override() {
-        let p = PathBuf::from(p);
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(format!("EFA_SIM_LIB={} is not a file", p.display()))
-        };
-    }
     let exe = std::env::current_exe().map_err(|e| format!("cannot locate this executable: {e}"))?;
-    let dir = exe.parent().ok_or("executable has no directory")?;
-    let candidates = [
-        dir.join("libefa_sim.so"),
-        dir.join("deps/libefa_sim.so"),
-        dir.join("../libefa_sim.so"),
-        dir.join("../lib/libefa_sim.so"),
-        dir.join("../lib/efa-sim/libefa_sim.so"),
-    ];
-    // `cargo build` refreshes target/<profile>/libefa_sim.so but `cargo test` only
-    // deps/libefa_sim.so: the newest candidate is the current build.
-    let modified = |p: &&PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    candidates
-        .iter()
-        .filter(|p| p.is_file())
-        .max_by_key(modified)
-        .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone()))
-        .ok_or_else(|| {
-            format!(
-                "libefa_sim.so not found near {} (build it with `cargo build -p efa-sim`, or set EFA_SIM_LIB)",
-                dir.display()
-            )
-        })
+    install::Lookup::from_env(exe, Some(embedded_library()))
+        .locate()
+        .map(|found| found.path)
+        .map_err(|e| e.to_string())
+}
+
+/// The `libefa_sim.so` linked into this executable as data (`embed_cdylib_in_bins` in
+/// build.rs names the two ends).
+fn embedded_library() -> &'static [u8] {
+    extern "C" {
+        static efa_sim_embedded_start: [u8; 0];
+        static efa_sim_embedded_end: [u8; 0];
+    }
+    // SAFETY: the linker defines both symbols at the two ends of one blob of initialised
+    // data in this executable (start <= end), which nothing writes; only their addresses
+    // are taken and the bytes between them are read.
+    unsafe {
+        let start = std::ptr::addr_of!(efa_sim_embedded_start).cast::<u8>();
+        let end = std::ptr::addr_of!(efa_sim_embedded_end).cast::<u8>();
+        std::slice::from_raw_parts(start, end as usize - start as usize)
+    }
 }
 
 /// A directory holding `libibverbs.so.1` and `libefa.so.1` symlinks to `so`: next to the
-/// library if writable, else in the runtime/temp directory.
+/// library if writable, else in the per-user runtime/temp directory.
 fn selection_dir(so: &Path) -> Result<PathBuf, String> {
     let mut dirs = vec![so.parent().unwrap_or(Path::new(".")).join("efa-sim-lib")];
-    let uid = std::fs::metadata("/proc/self")
-        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
-        .unwrap_or(0);
-    let tmp = std::env::var_os("XDG_RUNTIME_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(std::env::temp_dir);
-    dirs.push(tmp.join(format!("efa-sim-{uid}")));
+    // One directory per library, so that read-only installs of different versions do not
+    // repoint each other's links.
+    dirs.push(install::runtime_dir().join(install::path_key(so)));
     let mut last_err = String::new();
     for dir in dirs {
         match make_links(&dir, so) {

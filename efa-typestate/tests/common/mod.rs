@@ -55,14 +55,17 @@ pub fn expect_none<C: CompletionQueue>(cq: &C, wait: Duration) {
     assert!(got.is_empty(), "unexpected completions: {got:?}");
 }
 
+/// A PD borrowing its context, as most tests use it.
+pub type BPd<'a> = Pd<&'a Context>;
+
 /// Creates a QP on `pd` whose sends and receives both complete on `cq` and brings it to
-/// RTS with `qkey` and the device's default RNR retry.
+/// RTS with `qkey` and the crate's default RNR retry.
 pub fn rts_qp<'a, C: CompletionQueue>(
-    pd: &'a Pd<'_>,
+    pd: &'a BPd<'_>,
     cq: &'a C,
     config: &QpConfig,
     qkey: u32,
-) -> Qp<'a, Rts> {
+) -> Qp<&'a BPd<'a>, Rts> {
     pd.create_qp(cq, cq, config)
         .unwrap()
         .prepare(qkey, None)
@@ -71,12 +74,9 @@ pub fn rts_qp<'a, C: CompletionQueue>(
 
 /// Registers `len` zero bytes as a target peers may RDMA-write into
 /// (`LOCAL_WRITE | REMOTE_WRITE`).
-pub fn write_target<'pd>(pd: &'pd Pd<'pd>, len: usize) -> Mr<'pd, Vec<u8>> {
-    pd.register(
-        vec![0u8; len],
-        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-    )
-    .unwrap()
+pub fn write_target<'pd>(pd: &'pd BPd<'_>, len: usize) -> Mr<&'pd BPd<'pd>, Vec<u8>, RemoteWrite> {
+    pd.register_remote_write(vec![0u8; len], AccessFlags::LOCAL_WRITE)
+        .unwrap()
 }
 
 pub const QKEY_A: u32 = 0x1111_1111;
@@ -118,4 +118,44 @@ pub fn unhex(s: &str) -> Vec<u8> {
         .step_by(2)
         .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
         .collect()
+}
+
+/// Two SRD QPs on one device, each with its own CQ, connected both ways.
+#[macro_export]
+macro_rules! pair {
+    ($ctx:ident, $pd:ident, $cqa:ident, $cqb:ident, $a:ident, $b:ident, $to_b:ident, $to_a:ident) => {
+        pair!(
+            $ctx,
+            $pd,
+            $cqa,
+            $cqb,
+            $a,
+            $b,
+            $to_b,
+            $to_a,
+            QpConfig::srd(),
+            QpConfig::srd()
+        )
+    };
+    ($ctx:ident, $pd:ident, $cqa:ident, $cqb:ident, $a:ident, $b:ident, $to_b:ident, $to_a:ident, $cfga:expr, $cfgb:expr) => {
+        let $ctx = $crate::common::open(0);
+        let $pd = $ctx.alloc_pd().unwrap();
+        let $cqa = $ctx.create_ext_cq(CqOptions::new(256)).unwrap();
+        let $cqb = $ctx
+            .create_ext_cq(CqOptions::new(256).unsolicited_flag().sender_gid())
+            .unwrap();
+        let $a = rts_qp(&$pd, &$cqa, &$cfga, QKEY_A);
+        let $b = rts_qp(&$pd, &$cqb, &$cfgb, QKEY_B);
+        let $to_b = $pd.connect(&$b.endpoint()).unwrap();
+        let $to_a = $pd.connect(&$a.endpoint()).unwrap();
+    };
+}
+
+/// Posts one receive of `sge` (in any state that accepts receives).
+pub fn recv_one<P: Parent, S: RecvReady>(qp: &Qp<P, S>, wr_id: u64, sge: Sge<'_>) {
+    let mut r = RecvBatch::<1>::new(qp);
+    r.push(wr_id, sge).unwrap();
+    // SAFETY: tests read a receive buffer only after polling its completion, or after
+    // resetting or destroying the QP (which ends the device's right to write it).
+    unsafe { qp.post_recv(&r) }.unwrap();
 }

@@ -1,5 +1,6 @@
-//! The rules the types enforce, each shown by an example that must not compile
-//! (checked by `cargo test --doc`, pinned to the expected error code).
+//! The rules the types enforce, each shown by an example that must not compile (checked
+//! by `cargo test --doc`, pinned to the expected error code). The rules about memory,
+//! leases and owned handles are in [`memory`].
 //!
 //! All examples share this setup, which compiles and is correct as written:
 //!
@@ -14,12 +15,12 @@
 //!     let sge = mr.sge(0, 64)?;
 //!     let qp = pd.create_qp(&cq, &cq, &QpConfig::srd())?;
 //!     let qp = qp.init(0x11)?;
-//!     let mut recvs = RecvBatch::<1>::new();
+//!     let mut recvs = RecvBatch::<1>::new(&qp);
 //!     recvs.push(1, sge)?;
 //!     unsafe { qp.post_recv(&recvs)? };               // receives from INIT on
 //!     let qp = qp.rtr()?.rts(RtsOptions::default())?;
 //!     let peer = pd.connect(&qp.endpoint())?;
-//!     let mut sends = SendBatch::<1>::new();
+//!     let mut sends = SendBatch::<1>::new(&qp);
 //!     sends.send(2, &peer, sge)?;
 //!     unsafe { qp.post_send(&sends)? };               // sends in RTS
 //!     Ok(())
@@ -32,26 +33,44 @@
 //!
 //! ```compile_fail,E0599
 //! # use efa_typestate::*;
-//! # fn f(ctx: &Context) -> Result<()> {
+//! # fn f(ctx: &Context, rts: &Qp<&Pd<&Context>, Rts>) -> Result<()> {
 //! # let pd = ctx.alloc_pd()?; let cq = ctx.create_cq(CqOptions::new(8))?;
 //! # let peer = pd.connect(&EndpointInfo::new(Gid::default(), 1, 1)?)?;
 //! let qp = pd.create_qp(&cq, &cq, &QpConfig::srd())?.init(0x11)?;
-//! let mut sends = SendBatch::<1>::new();
+//! let mut sends = SendBatch::<1>::new(rts);
 //! sends.send_inline(1, &peer, b"hi")?;
-//! unsafe { qp.post_send(&sends)? }; // error: no method `post_send` on Qp<Init>
+//! unsafe { qp.post_send(&sends)? }; // error: no method `post_send` on Qp<_, Init>
+//! # Ok(()) }
+//! ```
+//!
+//! and no send batch can be built for it:
+//!
+//! ```compile_fail,E0277
+//! # use efa_typestate::*;
+//! # fn f(ctx: &Context) -> Result<()> {
+//! # let pd = ctx.alloc_pd()?; let cq = ctx.create_cq(CqOptions::new(8))?;
+//! let qp = pd.create_qp(&cq, &cq, &QpConfig::srd())?.init(0x11)?;
+//! let sends = SendBatch::<1>::new(&qp); // error: Qp<_, Init> is not a SendTarget
 //! # Ok(()) }
 //! ```
 //!
 //! # No receives in RESET
 //!
+//! ```compile_fail,E0277
+//! # use efa_typestate::*;
+//! # fn f(ctx: &Context) -> Result<()> {
+//! # let pd = ctx.alloc_pd()?; let cq = ctx.create_cq(CqOptions::new(8))?;
+//! let qp = pd.create_qp(&cq, &cq, &QpConfig::srd())?; // Qp<_, Reset>
+//! let recvs = RecvBatch::<1>::new(&qp); // error: Reset is not RecvReady
+//! # Ok(()) }
+//! ```
+//!
 //! ```compile_fail,E0599
 //! # use efa_typestate::*;
-//! # fn f(ctx: &Context, sge: Sge<'_>) -> Result<()> {
+//! # fn f(ctx: &Context, recvs: &RecvBatch<'_, 1>) -> Result<()> {
 //! # let pd = ctx.alloc_pd()?; let cq = ctx.create_cq(CqOptions::new(8))?;
-//! let qp = pd.create_qp(&cq, &cq, &QpConfig::srd())?; // Qp<Reset>
-//! let mut recvs = RecvBatch::<1>::new();
-//! recvs.push(1, sge)?;
-//! unsafe { qp.post_recv(&recvs)? }; // error: Reset is not RecvReady
+//! let qp = pd.create_qp(&cq, &cq, &QpConfig::srd())?; // Qp<_, Reset>
+//! unsafe { qp.post_recv(recvs)? }; // error: Reset is not RecvReady
 //! # Ok(()) }
 //! ```
 //!
@@ -64,7 +83,7 @@
 //! # fn f(ctx: &Context) -> Result<()> {
 //! # let pd = ctx.alloc_pd()?; let cq = ctx.create_cq(CqOptions::new(8))?;
 //! let qp = pd.create_qp(&cq, &cq, &QpConfig::srd())?;
-//! let qp = qp.rtr()?; // error: no method `rtr` on Qp<Reset>
+//! let qp = qp.rtr()?; // error: no method `rtr` on Qp<_, Reset>
 //! # Ok(()) }
 //! ```
 //!
@@ -75,7 +94,7 @@
 //! # fn f(ctx: &Context) -> Result<()> {
 //! # let pd = ctx.alloc_pd()?; let cq = ctx.create_cq(CqOptions::new(8))?;
 //! let qp = pd.create_qp(&cq, &cq, &QpConfig::srd())?.init(0x11)?;
-//! let qp = qp.rts(RtsOptions::default())?; // error: no method `rts` on Qp<Init>
+//! let qp = qp.rts(RtsOptions::default())?; // error: no method `rts` on Qp<_, Init>
 //! # Ok(()) }
 //! ```
 //!
@@ -88,6 +107,22 @@
 //! let qp = pd.create_qp(&cq, &cq, &QpConfig::srd())?;
 //! let init = qp.init(0x11)?;
 //! let again = qp.init(0x22)?; // error: use of moved value `qp`
+//! # Ok(()) }
+//! ```
+//!
+//! # No transition while a batch for the QP exists
+//!
+//! A batch is checked against its QP's limits and borrows the QP, so the QP cannot move
+//! on (or away) under it:
+//!
+//! ```compile_fail,E0505
+//! # use efa_typestate::*;
+//! # fn f(ctx: &Context, sge: Sge<'_>) -> Result<()> {
+//! # let pd = ctx.alloc_pd()?; let cq = ctx.create_cq(CqOptions::new(8))?;
+//! let qp = pd.create_qp(&cq, &cq, &QpConfig::srd())?.init(0x11)?;
+//! let mut recvs = RecvBatch::<1>::new(&qp);
+//! let qp = qp.rtr()?; // error: cannot move out of `qp` because it is borrowed
+//! recvs.push(1, sge)?;
 //! # Ok(()) }
 //! ```
 //!
@@ -131,7 +166,7 @@
 //!
 //! ```compile_fail,E0505
 //! # use efa_typestate::*;
-//! # fn f(pd: &Pd<'_>) -> Result<()> {
+//! # fn f(pd: &Pd<&Context>) -> Result<()> {
 //! let mr = pd.register(vec![0u8; 64], AccessFlags::LOCAL_WRITE)?;
 //! let sge = mr.sge(0, 64)?;
 //! drop(mr); // error: cannot move out of `mr` because it is borrowed
@@ -139,24 +174,26 @@
 //! # Ok(()) }
 //! ```
 //!
-//! # SGEs are made only by the range-checked constructor
+//! # SGEs are made only by the range-checked constructors
 //!
 //! ```compile_fail,E0451
 //! # use efa_typestate::*;
-//! let sge = Sge { raw: todo!(), _mr: core::marker::PhantomData }; // error: private fields
+//! let sge = Sge { raw: todo!(), pd: todo!(), _mr: core::marker::PhantomData }; // error: private fields
 //! ```
 //!
-//! Nor can a look-alike region be invented to make SGEs with arbitrary keys:
+//! Nor can a look-alike region be invented to make SGEs with arbitrary keys or PDs:
 //!
 //! ```compile_fail,E0277
 //! # use efa_typestate::*;
-//! struct Fake;
+//! struct Fake(PdId);
 //! impl MemoryRegion for Fake { // error: `Fake` does not implement the sealed supertrait
 //!     fn lkey(&self) -> u32 { 1 }
 //!     fn rkey(&self) -> u32 { 1 }
 //!     fn iova(&self) -> u64 { 0 }
 //!     fn len(&self) -> u64 { u64::MAX }
 //!     fn as_mr_ptr(&self) -> *mut efa_typestate::sys::verbs::ibv_mr { core::ptr::null_mut() }
+//!     fn pd_id(&self) -> PdId { self.0 }
+//!     fn revoke(&mut self) -> Result<()> { Ok(()) }
 //! }
 //! ```
 //!
@@ -164,7 +201,7 @@
 //!
 //! ```compile_fail,E0505
 //! # use efa_typestate::*;
-//! # fn f(ctx: &Context, pd: &Pd<'_>) -> Result<()> {
+//! # fn f(ctx: &Context, pd: &Pd<&Context>) -> Result<()> {
 //! let cq = ctx.create_cq(CqOptions::new(8))?;
 //! let qp = pd.create_qp(&cq, &cq, &QpConfig::srd())?;
 //! drop(cq); // error: cannot move out of `cq` because it is borrowed
@@ -172,11 +209,23 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # A CQ cannot outlive its completion channel
+//!
+//! ```compile_fail,E0505
+//! # use efa_typestate::*;
+//! # fn f(ctx: &Context) -> Result<()> {
+//! let ch = ctx.create_comp_channel()?;
+//! let cq = ctx.create_cq_with_channel(&ch, CqOptions::new(8))?;
+//! drop(ch); // error: cannot move out of `ch` because it is borrowed
+//! let d = cq.depth();
+//! # Ok(()) }
+//! ```
+//!
 //! # Registered memory is reachable only through its MR
 //!
 //! ```compile_fail,E0502
 //! # use efa_typestate::*;
-//! # fn f(pd: &Pd<'_>) -> Result<()> {
+//! # fn f(pd: &Pd<&Context>) -> Result<()> {
 //! let mut buf = [0u8; 64];
 //! let mr = pd.register(&mut buf[..], AccessFlags::LOCAL_WRITE)?;
 //! let first = buf[0]; // error: `buf` is mutably borrowed by the registration
@@ -190,8 +239,8 @@
 //!
 //! ```compile_fail,E0599
 //! # use efa_typestate::*;
-//! # fn f(peer: &Peer<'_>) -> Result<()> {
-//! let mut sends = SendBatch::<1>::new();
+//! # fn f(qp: &Qp<&Pd<&Context>, Rts>, peer: &Peer<&Pd<&Context>>) -> Result<()> {
+//! let mut sends = SendBatch::<1>::new(qp);
 //! sends.send_unsignaled(1, peer, Payload::Inline(b"x"))?; // error: no such method
 //! # Ok(()) }
 //! ```
@@ -200,16 +249,18 @@
 //!
 //! ```compile_fail,E0560
 //! # use efa_typestate::*;
-//! # fn f<'a>(peer: &'a Peer<'a>) {
-//! let wr = SendWr { wr_id: 1, op: SendOp::Send, peer, payload: Payload::Inline(b"x"), signaled: false };
+//! # fn f(payload: Payload<'_>) {
+//! let wr = SendWr { wr_id: 1, op: SendOp::Send, payload, signaled: false };
 //! # }
 //! ```
 //!
-//! # Posting hands buffers to the device: `unsafe`
+//! # Posting a batch hands buffers to the device: `unsafe`
 //!
 //! ```compile_fail,E0133
 //! # use efa_typestate::*;
-//! # fn f(qp: &Qp<'_, Rts>, sends: &SendBatch<'_, 4>) -> Result<()> {
+//! # fn f(qp: &Qp<&Pd<&Context>, Rts>, sends: &SendBatch<'_, 4>) -> Result<()> {
 //! qp.post_send(sends)?; // error: call to unsafe function requires an unsafe block
 //! # Ok(()) }
 //! ```
+
+pub mod memory;

@@ -1,0 +1,172 @@
+//! Typed errors: every failure names what went wrong (the library, the missing entry
+//! point, the `CUresult` by name, the call that returned it).
+
+use core::fmt;
+
+use crate::align::AlignError;
+
+/// A `CUresult` other than `CUDA_SUCCESS`, with the call that returned it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CudaError {
+    /// The driver entry point that failed (its symbol name).
+    pub call: &'static str,
+    /// The `CUresult` code.
+    pub code: i32,
+    /// Its name: from the driver's `cuGetErrorName` when it has one, else the built-in
+    /// table ([`crate::CU_RESULT_NAMES`]); `None` for a code neither knows.
+    pub name: Option<&'static str>,
+}
+
+impl fmt::Display for CudaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.name {
+            Some(n) => write!(f, "{} failed: {} ({})", self.call, n, self.code),
+            None => write!(f, "{} failed: unknown CUresult {}", self.call, self.code),
+        }
+    }
+}
+
+/// Everything that can fail in this crate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// The driver library could not be loaded (`dlopen` failed).
+    NoDriver {
+        /// The library name or path that was tried.
+        library: String,
+        /// `dlerror()`'s text.
+        reason: String,
+    },
+    /// The driver is too old for the feature asked for: it lacks this entry point.
+    MissingEntryPoint {
+        /// The versioned symbol name that is missing.
+        name: &'static str,
+    },
+    /// `cuInit` found no CUDA device (`CUDA_ERROR_NO_DEVICE`).
+    NoDevice,
+    /// The call needs a current CUDA context and the calling thread has none.
+    NoContext {
+        /// What needed it.
+        call: &'static str,
+    },
+    /// A device ordinal outside `0..count`.
+    InvalidDevice {
+        /// The ordinal asked for.
+        ordinal: i32,
+        /// How many devices the driver reports.
+        count: i32,
+    },
+    /// A driver call returned an error.
+    Cuda(CudaError),
+    /// The pointer is not CUDA device memory (host memory, or unknown to the driver).
+    NotDeviceMemory {
+        /// The pointer.
+        ptr: u64,
+        /// `CU_POINTER_ATTRIBUTE_MEMORY_TYPE` (0 when the driver does not know it).
+        memory_type: u32,
+    },
+    /// The buffer is zero bytes long.
+    EmptyBuffer,
+    /// `offset + len` lies outside a buffer of `buffer_len` bytes.
+    OutOfBounds {
+        /// Start of the access.
+        offset: usize,
+        /// Length of the access.
+        len: usize,
+        /// Length of the buffer.
+        buffer_len: usize,
+    },
+    /// The export range arithmetic failed (see [`AlignError`]).
+    Align(AlignError),
+    /// A VMM allocation parameter is not a multiple of the granularity, or zero.
+    BadVmmSize {
+        /// The size or chunk size given.
+        size: usize,
+        /// The driver's allocation granularity.
+        granularity: usize,
+    },
+    /// `REMOTE_WRITE` asked for memory that could be reused after a leak of its MR
+    /// (a borrow): peers could then write freed memory.
+    RemoteWriteNeedsOwnedMemory,
+    /// A verbs call failed.
+    Verbs(efa_typestate::Error),
+    /// Both registration paths failed: dma-buf export/registration, then `ibv_reg_mr` on
+    /// the CUDA address (nvidia_peermem).
+    RegistrationFailed {
+        /// Why the dma-buf path failed.
+        dmabuf: Box<Error>,
+        /// Why the `ibv_reg_mr` fallback failed.
+        fallback: Box<Error>,
+    },
+    /// A system call failed.
+    Os {
+        /// The call.
+        call: &'static str,
+        /// `errno`.
+        errno: i32,
+    },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::NoDriver { library, reason } => {
+                write!(f, "no CUDA driver: cannot load {library}: {reason}")
+            }
+            Error::MissingEntryPoint { name } => {
+                write!(f, "CUDA driver too old: it has no entry point {name}")
+            }
+            Error::NoDevice => write!(f, "no CUDA device (cuInit: CUDA_ERROR_NO_DEVICE)"),
+            Error::NoContext { call } => write!(f, "{call} needs a current CUDA context"),
+            Error::InvalidDevice { ordinal, count } => {
+                write!(f, "CUDA device {ordinal} does not exist ({count} devices)")
+            }
+            Error::Cuda(e) => e.fmt(f),
+            Error::NotDeviceMemory { ptr, memory_type } => write!(
+                f,
+                "{ptr:#x} is not CUDA device memory (memory type {memory_type})"
+            ),
+            Error::EmptyBuffer => write!(f, "empty buffer"),
+            Error::OutOfBounds {
+                offset,
+                len,
+                buffer_len,
+            } => write!(
+                f,
+                "{len} bytes at offset {offset} exceed a buffer of {buffer_len} bytes"
+            ),
+            Error::Align(e) => e.fmt(f),
+            Error::BadVmmSize { size, granularity } => write!(
+                f,
+                "VMM size {size} is zero or not a multiple of the granularity {granularity}"
+            ),
+            Error::RemoteWriteNeedsOwnedMemory => write!(
+                f,
+                "REMOTE_WRITE needs memory that stays allocated if the MR is leaked"
+            ),
+            Error::Verbs(e) => write!(f, "verbs: {e}"),
+            Error::RegistrationFailed { dmabuf, fallback } => write!(
+                f,
+                "GPU memory registration failed: dma-buf path: {dmabuf}; ibv_reg_mr fallback: {fallback}"
+            ),
+            Error::Os { call, errno } => write!(f, "{call} failed: errno {errno}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<AlignError> for Error {
+    fn from(e: AlignError) -> Self {
+        Error::Align(e)
+    }
+}
+
+impl From<efa_typestate::Error> for Error {
+    fn from(e: efa_typestate::Error) -> Self {
+        Error::Verbs(e)
+    }
+}
+
+/// Result of this crate.
+pub type Result<T, E = Error> = core::result::Result<T, E>;

@@ -1,0 +1,132 @@
+//! The same checks on a real NVIDIA GPU through NVIDIA's driver. Ignored by default; run
+//! on a GPU machine with
+//! `cargo test -p efa-cuda --test gpu -- --ignored --nocapture`
+//! (`EFA_CUDA_REAL_LIBRARY=/path/libcuda.so.1` if the driver is not on the default path).
+//! Registration runs on efa-sim, which records a real NVIDIA dma-buf without mapping it.
+
+use std::os::fd::AsRawFd;
+use std::time::Instant;
+
+use efa_cuda::*;
+
+fn real_driver() -> &'static Driver {
+    let candidates = [
+        std::env::var("EFA_CUDA_REAL_LIBRARY").unwrap_or_default(),
+        // Without the software GPU on the library path, the name finds the real one.
+        if efa_sim_select::SOFTWARE_GPU {
+            String::new()
+        } else {
+            "libcuda.so.1".into()
+        },
+        "/usr/lib/x86_64-linux-gnu/libcuda.so.1".into(),
+        "/usr/lib/aarch64-linux-gnu/libcuda.so.1".into(),
+        "/usr/lib64/libcuda.so.1".into(),
+        "/usr/lib/x86_64-linux-gnu/nvidia/current/libcuda.so.1".into(),
+    ];
+    for c in candidates.iter().filter(|c| !c.is_empty()) {
+        if let Ok(d) = Driver::open(c) {
+            let name = d.device(0).and_then(|dev| dev.name()).expect("a GPU");
+            assert!(
+                !name.starts_with(efa_sim_select::SIM_GPU_NAME_PREFIX),
+                "{c} is the software GPU"
+            );
+            println!("driver {c}: {name}, version {}", d.version().unwrap());
+            return d;
+        }
+    }
+    panic!("no NVIDIA driver found (set EFA_CUDA_REAL_LIBRARY)");
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gpu_alloc_and_vmm_copies() {
+    let d = real_driver();
+    let dev = d.device(0).unwrap();
+    let data: Vec<u8> = (0..64 << 20).map(|i: usize| (i % 251) as u8).collect();
+    let a = DeviceAlloc::from_host(&dev, &data).unwrap();
+    assert_eq!(a.to_vec().unwrap(), data);
+    let g = dev.vmm_granularity().unwrap();
+    let mut v = VmmAllocation::with_chunk_size(&dev, 3 * g, g).unwrap();
+    v.copy_from_host(g - 3, b"across").unwrap();
+    let mut out = [0u8; 6];
+    v.copy_to_host(g - 3, &mut out).unwrap();
+    assert_eq!(&out, b"across");
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gpu_dmabuf_export_is_a_kernel_dmabuf() {
+    let d = real_driver();
+    let dev = d.device(0).unwrap();
+    assert!(
+        dev.dmabuf_supported().unwrap(),
+        "driver reports no dma-buf support"
+    );
+    let a = DeviceAlloc::new(&dev, 1 << 20).unwrap();
+    let g = dev.vmm_granularity().unwrap();
+    let v = VmmAllocation::with_chunk_size(&dev, 2 * g, g).unwrap();
+    for buf in [export_dmabuf(&a).unwrap(), export_dmabuf(&v).unwrap()] {
+        let fd = buf.fd().as_raw_fd();
+        let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap();
+        println!("export {:?} -> {}", buf.range(), link.display());
+        assert!(
+            link.to_string_lossy().contains("dmabuf"),
+            "{}",
+            link.display()
+        );
+        // SAFETY: plain queries on our fd.
+        let (magic, size) = unsafe {
+            let mut s: libc::statfs = std::mem::zeroed();
+            assert_eq!(libc::fstatfs(fd, &mut s), 0);
+            (s.f_type as u64, libc::lseek(fd, 0, libc::SEEK_END))
+        };
+        assert_eq!(magic, 0x444d_4142, "DMA_BUF_MAGIC");
+        assert_eq!(size as u64, buf.range().export_len);
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gpu_flush_with_and_without_a_current_context() {
+    let d = real_driver();
+    let dev = d.device(0).unwrap();
+    println!("flush support: {:?}", dev.flush_support().unwrap());
+    std::thread::spawn(move || {
+        assert_eq!(
+            d.flush_current_context(FlushScope::ToOwner),
+            Err(Error::NoContext {
+                call: "cuFlushGPUDirectRDMAWrites"
+            })
+        );
+        let t = Instant::now();
+        let r = dev.flush_gpudirect_writes(FlushScope::ToOwner).unwrap();
+        println!(
+            "flush (pushing the primary context): {r:?} in {:?}",
+            t.elapsed()
+        );
+        let _ctx = dev.make_current().unwrap();
+        let t = Instant::now();
+        for _ in 0..1000 {
+            d.flush_current_context(FlushScope::ToOwner).unwrap();
+        }
+        println!("1000 flushes, context current: {:?}", t.elapsed());
+    })
+    .join()
+    .unwrap();
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gpu_registration_on_efa_sim() {
+    let d = real_driver();
+    let dev = d.device(0).unwrap();
+    let ctx = efa_typestate::Context::open_first_efa().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let a = DeviceAlloc::new(&dev, 4 << 20).unwrap();
+    let va = a.device_ptr();
+    let t = Instant::now();
+    let mr = register(&pd, a, efa_typestate::AccessFlags::LOCAL_WRITE).unwrap();
+    println!("registration: {:?} in {:?}", mr.path(), t.elapsed());
+    assert_eq!(mr.path(), RegistrationPath::DmaBuf);
+    assert_eq!(mr.sge(0, 8).unwrap().addr(), va);
+}

@@ -1,0 +1,222 @@
+//! The completion value and its status, opcode and flag types.
+
+use crate::ah::AH_UNKNOWN;
+use crate::endpoint::Gid;
+use crate::error::{EfaStatus, Error, Result};
+use crate::ffi::{self, ibv_wc_opcode, ibv_wc_status};
+use crate::flags::flag_set;
+
+/// A verbs completion status (`ibv_wc_status`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct WcStatus(pub u32);
+
+impl WcStatus {
+    /// Success.
+    pub const SUCCESS: WcStatus = WcStatus(ibv_wc_status::IBV_WC_SUCCESS);
+    /// Local length error (e.g. a send larger than the MTU).
+    pub const LOC_LEN_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_LOC_LEN_ERR);
+    /// Local QP operation error.
+    pub const LOC_QP_OP_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_LOC_QP_OP_ERR);
+    /// Local protection error.
+    pub const LOC_PROT_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_LOC_PROT_ERR);
+    /// Flushed.
+    pub const WR_FLUSH_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_WR_FLUSH_ERR);
+    /// Bad response.
+    pub const BAD_RESP_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_BAD_RESP_ERR);
+    /// Remote invalid request.
+    pub const REM_INV_REQ_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_REM_INV_REQ_ERR);
+    /// Remote access error.
+    pub const REM_ACCESS_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_REM_ACCESS_ERR);
+    /// Remote operation error.
+    pub const REM_OP_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_REM_OP_ERR);
+    /// RNR retries exceeded.
+    pub const RNR_RETRY_EXC_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_RNR_RETRY_EXC_ERR);
+    /// Remote invalid read request (EFA: bad destination QPN).
+    pub const REM_INV_RD_REQ_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_REM_INV_RD_REQ_ERR);
+    /// Remote abort.
+    pub const REM_ABORT_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_REM_ABORT_ERR);
+    /// Response timeout.
+    pub const RESP_TIMEOUT_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_RESP_TIMEOUT_ERR);
+    /// General error.
+    pub const GENERAL_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_GENERAL_ERR);
+
+    /// The C enumerator name.
+    pub fn name(self) -> &'static str {
+        use ibv_wc_status::*;
+        match self.0 {
+            IBV_WC_SUCCESS => "IBV_WC_SUCCESS",
+            IBV_WC_LOC_LEN_ERR => "IBV_WC_LOC_LEN_ERR",
+            IBV_WC_LOC_QP_OP_ERR => "IBV_WC_LOC_QP_OP_ERR",
+            IBV_WC_LOC_EEC_OP_ERR => "IBV_WC_LOC_EEC_OP_ERR",
+            IBV_WC_LOC_PROT_ERR => "IBV_WC_LOC_PROT_ERR",
+            IBV_WC_WR_FLUSH_ERR => "IBV_WC_WR_FLUSH_ERR",
+            IBV_WC_MW_BIND_ERR => "IBV_WC_MW_BIND_ERR",
+            IBV_WC_BAD_RESP_ERR => "IBV_WC_BAD_RESP_ERR",
+            IBV_WC_LOC_ACCESS_ERR => "IBV_WC_LOC_ACCESS_ERR",
+            IBV_WC_REM_INV_REQ_ERR => "IBV_WC_REM_INV_REQ_ERR",
+            IBV_WC_REM_ACCESS_ERR => "IBV_WC_REM_ACCESS_ERR",
+            IBV_WC_REM_OP_ERR => "IBV_WC_REM_OP_ERR",
+            IBV_WC_RETRY_EXC_ERR => "IBV_WC_RETRY_EXC_ERR",
+            IBV_WC_RNR_RETRY_EXC_ERR => "IBV_WC_RNR_RETRY_EXC_ERR",
+            IBV_WC_LOC_RDD_VIOL_ERR => "IBV_WC_LOC_RDD_VIOL_ERR",
+            IBV_WC_REM_INV_RD_REQ_ERR => "IBV_WC_REM_INV_RD_REQ_ERR",
+            IBV_WC_REM_ABORT_ERR => "IBV_WC_REM_ABORT_ERR",
+            IBV_WC_INV_EECN_ERR => "IBV_WC_INV_EECN_ERR",
+            IBV_WC_INV_EEC_STATE_ERR => "IBV_WC_INV_EEC_STATE_ERR",
+            IBV_WC_FATAL_ERR => "IBV_WC_FATAL_ERR",
+            IBV_WC_RESP_TIMEOUT_ERR => "IBV_WC_RESP_TIMEOUT_ERR",
+            IBV_WC_GENERAL_ERR => "IBV_WC_GENERAL_ERR",
+            _ => "IBV_WC_(unknown)",
+        }
+    }
+}
+
+/// A completion opcode (`ibv_wc_opcode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct WcOpcode(pub u32);
+
+impl WcOpcode {
+    /// Send or send-with-immediate finished. EFA also reports RDMA-read requester
+    /// completions with this opcode (rdma-core behaviour).
+    pub const SEND: WcOpcode = WcOpcode(ibv_wc_opcode::IBV_WC_SEND);
+    /// RDMA write (with or without immediate) finished.
+    pub const RDMA_WRITE: WcOpcode = WcOpcode(ibv_wc_opcode::IBV_WC_RDMA_WRITE);
+    /// RDMA read finished (on devices/providers that report it as such).
+    pub const RDMA_READ: WcOpcode = WcOpcode(ibv_wc_opcode::IBV_WC_RDMA_READ);
+    /// A message arrived in a posted receive.
+    pub const RECV: WcOpcode = WcOpcode(ibv_wc_opcode::IBV_WC_RECV);
+    /// A peer's RDMA write with immediate landed.
+    pub const RECV_RDMA_WITH_IMM: WcOpcode = WcOpcode(ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM);
+
+    /// True for receive-side completions.
+    pub fn is_recv(self) -> bool {
+        self.0 & ibv_wc_opcode::IBV_WC_RECV != 0
+    }
+}
+
+flag_set! {
+    /// Per-completion flags.
+    pub struct CompletionFlags: u32 {
+        /// Carries immediate data (`IBV_WC_WITH_IMM`).
+        const WITH_IMM = ffi::ibv_wc_flags::IBV_WC_WITH_IMM.0;
+        /// A write-with-immediate that consumed no receive WR (`wr_id` is 0). This and
+        /// `SENDER_GID` are this crate's bits, above the 16 bits verbs defines.
+        const UNSOLICITED = 1 << 16;
+        /// The sender GID is valid (sender unknown to this receiver, CQ made with sender GID).
+        const SENDER_GID = 1 << 17;
+    }
+}
+
+/// The `wc_flags` bits verbs defines (the rest of [`CompletionFlags`] is this crate's).
+pub(crate) const VERBS_WC_FLAGS: u32 = 0xffff;
+
+/// One completion, copied out of the CQ: a plain `Copy` value. Only polling makes one
+/// (there is no public constructor): a [`Posted`](crate::lease::Posted) lease trusts
+/// that a completion carrying its `wr_id` really came from the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completion {
+    pub(crate) wr_id: u64,
+    pub(crate) status: WcStatus,
+    pub(crate) opcode: WcOpcode,
+    pub(crate) vendor_err: u32,
+    pub(crate) byte_len: u32,
+    pub(crate) imm: u32,
+    pub(crate) qp_num: u32,
+    pub(crate) src_qp: u32,
+    pub(crate) slid: u16,
+    pub(crate) flags: CompletionFlags,
+    pub(crate) sgid: Gid,
+}
+
+impl Completion {
+    /// A zeroed completion that the poll loops fill in.
+    pub(crate) const EMPTY: Completion = Completion {
+        wr_id: 0,
+        status: WcStatus(0),
+        opcode: WcOpcode(0),
+        vendor_err: 0,
+        byte_len: 0,
+        imm: 0,
+        qp_num: 0,
+        src_qp: 0,
+        slid: 0,
+        flags: CompletionFlags::empty(),
+        sgid: Gid([0; 16]),
+    };
+
+    /// The work request id given when posting (0 for unsolicited write-with-imm).
+    pub fn wr_id(&self) -> u64 {
+        self.wr_id
+    }
+    /// Verbs status.
+    pub fn status(&self) -> WcStatus {
+        self.status
+    }
+    /// True on success.
+    pub fn is_ok(&self) -> bool {
+        self.status == WcStatus::SUCCESS
+    }
+    /// Opcode.
+    pub fn opcode(&self) -> WcOpcode {
+        self.opcode
+    }
+    /// The EFA status (`vendor_err`): exactly what the device reported.
+    pub fn efa_status(&self) -> EfaStatus {
+        EfaStatus(self.vendor_err)
+    }
+    /// Bytes received (receive completions; for write-with-imm the write length).
+    pub fn byte_len(&self) -> u32 {
+        self.byte_len
+    }
+    /// Immediate data in host byte order, if any.
+    pub fn imm(&self) -> Option<u32> {
+        self.flags
+            .contains(CompletionFlags::WITH_IMM)
+            .then_some(self.imm)
+    }
+    /// Local QP number.
+    pub fn qp_num(&self) -> u32 {
+        self.qp_num
+    }
+    /// Sender's QP number (receive completions).
+    pub fn src_qp(&self) -> u32 {
+        self.src_qp
+    }
+    /// Receiver-side AH number of the sender, [`AH_UNKNOWN`] (0xffff) if this side has none.
+    pub fn slid(&self) -> u16 {
+        self.slid
+    }
+    /// The sender's AH number if this side has an AH for it.
+    pub fn sender_ah(&self) -> Option<u16> {
+        (self.opcode.is_recv() && self.slid != AH_UNKNOWN).then_some(self.slid)
+    }
+    /// Flags.
+    pub fn flags(&self) -> CompletionFlags {
+        self.flags
+    }
+    /// True for write-with-imm completions that consumed no receive WR.
+    pub fn is_unsolicited(&self) -> bool {
+        self.flags.contains(CompletionFlags::UNSOLICITED)
+    }
+    /// The sender's GID, reported for receives from senders this side has no AH for, on
+    /// CQs created with [`CqOptions::sender_gid`](super::CqOptions::sender_gid).
+    pub fn sender_gid(&self) -> Option<Gid> {
+        self.flags
+            .contains(CompletionFlags::SENDER_GID)
+            .then_some(self.sgid)
+    }
+    /// `Ok(self)` on success, else the typed error.
+    pub fn result(&self) -> Result<&Self> {
+        match self.into_error() {
+            None => Ok(self),
+            Some(e) => Err(e),
+        }
+    }
+    /// The error this completion reports, if it failed.
+    pub fn into_error(&self) -> Option<Error> {
+        (!self.is_ok()).then_some(Error::Completion {
+            status: self.status,
+            efa: self.efa_status(),
+        })
+    }
+}

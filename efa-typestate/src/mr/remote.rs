@@ -1,0 +1,136 @@
+//! The remote view of a registration: what a peer needs to RDMA into or out of it, with
+//! its 24-byte wire format.
+
+use zerocopy::byteorder::big_endian::{U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
+
+use crate::error::{Error, InvalidInput, Result};
+
+/// A peer's registered memory as seen from here: device address, length and rkey, with a
+/// 24-byte network-order wire format (`[addr:u64][len:u64][rkey:u32][0:u32]`, big endian).
+#[derive(
+    Clone, Copy, PartialEq, Eq, Hash, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned,
+)]
+#[repr(C)]
+pub struct RemoteBuffer {
+    addr: U64,
+    len: U64,
+    rkey: U32,
+    reserved: U32,
+}
+
+impl RemoteBuffer {
+    /// Size of the wire format.
+    pub const WIRE_SIZE: usize = 24;
+
+    /// From its parts.
+    pub fn new(addr: u64, len: u64, rkey: u32) -> RemoteBuffer {
+        RemoteBuffer {
+            addr: U64::new(addr),
+            len: U64::new(len),
+            rkey: U32::new(rkey),
+            reserved: U32::ZERO,
+        }
+    }
+    /// Parses the 24-byte wire format.
+    pub fn parse(bytes: &[u8]) -> Result<RemoteBuffer> {
+        RemoteBuffer::read_from_bytes(bytes).map_err(|_| {
+            Error::Invalid(InvalidInput::WireLength {
+                expected: Self::WIRE_SIZE as u32,
+                got: bytes.len(),
+            })
+        })
+    }
+    /// The wire bytes.
+    pub fn to_bytes(&self) -> [u8; 24] {
+        let mut out = [0u8; 24];
+        out.copy_from_slice(self.as_bytes());
+        out
+    }
+    /// Device address of the first byte.
+    pub fn addr(&self) -> u64 {
+        self.addr.get()
+    }
+    /// Length in bytes.
+    pub fn len(&self) -> u64 {
+        self.len.get()
+    }
+    /// True if zero bytes long.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Remote key.
+    pub fn rkey(&self) -> u32 {
+        self.rkey.get()
+    }
+    /// `len` bytes at `offset`, checked to lie inside this buffer.
+    pub fn slice(&self, offset: u64, len: u64) -> Result<RemoteBuffer> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len() => {
+                Ok(RemoteBuffer::new(self.addr() + offset, len, self.rkey()))
+            }
+            _ => Err(InvalidInput::RemoteOutOfBounds {
+                offset,
+                len: len.min(u32::MAX as u64) as u32,
+            }
+            .into()),
+        }
+    }
+}
+
+impl core::fmt::Debug for RemoteBuffer {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "RemoteBuffer {{ addr: {:#x}, len: {}, rkey: {:#x} }}",
+            self.addr(),
+            self.len(),
+            self.rkey()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_format_is_big_endian_and_checked() {
+        let r = RemoteBuffer::new(0x0102_0304_0506_0708, 0x1000, 0xaabb_ccdd);
+        let b = r.to_bytes();
+        assert_eq!(&b[..8], &[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(&b[8..16], &0x1000u64.to_be_bytes());
+        assert_eq!(&b[16..20], &[0xaa, 0xbb, 0xcc, 0xdd]);
+        assert_eq!(&b[20..], &[0; 4]);
+        assert_eq!(RemoteBuffer::parse(&b).unwrap(), r);
+        assert_eq!(
+            RemoteBuffer::parse(&b[..23]).unwrap_err(),
+            Error::Invalid(InvalidInput::WireLength {
+                expected: 24,
+                got: 23
+            })
+        );
+    }
+
+    #[test]
+    fn slices_stay_inside() {
+        let r = RemoteBuffer::new(0x1000, 128, 9);
+        let s = r.slice(100, 28).unwrap();
+        assert_eq!((s.addr(), s.len(), s.rkey()), (0x1000 + 100, 28, 9));
+        assert_eq!(
+            r.slice(1, 128).unwrap_err(),
+            Error::Invalid(InvalidInput::RemoteOutOfBounds {
+                offset: 1,
+                len: 128
+            })
+        );
+        assert_eq!(
+            r.slice(0, 1 << 40).unwrap_err(),
+            Error::Invalid(InvalidInput::RemoteOutOfBounds {
+                offset: 0,
+                len: u32::MAX
+            })
+        );
+        assert!(r.slice(u64::MAX, 2).is_err());
+    }
+}

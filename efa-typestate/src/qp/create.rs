@@ -1,0 +1,242 @@
+//! QP creation: options checked against the device and the QP type, SRD through
+//! `efadv_create_qp_ex`, UD through `ibv_create_qp_ex`, with extended send ops.
+
+use core::marker::PhantomData;
+use core::ptr::NonNull;
+
+use super::config::{QpCaps, QpConfig, QpType};
+use super::raw::{PostRecvFn, QpInner, SendFns, EFA_PORT};
+use super::{Qp, Reset};
+use crate::context::{Context, DeviceCaps};
+use crate::cq::CompletionQueue;
+use crate::error::{Error, InvalidInput, Result, SrdOnly, Unsupported, Verb};
+use crate::ffi::{self, ibv_qp_init_attr_mask as InitMask, ibv_qp_type};
+use crate::parent::{Parent, Sibling};
+use crate::pd::Pd;
+use crate::wr::{QpLimits, SendOps};
+
+impl<C: Parent<Target = Context>> Pd<C> {
+    /// Creates a QP borrowing this PD and its CQs: [`Qp::new`]. The QP starts in
+    /// [`Reset`].
+    pub fn create_qp<'a, S: CompletionQueue, R: CompletionQueue>(
+        &'a self,
+        send_cq: &'a S,
+        recv_cq: &'a R,
+        config: &QpConfig,
+    ) -> Result<Qp<&'a Self, Reset>> {
+        Qp::new(self, send_cq, recv_cq, config)
+    }
+}
+
+/// The send operations a QP gets: as configured, or every one the device offers.
+fn send_ops_for(config: &QpConfig, device_caps: DeviceCaps) -> SendOps {
+    config.send_ops.unwrap_or(match config.qp_type {
+        QpType::Ud => SendOps::SEND | SendOps::SEND_WITH_IMM,
+        QpType::Srd => {
+            let mut ops = SendOps::SEND | SendOps::SEND_WITH_IMM;
+            if device_caps.contains(DeviceCaps::RDMA_READ) {
+                ops |= SendOps::RDMA_READ;
+            }
+            if device_caps.contains(DeviceCaps::RDMA_WRITE) {
+                ops |= SendOps::RDMA_WRITE | SendOps::RDMA_WRITE_WITH_IMM;
+            }
+            ops
+        }
+    })
+}
+
+/// Refuses, before the device sees them, options the QP type or the device cannot have.
+fn check_config(config: &QpConfig, send_ops: SendOps, caps: DeviceCaps, verb: Verb) -> Result<()> {
+    let rdma = SendOps::RDMA_READ | SendOps::RDMA_WRITE | SendOps::RDMA_WRITE_WITH_IMM;
+    if config.qp_type == QpType::Ud {
+        if send_ops.intersects(rdma) {
+            return Err(InvalidInput::RdmaOnUd.into());
+        }
+        if config.unsolicited_write_recv {
+            return Err(InvalidInput::SrdOnly(SrdOnly::UnsolicitedWriteRecv).into());
+        }
+        if config.inline_write {
+            return Err(InvalidInput::SrdOnly(SrdOnly::InlineWrite).into());
+        }
+        return Ok(());
+    }
+    let missing = |cap: DeviceCaps| Error::Unsupported {
+        verb,
+        why: Unsupported::MissingCapability(cap),
+    };
+    if send_ops.contains(SendOps::RDMA_READ) && !caps.contains(DeviceCaps::RDMA_READ) {
+        return Err(missing(DeviceCaps::RDMA_READ));
+    }
+    let write = SendOps::RDMA_WRITE | SendOps::RDMA_WRITE_WITH_IMM;
+    if send_ops.intersects(write) && !caps.contains(DeviceCaps::RDMA_WRITE) {
+        return Err(missing(DeviceCaps::RDMA_WRITE));
+    }
+    if config.unsolicited_write_recv && !caps.contains(DeviceCaps::UNSOLICITED_WRITE_RECV) {
+        return Err(missing(DeviceCaps::UNSOLICITED_WRITE_RECV));
+    }
+    if config.inline_write && !caps.contains(DeviceCaps::RDMA_WRITE) {
+        return Err(missing(DeviceCaps::RDMA_WRITE));
+    }
+    Ok(())
+}
+
+impl<P> Qp<P, Reset> {
+    /// Creates a QP in `pd` whose sends complete on `send_cq` and receives on `recv_cq`
+    /// (SRD through `efadv_create_qp_ex`, UD through `ibv_create_qp_ex`), with extended
+    /// send ops (`ibv_qp_ex`). The CQs are held the way `pd` is: borrows of the same
+    /// lifetime beside `&Pd`, `Arc`s beside `Arc<Pd>`. Options the QP type or the device
+    /// cannot have are refused before the device sees them. The QP starts in [`Reset`].
+    pub fn new<C, SC, RC>(pd: P, send_cq: SC, recv_cq: RC, config: &QpConfig) -> Result<Self>
+    where
+        P: Parent<Target = Pd<C>>,
+        C: Parent<Target = Context>,
+        SC: Sibling<P>,
+        SC::Target: CompletionQueue,
+        RC: Sibling<P>,
+        RC::Target: CompletionQueue,
+    {
+        let inner = create_inner(&pd, send_cq.as_cq_ptr(), recv_cq.as_cq_ptr(), config)?;
+        Ok(Qp {
+            inner,
+            _state: PhantomData,
+            _cqs: [send_cq.into_keep(), recv_cq.into_keep()],
+            _pd: pd,
+        })
+    }
+}
+
+fn create_inner<C: Parent<Target = Context>>(
+    pd: &Pd<C>,
+    send_cq: *mut ffi::ibv_cq,
+    recv_cq: *mut ffi::ibv_cq,
+    config: &QpConfig,
+) -> Result<QpInner> {
+    let ctx = pd.context();
+    let dev = ctx.efa_attr().ok();
+    let device_caps = ctx.caps();
+    let verb = match config.qp_type {
+        QpType::Srd => Verb::EfadvCreateQp,
+        QpType::Ud => Verb::CreateQp,
+    };
+    let send_ops = send_ops_for(config, device_caps);
+    check_config(config, send_ops, device_caps, verb)?;
+    let caps = config.caps.unwrap_or(QpCaps {
+        max_send_wr: config.depth.0,
+        max_recv_wr: config.depth.1,
+        max_send_sge: config.sges.map_or_else(
+            || dev.map_or(1, |d| (d.max_sq_sge as u32).clamp(1, 2)),
+            |s| s.0,
+        ),
+        max_recv_sge: config.sges.map_or(1, |s| s.1),
+        max_inline_data: config
+            .max_inline
+            .unwrap_or_else(|| dev.map_or(0, |d| d.inline_buf_size as u32)),
+    });
+    let gid = ctx.gid()?;
+    let max_msg = ctx.query_port(EFA_PORT)?.max_msg_sz;
+
+    // SAFETY: all-zero is a valid ibv_qp_init_attr_ex (null pointers, zero integers).
+    let mut attr: ffi::ibv_qp_init_attr_ex = unsafe { core::mem::zeroed() };
+    attr.send_cq = send_cq;
+    attr.recv_cq = recv_cq;
+    attr.cap = ffi::ibv_qp_cap {
+        max_send_wr: caps.max_send_wr,
+        max_recv_wr: caps.max_recv_wr,
+        max_send_sge: caps.max_send_sge,
+        max_recv_sge: caps.max_recv_sge,
+        max_inline_data: caps.max_inline_data,
+    };
+    attr.sq_sig_all = 0;
+    attr.comp_mask = InitMask::IBV_QP_INIT_ATTR_PD.0 | InitMask::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS.0;
+    attr.pd = pd.as_ptr();
+    attr.send_ops_flags = send_ops.bits() as u64;
+
+    let raw = match config.qp_type {
+        QpType::Srd => {
+            attr.qp_type = ibv_qp_type::IBV_QPT_DRIVER;
+            let mut efa = ffi::efadv_qp_init_attr {
+                driver_qp_type: ffi::EFADV_QP_DRIVER_TYPE_SRD,
+                sl: config.sl,
+                ..Default::default()
+            };
+            if config.unsolicited_write_recv {
+                efa.flags |= ffi::EFADV_QP_FLAGS_UNSOLICITED_WRITE_RECV;
+            }
+            if config.inline_write {
+                efa.flags |= ffi::EFADV_QP_FLAGS_INLINE_WRITE;
+            }
+            // SAFETY: valid context, attribute structs fully initialised; `inlen` is
+            // the size of the rdma-core 65 struct (extra fields zero).
+            unsafe {
+                ffi::efadv_create_qp_ex(
+                    ctx.as_ptr(),
+                    &mut attr,
+                    &mut efa,
+                    core::mem::size_of_val(&efa) as u32,
+                )
+            }
+        }
+        QpType::Ud => {
+            attr.qp_type = ibv_qp_type::IBV_QPT_UD;
+            // SAFETY: valid context and attribute struct.
+            unsafe { ffi::ibv_create_qp_ex(ctx.as_ptr(), &mut attr) }
+        }
+    };
+    let Some(qp) = NonNull::new(raw) else {
+        return Err(Error::last_os(verb));
+    };
+    let destroy = |e: Error| {
+        // SAFETY: the QP was just created, nothing else references it.
+        unsafe { ffi::ibv_destroy_qp(qp.as_ptr()) };
+        Err(e)
+    };
+    let not_in_library = |verb| Error::Unsupported {
+        verb,
+        why: Unsupported::NotInLibrary,
+    };
+    // SAFETY: live QP created with SEND_OPS_FLAGS.
+    let qpx = unsafe { ffi::ibv_qp_to_qp_ex(qp.as_ptr()) };
+    if qpx.is_null() {
+        return destroy(not_in_library(Verb::QpToQpEx));
+    }
+    // SAFETY: live ibv_qp_ex.
+    let Some(fns) = (unsafe { SendFns::load(qpx, send_ops) }) else {
+        return destroy(not_in_library(Verb::QpToQpEx));
+    };
+    // SAFETY: the QP's context is open; its ops table is readable.
+    let post_recv: Option<PostRecvFn> = unsafe { (*(*qp.as_ptr()).context).ops.post_recv };
+    let Some(post_recv) = post_recv else {
+        return destroy(not_in_library(Verb::PostRecv));
+    };
+    let granted = QpCaps {
+        max_send_wr: attr.cap.max_send_wr,
+        max_recv_wr: attr.cap.max_recv_wr,
+        max_send_sge: attr.cap.max_send_sge,
+        max_recv_sge: attr.cap.max_recv_sge,
+        max_inline_data: attr.cap.max_inline_data,
+    };
+    let limits = QpLimits {
+        pd: pd.id(),
+        qp_type: config.qp_type,
+        send_ops,
+        max_send_wr: granted.max_send_wr,
+        max_recv_wr: granted.max_recv_wr,
+        max_send_sge: granted.max_send_sge,
+        max_recv_sge: granted.max_recv_sge,
+        max_inline: granted.max_inline_data,
+        max_msg,
+        max_rdma: dev.map_or(0, |d| d.max_rdma_size),
+        inline_write: config.inline_write,
+    };
+    Ok(QpInner {
+        qp,
+        qpx,
+        fns,
+        post_recv,
+        limits,
+        caps: granted,
+        device_caps,
+        gid,
+        qkey: 0,
+    })
+}

@@ -1,0 +1,263 @@
+//! Queue pairs (UD and SRD) with compile-time states, and posting.
+//!
+//! A new QP is [`Qp<P, Reset>`](Qp). Consuming transitions move it through
+//! [`Init`] → [`Rtr`] → [`Rts`] (or [`Qp::prepare`] does all three); a failed transition
+//! hands the QP back inside [`TransitionError`]. Receives can be posted from `Init` on,
+//! sends only in `Rts`: anything else does not compile. [`DynQp`] is the same QP with
+//! its state tracked at run time. `P` holds the PD (and the CQs beside it): `&Pd<_>` or
+//! `Arc<Pd<_>>` (see [`parent`](crate::parent)).
+
+use core::marker::PhantomData;
+
+use crate::endpoint::EndpointInfo;
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::parent::Keep;
+use crate::wr::{QpLimits, RecvBatch, RecvTarget, SendBatch, SendTarget, TargetSealed};
+
+mod config;
+mod create;
+mod dynamic;
+mod raw;
+mod state;
+#[cfg(feature = "std")]
+mod transfer;
+
+pub use config::DEFAULT_RNR_RETRY;
+pub use config::{QpAttr, QpCaps, QpConfig, QpType, RnrRetry, RtsOptions, WqLayout};
+pub use dynamic::DynQp;
+pub use state::{Init, QpState, QpStateKind, RecvReady, Reset, Rtr, Rts, TransitionError};
+#[cfg(feature = "std")]
+pub use transfer::Transfer;
+
+pub(crate) use raw::{QpInner, EFA_PORT};
+
+/// A queue pair in compile-time state `S`, destroyed on drop. Holds its PD and CQs
+/// through `P`, so neither can be dropped before it.
+pub struct Qp<P, S: QpState> {
+    pub(crate) inner: QpInner,
+    _state: PhantomData<S>,
+    // Dropped after `inner` (the QP is destroyed before its CQs and PD are released).
+    _cqs: [Keep; 2],
+    _pd: P,
+}
+
+impl<P, S: QpState> Qp<P, S> {
+    fn into_state<T: QpState>(self) -> Qp<P, T> {
+        Qp {
+            inner: self.inner,
+            _state: PhantomData,
+            _cqs: self._cqs,
+            _pd: self._pd,
+        }
+    }
+
+    /// QP number.
+    pub fn qpn(&self) -> u32 {
+        self.inner.qpn()
+    }
+    /// UD or SRD.
+    pub fn qp_type(&self) -> QpType {
+        self.inner.limits.qp_type
+    }
+    /// Limits granted at creation.
+    pub fn caps(&self) -> QpCaps {
+        self.inner.caps
+    }
+    /// Everything batches are checked against.
+    pub fn limits(&self) -> &QpLimits {
+        &self.inner.limits
+    }
+    /// Send operations enabled at creation.
+    pub fn send_ops(&self) -> crate::SendOps {
+        self.inner.limits.send_ops
+    }
+    /// The state this type says the QP is in.
+    pub fn state(&self) -> QpStateKind {
+        S::KIND
+    }
+    /// Local endpoint info to give peers (GID, QPN, and the qkey set at INIT; 0 before).
+    pub fn endpoint(&self) -> EndpointInfo {
+        self.inner.endpoint()
+    }
+    /// Queries the device's view of the QP.
+    pub fn query(&self) -> Result<QpAttr> {
+        self.inner.query()
+    }
+    /// EFA send/receive ring layout (`efadv_query_qp_wqs`).
+    pub fn wq_layout(&self) -> Result<(WqLayout, WqLayout)> {
+        self.inner.wq_layout()
+    }
+    /// The raw QP. Work requests posted through it by other code must not use `wr_id`s
+    /// with bit 63 set (they are reserved for [leases](crate::lease)).
+    pub fn as_ptr(&self) -> *mut ffi::ibv_qp {
+        self.inner.qp.as_ptr()
+    }
+    /// Back to RESET (posted work requests are forgotten).
+    pub fn reset(self) -> Result<Qp<P, Reset>, TransitionError<Self>> {
+        match self.inner.set_state(QpStateKind::Reset) {
+            Ok(()) => Ok(self.into_state()),
+            Err(error) => Err(TransitionError { qp: self, error }),
+        }
+    }
+    /// Forgets the compile-time state (for QPs whose state is only known at run time).
+    pub fn into_dyn(self) -> DynQp<P> {
+        DynQp::from_parts(self.inner, S::KIND, self._cqs, self._pd)
+    }
+    /// Raw `ibv_modify_qp` escape hatch.
+    ///
+    /// # Safety
+    /// The call must leave the QP in state `S` (the type still claims it), or the caller
+    /// must convert it with [`into_dyn`](Self::into_dyn) before any other use.
+    pub unsafe fn modify(&self, attr: &mut ffi::ibv_qp_attr, mask: u32) -> Result<()> {
+        self.inner.modify(attr, mask)
+    }
+    /// Destroys the QP, reporting failure.
+    pub fn close(self) -> Result<(), (Self, Error)> {
+        let Qp {
+            inner,
+            _state,
+            _cqs,
+            _pd,
+        } = self;
+        match inner.destroy() {
+            Ok(()) => Ok(()),
+            Err((inner, e)) => Err((
+                Qp {
+                    inner,
+                    _state,
+                    _cqs,
+                    _pd,
+                },
+                e,
+            )),
+        }
+    }
+}
+
+impl<P> Qp<P, Reset> {
+    /// RESET → INIT with `qkey` (pkey index 0, port 1).
+    pub fn init(mut self, qkey: u32) -> Result<Qp<P, Init>, TransitionError<Self>> {
+        match self.inner.set_init(qkey) {
+            Ok(()) => Ok(self.into_state()),
+            Err(error) => Err(TransitionError { qp: self, error }),
+        }
+    }
+
+    /// RESET → INIT → RTR → RTS in one call, with `rnr_retry` (`None`: the finite
+    /// [`DEFAULT_RNR_RETRY`] where the device lets it be set, see [`RtsOptions`]). On
+    /// failure the QP is reset and handed back (as a [`DynQp`] in whatever state it
+    /// ended up if even that failed).
+    pub fn prepare(
+        self,
+        qkey: u32,
+        rnr_retry: Option<RnrRetry>,
+    ) -> Result<Qp<P, Rts>, TransitionError<DynQp<P>>> {
+        let fail = |qp: DynQp<P>, error: Error| {
+            let mut qp = qp;
+            let _ = qp.modify_state(QpStateKind::Reset);
+            Err(TransitionError { qp, error })
+        };
+        let init = self.init(qkey).map_err(|e| TransitionError {
+            qp: e.qp.into_dyn(),
+            error: e.error,
+        })?;
+        let rtr = match init.rtr() {
+            Ok(q) => q,
+            Err(e) => return fail(e.qp.into_dyn(), e.error),
+        };
+        match rtr.rts(RtsOptions {
+            rnr_retry,
+            sq_psn: 0,
+        }) {
+            Ok(q) => Ok(q),
+            Err(e) => fail(e.qp.into_dyn(), e.error),
+        }
+    }
+}
+
+impl<P> Qp<P, Init> {
+    /// INIT → RTR.
+    pub fn rtr(self) -> Result<Qp<P, Rtr>, TransitionError<Self>> {
+        match self.inner.set_state(QpStateKind::Rtr) {
+            Ok(()) => Ok(self.into_state()),
+            Err(error) => Err(TransitionError { qp: self, error }),
+        }
+    }
+}
+
+impl<P> Qp<P, Rtr> {
+    /// RTR → RTS.
+    pub fn rts(self, opts: RtsOptions) -> Result<Qp<P, Rts>, TransitionError<Self>> {
+        match self.inner.set_rts(opts) {
+            Ok(()) => Ok(self.into_state()),
+            Err(error) => Err(TransitionError { qp: self, error }),
+        }
+    }
+}
+
+impl<P, S: RecvReady> Qp<P, S> {
+    /// Posts a batch of receives (built for this QP) as one chain. No allocation.
+    ///
+    /// # Safety
+    /// From this call until each receive's completion has been polled, the device may
+    /// write the bytes its SGEs name at any time: the caller must not read or write
+    /// them (through the `Mr` or otherwise) in that window, and must keep the memory
+    /// allocated and not reuse it. Keeping the `Mr` alive does that; dropping it
+    /// deregisters the memory first (the device then fails the receive instead of
+    /// writing), so dropping is allowed, but a `mem::forget` of an `Mr` over borrowed
+    /// memory is not (the borrow ends while the receive is posted). The window also ends
+    /// when the QP is reset or destroyed.
+    ///
+    /// [`InvalidInput::WrongQp`](crate::InvalidInput::WrongQp) for a batch of another QP;
+    /// on [`Error::RecvQueueFull`] the first `posted` receives were posted.
+    pub unsafe fn post_recv<const N: usize>(&self, batch: &RecvBatch<'_, N>) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { self.inner.post_recv(batch) }
+    }
+}
+
+impl<P> Qp<P, Rts> {
+    /// Posts a batch of sends/RDMA operations (built for this QP) in one
+    /// `ibv_wr_start … ibv_wr_complete` session (one doorbell). All or nothing: on error
+    /// none of the batch was posted. [`Error::SendQueueFull`] means: poll completions,
+    /// then post again.
+    ///
+    /// # Safety
+    /// From this call until each work request's completion has been polled, the device
+    /// may read (sends, RDMA-write sources) or write (RDMA-read destinations) the bytes
+    /// its SGEs name at any time: the caller must not write source bytes, nor read or
+    /// write destination bytes, in that window, and must keep the memory allocated and
+    /// not reuse it (as for [`post_recv`](Self::post_recv): dropping the `Mr` is allowed,
+    /// forgetting one over borrowed memory is not). Inline payloads are copied during the
+    /// call and are exempt.
+    pub unsafe fn post_send<const N: usize>(&self, batch: &SendBatch<'_, N>) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { self.inner.post_send(batch) }
+    }
+}
+
+impl<P, S: QpState> TargetSealed for Qp<P, S> {}
+
+impl<P> SendTarget for Qp<P, Rts> {
+    fn limits(&self) -> &QpLimits {
+        &self.inner.limits
+    }
+}
+
+impl<P, S: RecvReady> RecvTarget for Qp<P, S> {
+    fn limits(&self) -> &QpLimits {
+        &self.inner.limits
+    }
+}
+
+impl<P, S: QpState> core::fmt::Debug for Qp<P, S> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Qp")
+            .field("qpn", &self.qpn())
+            .field("type", &self.inner.limits.qp_type)
+            .field("state", &S::KIND)
+            .field("caps", &self.inner.caps)
+            .finish()
+    }
+}

@@ -1,0 +1,73 @@
+//! [`CopyVec`]: a fixed-capacity vector of `Copy` values with no destructor, so that a
+//! batch borrowing its QP and SGEs holds the borrows only until its last use (an
+//! `ArrayVec` has drop glue, which would keep them until the end of the scope).
+
+use core::mem::MaybeUninit;
+
+pub(crate) struct CopyVec<T: Copy, const N: usize> {
+    items: [MaybeUninit<T>; N],
+    len: usize,
+}
+
+impl<T: Copy, const N: usize> CopyVec<T, N> {
+    pub(crate) const fn new() -> Self {
+        CopyVec {
+            items: [const { MaybeUninit::uninit() }; N],
+            len: 0,
+        }
+    }
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub(crate) fn is_full(&self) -> bool {
+        self.len == N
+    }
+    pub(crate) fn clear(&mut self) {
+        self.len = 0;
+    }
+    /// Appends `v`; the caller checked there is room.
+    pub(crate) fn push(&mut self, v: T) {
+        debug_assert!(self.len < N);
+        if let Some(slot) = self.items.get_mut(self.len) {
+            slot.write(v);
+            self.len += 1;
+        }
+    }
+    pub(crate) fn as_slice(&self) -> &[T] {
+        // SAFETY: the first `len` items were written by `push` and are `Copy` (no drop);
+        // MaybeUninit<T> has the layout of T.
+        unsafe { core::slice::from_raw_parts(self.items.as_ptr().cast::<T>(), self.len) }
+    }
+    pub(crate) fn iter(&self) -> core::slice::Iter<'_, T> {
+        self.as_slice().iter()
+    }
+}
+
+impl<T: Copy + core::fmt::Debug, const N: usize> core::fmt::Debug for CopyVec<T, N> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_what_was_pushed_in_order() {
+        let mut v = CopyVec::<u32, 3>::new();
+        assert!(v.is_empty());
+        v.push(1);
+        v.push(2);
+        v.push(3);
+        assert!(v.is_full());
+        assert_eq!(v.as_slice(), &[1, 2, 3]);
+        v.clear();
+        v.push(9);
+        assert_eq!((v.len(), v.as_slice()), (1, &[9][..]));
+        assert!(!core::mem::needs_drop::<CopyVec<u32, 3>>());
+    }
+}
