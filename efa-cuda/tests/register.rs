@@ -1,6 +1,6 @@
-//! Registration of software-GPU memory with efa-sim (today's efa-typestate API): the
-//! dma-buf path for cuMemAlloc and multi-chunk VMM memory, the ibv_reg_mr fallback when the
-//! driver refuses exports or is too old, both failing, and the typed rejections.
+//! Registration of software-GPU memory with efa-sim: the dma-buf path for cuMemAlloc and
+//! multi-chunk VMM memory, the ibv_reg_mr fallback (by device address, no host view) when
+//! the driver refuses exports or is too old, both failing, and the typed rejections.
 mod support;
 
 use efa_cuda::*;
@@ -171,15 +171,12 @@ fn borrowed_memory_cannot_be_remote_writable_and_host_or_empty_memory_is_rejecte
     let ctx = efa();
     let pd = ctx.alloc_pd().unwrap();
     let mut mem = DeviceAlloc::new(&dev, 4096).unwrap();
-    assert_eq!(
-        register(
-            &pd,
-            &mut mem,
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE
-        )
-        .unwrap_err(),
-        Error::RemoteWriteNeedsOwnedMemory
-    );
+    for remote in [AccessFlags::REMOTE_WRITE, AccessFlags::REMOTE_READ] {
+        assert_eq!(
+            register(&pd, &mut mem, AccessFlags::LOCAL_WRITE | remote).unwrap_err(),
+            Error::RemoteAccessNeedsOwnedMemory
+        );
+    }
     // A borrow without remote write is fine, and the memory is usable again afterwards.
     let mr = register(&pd, &mut mem, AccessFlags::LOCAL_WRITE).unwrap();
     assert_eq!(mr.path(), RegistrationPath::DmaBuf);
