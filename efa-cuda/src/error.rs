@@ -169,5 +169,13 @@ impl From<efa_typestate::Error> for Error {
     }
 }
 
+/// A failed QP transition becomes its verbs error (the QP it hands back is dropped), so
+/// `?` works on QP set-up in functions returning this crate's [`Result`].
+impl<Q> From<efa_typestate::TransitionError<Q>> for Error {
+    fn from(e: efa_typestate::TransitionError<Q>) -> Self {
+        Error::Verbs(e.error)
+    }
+}
+
 /// Result of this crate.
 pub type Result<T, E = Error> = core::result::Result<T, E>;

@@ -21,7 +21,9 @@ use efa_typestate::{
 
 use crate::align::ExportRange;
 use crate::copy;
+use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::flush::{FlushScope, Flushed};
 use crate::memory::{driver_of, DeviceMemory};
 use crate::owners::{check_device_range, CudaAddress, CudaDmaBuf};
 
@@ -45,6 +47,16 @@ enum Registration<P, M: DeviceMemory> {
 /// the region by its real CUDA address (a dma-buf MR's own `addr` is only the offset).
 /// It gives no host view of the memory: bytes move through the driver's copies
 /// ([`copy_from_host`](Self::copy_from_host), [`copy_to_host`](Self::copy_to_host)).
+///
+/// Nor does it give the memory out mutably while registered (it could be swapped out
+/// with `mem::replace` and freed while peers still write it); [`close`](Self::close)
+/// gives it back:
+///
+/// ```compile_fail,E0599
+/// # fn f(mr: &mut efa_cuda::GpuMr<&efa_typestate::Pd<&efa_typestate::Context>, efa_cuda::DeviceAlloc>) {
+/// let mem: &mut efa_cuda::DeviceAlloc = mr.memory_mut(); // error: no method `memory_mut`
+/// # }
+/// ```
 pub struct GpuMr<P, M: DeviceMemory> {
     reg: Registration<P, M>,
 }
@@ -201,6 +213,18 @@ impl<P, M: DeviceMemory> GpuMr<P, M> {
     /// Sets every byte to `value` (`cuMemsetD8`).
     pub fn fill(&mut self, value: u8) -> Result<()> {
         copy::set(self.memory(), value)
+    }
+
+    /// The device that holds the memory.
+    pub fn device(&self) -> Result<Device> {
+        driver_of(self.memory())?.device(self.memory().device_ordinal())
+    }
+    /// Orders the NIC writes that arrived in this memory before CUDA work that the
+    /// calling thread submits afterwards: [`Device::flush_gpudirect_writes`] on the
+    /// memory's device. Call it after polling the completion that says the writes are
+    /// done (e.g. a write-with-immediate's receive), before launching the consumer.
+    pub fn flush_gpudirect_writes(&self, scope: FlushScope) -> Result<Flushed> {
+        self.device()?.flush_gpudirect_writes(scope)
     }
 
     /// Deregisters and registers the same memory again (same path, access and address):
