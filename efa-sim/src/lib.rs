@@ -17,6 +17,7 @@ pub mod config;
 pub mod install;
 pub mod model;
 pub mod provider;
+pub(crate) mod rcu;
 pub mod ring;
 pub mod sysfs;
 pub mod transport;

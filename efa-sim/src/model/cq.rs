@@ -16,6 +16,8 @@ use super::runtime::stats::bump;
 use super::runtime::Runtime;
 use super::{profile, Completion, Errno, Qp};
 use crate::provider::poll::CqPoller;
+use crate::provider::SpinMutex;
+use crate::rcu::Guard;
 use crate::ring::cqe::{self, Cqe};
 use crate::ring::{Cursor, Layout, Ring};
 use efa_sys::io::{REGS_CQ_DB_ARM_MASK, REGS_CQ_DB_CONSUMER_INDEX_MASK};
@@ -47,7 +49,7 @@ pub struct Cq {
     depth: u32,
     opts: CqOptions,
     ring: Ring,
-    prod: Mutex<Producer>,
+    prod: SpinMutex<Producer>,
     /// `prod.waiting.len()`, readable without the lock.
     waiting: AtomicU32,
     armed: AtomicBool,
@@ -93,7 +95,7 @@ impl Cq {
             depth: granted,
             opts,
             ring,
-            prod: Mutex::new(Producer {
+            prod: SpinMutex::new(Producer {
                 // The first lap carries phase 1: zeroed memory holds no completion.
                 at: Cursor { count: 0, phase: 1 },
                 waiting: VecDeque::new(),
@@ -221,19 +223,21 @@ impl Cq {
     /// Writes a completion into the next slot (the caller holds the producer lock and
     /// checked there is room): every byte but the flags, then the flags with the phase.
     fn write(&self, p: &mut Producer, e: &Cqe) {
-        let bytes = e.encode(p.at.phase);
-        let mut hidden = bytes;
-        hidden[cqe::FLAGS] ^= efa_sys::io::CDESC_COMMON_PHASE_MASK;
+        let mut bytes = e.encode(p.at.phase);
+        let flags = bytes[cqe::FLAGS];
+        bytes[cqe::FLAGS] ^= efa_sys::io::CDESC_COMMON_PHASE_MASK;
         let slot = u32::from(p.at.count);
-        self.ring.write_slot(slot, &hidden);
-        self.ring.write_byte(slot, cqe::FLAGS, bytes[cqe::FLAGS]);
+        // A send completion is the 16-byte efa_io_tx_cdesc; the rest of the slot is unused.
+        let len = if e.is_recv() { cqe::SIZE } else { cqe::SEND_SIZE };
+        self.ring.write_slot(slot, &bytes[..len]);
+        self.ring.write_byte(slot, cqe::FLAGS, flags);
         p.at.advance(self.depth);
     }
 
     /// The device adds a completion (or keeps it until the ring has room).
     pub(crate) fn push(&self, e: &Cqe) {
         {
-            let mut p = self.prod.lock().unwrap_or_else(|e| e.into_inner());
+            let mut p = self.prod.lock();
             let used = u32::from(p.at.count.wrapping_sub(self.consumer_index()));
             if !p.waiting.is_empty() || used >= self.depth {
                 p.waiting.push_back(*e);
@@ -248,16 +252,27 @@ impl Cq {
     }
 
     /// The consumer index moved (the provider polled, or the watcher saw a doorbell
-    /// write): completions waiting for room go into the ring.
+    /// write): completions waiting for room go into the ring. No fence: a completion
+    /// queued while this looked is written when the poller next finds the ring empty
+    /// (it calls this again, see [`CqPoller::next`]) or the CQ is armed.
+    #[inline]
     pub(crate) fn consumer_moved(&self) {
-        // Pairs with `push`: the consumer index is written before this load, `waiting`
-        // before push reads the index again.
-        core::sync::atomic::fence(Ordering::SeqCst);
-        if self.waiting.load(Ordering::SeqCst) == 0 {
+        if self.waiting.load(Ordering::Acquire) == 0 {
             return;
         }
+        self.drain_waiting();
+    }
+
+    /// Whether completions wait inside the device for room in the ring.
+    #[inline]
+    pub(crate) fn has_waiting(&self) -> bool {
+        self.waiting.load(Ordering::Acquire) != 0
+    }
+
+    #[cold]
+    fn drain_waiting(&self) {
         let wrote = {
-            let mut p = self.prod.lock().unwrap_or_else(|e| e.into_inner());
+            let mut p = self.prod.lock();
             let mut wrote = false;
             while let Some(e) = p.waiting.front().copied() {
                 let used = u32::from(p.at.count.wrapping_sub(self.consumer_index()));
@@ -283,7 +298,7 @@ impl Cq {
             .store(self.ring.doorbell().read(), Ordering::Release);
         self.armed.store(true, Ordering::Release);
         let pending = {
-            let p = self.prod.lock().unwrap_or_else(|e| e.into_inner());
+            let p = self.prod.lock();
             p.at.count != self.consumer_index() || !p.waiting.is_empty()
         };
         if pending {
@@ -305,8 +320,10 @@ impl Cq {
         true
     }
 
+    #[inline]
     fn notify(&self) {
-        if self.armed.swap(false, Ordering::AcqRel) {
+        // Most completions find the CQ unarmed: a load, no read-modify-write.
+        if self.armed.load(Ordering::Acquire) && self.armed.swap(false, Ordering::AcqRel) {
             let f = self
                 .notifier
                 .lock()
@@ -322,10 +339,9 @@ impl Cq {
     /// completions, else as send CQ). The pointer stays valid while the caller holds
     /// this CQ's poll lock: QP destruction takes the poll locks of its CQs first.
     pub(crate) fn attached_qp(&self, qpn: u32, recv: bool) -> Option<*const Qp> {
-        self.rt.with_qp(qpn, |qp| {
-            let qp = qp?;
-            let cq = if recv { qp.recv_cq() } else { qp.send_cq() };
-            core::ptr::eq(Arc::as_ptr(cq), self).then_some(qp as *const Qp)
-        })
+        let g = Guard::enter();
+        let qp = self.rt.qp(qpn, &g)?;
+        let cq = if recv { qp.recv_cq() } else { qp.send_cq() };
+        core::ptr::eq(Arc::as_ptr(cq), self).then_some(qp as *const Qp)
     }
 }

@@ -1,7 +1,13 @@
 //! The only place the model touches registered memory. Every range passed
 //! here has been checked against a live MR (`Mr::host_range`), whose
 //! registration (`Pd::reg_mr`, an `unsafe fn`) promised the memory stays
-//! valid until deregistration.
+//! valid until deregistration, inside the read section that validated it (so
+//! deregistration waits for the copy).
+//!
+//! One function per direction, for a memory backend to hook: [`read_registered`]
+//! (MR → device buffer), [`write_registered`] (device buffer → MR),
+//! [`copy_registered`] (MR → MR, the same-process path), and the cross-process pair
+//! [`pull_from_process`] / [`push_to_process`].
 
 use std::io;
 
@@ -28,6 +34,79 @@ pub unsafe fn write_registered(dst: usize, src: &[u8]) {
     // SAFETY: the caller guarantees the destination range; `src` is a distinct Rust buffer
     // (or another registered range: copy() tolerates overlap).
     unsafe { std::ptr::copy(src.as_ptr(), dst as *mut u8, src.len()) }
+}
+
+/// Copies `len` bytes between two registered ranges of this process (the same-process
+/// path: a requester's SGE and a responder's MR or receive buffer).
+///
+/// # Safety
+/// `[src, src+len)` must be readable and `[dst, dst+len)` writable memory of live MRs.
+pub unsafe fn copy_registered(dst: usize, src: usize, len: usize) {
+    if len == 0 {
+        return;
+    }
+    // SAFETY: both ranges are live registered memory (caller); copy() tolerates overlap
+    // (an MR registered twice, or a write onto its own source).
+    unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) }
+}
+
+/// The payload of a request as the responder sees it: bytes of a packet, or (on the
+/// same-process path) the requester's registered ranges, validated by the requester
+/// inside the read section the responder runs in.
+#[derive(Clone, Copy)]
+pub(crate) enum Data<'a> {
+    /// Bytes that arrived in a packet (or inline data of a WQE).
+    Bytes(&'a [u8]),
+    /// `(host address, length)` ranges of live MRs of this process, in order.
+    Local(&'a [(usize, usize)]),
+}
+
+impl Data<'_> {
+    /// Payload length.
+    #[inline]
+    pub fn len(&self) -> usize {
+        match self {
+            Data::Bytes(b) => b.len(),
+            Data::Local(r) => r.iter().map(|(_, l)| l).sum(),
+        }
+    }
+
+    /// Whether the payload is empty.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Writes payload bytes `[from, from+n)` into registered memory at `dst`.
+    ///
+    /// # Safety
+    /// `[dst, dst+n)` must be writable memory of a live MR; `from + n <= self.len()`.
+    #[inline]
+    pub unsafe fn write_to(&self, dst: usize, from: usize, n: usize) {
+        match self {
+            // SAFETY: forwarded; the slice bounds are checked by indexing.
+            Data::Bytes(b) => unsafe { write_registered(dst, &b[from..from + n]) },
+            Data::Local(ranges) => {
+                let (mut skip, mut left, mut at) = (from, n, dst);
+                for &(host, len) in ranges.iter() {
+                    if left == 0 {
+                        break;
+                    }
+                    if skip >= len {
+                        skip -= len;
+                        continue;
+                    }
+                    let take = (len - skip).min(left);
+                    // SAFETY: the source range is live registered memory (see the type);
+                    // the destination is the caller's.
+                    unsafe { copy_registered(at, host + skip, take) };
+                    at += take;
+                    left -= take;
+                    skip = 0;
+                }
+            }
+        }
+    }
 }
 
 /// Reads `len` bytes of process `pid` at `remote` into our registered range

@@ -4,6 +4,7 @@
 use super::mr::{check_access, AccessFlags, DmaBuf, Mr};
 use super::runtime::Runtime;
 use super::{Ah, Errno, Gid, Qp, QpCaps, QpInit};
+use crate::rcu::{Guard, RcuBox};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,6 +20,9 @@ pub struct Pd {
     dead: AtomicBool,
     /// (GID → (AH number, handles)) of this PD: the device's address book.
     ahs: Mutex<HashMap<Gid, (u16, u32)>>,
+    /// The address book as the data path reads it: (GID, AH number), sorted by GID,
+    /// republished whenever an AH number comes or goes.
+    book: RcuBox<Vec<(Gid, u16)>>,
 }
 
 impl Pd {
@@ -36,6 +40,7 @@ impl Pd {
             users: AtomicU32::new(0),
             dead: AtomicBool::new(false),
             ahs: Mutex::new(HashMap::new()),
+            book: RcuBox::new(Vec::new()),
         }))
     }
 
@@ -152,6 +157,7 @@ impl Pd {
             None => {
                 let n = self.rt.alloc_ah(Arc::as_ptr(self) as usize, gid)?;
                 ahs.insert(*gid, (n, 1));
+                self.publish_book(&ahs);
                 n
             }
         };
@@ -168,6 +174,7 @@ impl Pd {
             if *uses == 0 {
                 let n = *n;
                 ahs.remove(gid);
+                self.publish_book(&ahs);
                 drop(ahs);
                 self.rt.free_ah(n);
             }
@@ -191,13 +198,25 @@ impl Pd {
         Ok(())
     }
 
-    /// The receiver-side AH number of `gid` in this PD, or 0xFFFF.
-    pub(crate) fn ah_number_of(&self, gid: &Gid) -> u16 {
-        self.ahs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(gid)
-            .map(|(n, _)| *n)
-            .unwrap_or(crate::ring::cqe::NO_AH)
+    /// Republishes the data path's copy of the address book (the caller holds `ahs`).
+    fn publish_book(&self, ahs: &HashMap<Gid, (u16, u32)>) {
+        let mut v: Vec<(Gid, u16)> = ahs.iter().map(|(g, (n, _))| (*g, *n)).collect();
+        v.sort_unstable();
+        self.book.replace(v);
+    }
+
+    /// The receiver-side AH number of `gid` in this PD, or 0xFFFF (no lock, no hashing:
+    /// a search of the sorted book inside a read section).
+    #[inline]
+    pub(crate) fn ah_number_of(&self, gid: &Gid, g: &Guard) -> u16 {
+        let book = self.book.get(g);
+        let found = if book.len() <= 8 {
+            book.iter().find(|(k, _)| k == gid).map(|(_, n)| *n)
+        } else {
+            book.binary_search_by(|(k, _)| k.cmp(gid))
+                .ok()
+                .map(|i| book[i].1)
+        };
+        found.unwrap_or(crate::ring::cqe::NO_AH)
     }
 }

@@ -140,16 +140,15 @@ impl Qp {
         let rq_ring = Ring::new(rq_descs, crate::ring::rx::SIZE)?;
         let limit = p.max_qp.min(MAX_QPS_PER_PROCESS);
         let qp = {
-            let mut qps = rt.qps.write().unwrap_or_else(|e| e.into_inner());
-            let live = qps.iter().filter(|q| q.is_some()).count() as u32;
-            if live >= limit {
+            let mut live = rt.qps.writer.lock().unwrap_or_else(|e| e.into_inner());
+            if *live >= limit {
                 return Err(libc::ENOMEM);
             }
             // Reuse indices round-robin so a destroyed QPN is not reused at once.
             let start = rt.next_qp_index.load(Ordering::Relaxed);
             let idx = (0..MAX_QPS_PER_PROCESS)
                 .map(|i| 1 + (start + i) % MAX_QPS_PER_PROCESS)
-                .find(|i| qps[*i as usize].is_none())
+                .find(|i| rt.qps.is_vacant(*i as usize))
                 .ok_or(libc::ENOMEM)?;
             rt.next_qp_index.store(idx, Ordering::Relaxed);
             let qpn = (rt.ep.slot() << transport::QP_INDEX_BITS) | idx;
@@ -193,7 +192,8 @@ impl Qp {
                 exposed: AtomicBool::new(false),
                 dead: AtomicBool::new(false),
             });
-            qps[idx as usize] = Some(qp.clone());
+            rt.qps.set(idx as usize, qp.clone());
+            *live += 1;
             qp
         };
         pd.add_user();
@@ -440,16 +440,20 @@ impl Qp {
         if a != b {
             second.poller().lock();
         }
-        {
+        let gone = {
             let rt = &self.pd.rt;
-            let mut qps = rt.qps.write().unwrap_or_else(|e| e.into_inner());
+            let mut live = rt.qps.writer.lock().unwrap_or_else(|e| e.into_inner());
             let idx = (self.qpn & ((1 << transport::QP_INDEX_BITS) - 1)) as usize;
-            qps[idx] = None;
-        }
+            let gone = rt.qps.take(idx);
+            *live -= u32::from(gone.is_some());
+            gone
+        };
         if a != b {
             second.poller().unlock();
         }
         first.poller().unlock();
+        // Requests executing on this QP (inside read sections) finish before it goes.
+        crate::model::runtime::tables::retire(gone);
         self.pd.rt.purge_pending(self.qpn);
         self.send_cq.release_user();
         self.recv_cq.release_user();

@@ -39,7 +39,7 @@ use efa_sys::io::{
 };
 use efa_sys::vendor::comp_status as st;
 use std::sync::atomic::{AtomicU16, Ordering};
-use std::sync::Mutex;
+use crate::provider::SpinMutex;
 
 /// A WQE as the device executes it.
 #[derive(Clone, Debug)]
@@ -75,7 +75,7 @@ struct Consumer {
 /// The device side of a send queue.
 pub(crate) struct DeviceSq {
     ring: Ring,
-    at: Mutex<Consumer>,
+    at: SpinMutex<Consumer>,
     /// Mirror of the consumer position for lock-free "anything new?" checks.
     consumed: AtomicU16,
 }
@@ -85,7 +85,7 @@ impl DeviceSq {
     pub fn new(ring: Ring) -> DeviceSq {
         DeviceSq {
             ring,
-            at: Mutex::new(Consumer {
+            at: SpinMutex::new(Consumer {
                 at: Cursor::default(),
                 stalled: None,
             }),
@@ -106,7 +106,7 @@ impl DeviceSq {
     /// Moving to RESET: consumer position 0 (the phase carries on, as the provider's
     /// does), doorbell 0.
     pub fn reset(&self) {
-        let mut c = self.at.lock().unwrap_or_else(|e| e.into_inner());
+        let mut c = self.at.lock();
         c.at.count = 0;
         c.stalled = None;
         self.ring.doorbell().write(0);
@@ -117,7 +117,7 @@ impl DeviceSq {
     pub fn process(&self, rt: &Runtime, qp: &Qp) -> bool {
         let mut any = false;
         loop {
-            let Ok(mut c) = self.at.try_lock() else {
+            let Some(mut c) = self.at.try_lock() else {
                 return any; // another thread is consuming; it looks again when done
             };
             let state = qp.state();
@@ -138,6 +138,7 @@ impl DeviceSq {
                 return any;
             }
             let mut consumed = 0u32;
+            let mut direct = 0u64;
             rt.begin_batch();
             let mut raw = WqeBuf::default();
             let size = self.ring.entry_size();
@@ -159,7 +160,7 @@ impl DeviceSq {
                     Ok(r) if state == QpState::Err => {
                         complete(qp, &Origin::of(&r), st::FLUSHED as u8)
                     }
-                    Ok(r) => rt.start_send(qp, &r),
+                    Ok(r) => direct += u64::from(rt.start_send(qp, &r)),
                     Err((bad, status)) => {
                         bump(&rt.stats.bad_wqes);
                         complete(qp, &bad, status);
@@ -167,6 +168,9 @@ impl DeviceSq {
                 }
             }
             rt.end_batch();
+            if direct > 0 {
+                rt.stats.direct.fetch_add(direct, core::sync::atomic::Ordering::Relaxed);
+            }
             if consumed > 0 {
                 any = true;
                 bump(&rt.stats.sq_doorbells);

@@ -18,6 +18,7 @@
 use super::runtime::stats::bump;
 use super::runtime::Runtime;
 use super::{Cq, Qp};
+use crate::rcu::Guard;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -65,15 +66,15 @@ impl Watcher {
 /// One scan: acts on every changed doorbell; whether there was any.
 fn scan(rt: &Runtime) -> bool {
     // Collect first: the device's work takes the QP table lock itself.
-    let qps: Vec<Arc<Qp>> = rt
-        .qps
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .flatten()
-        .filter(|q| q.is_exposed() && q.sq_dev().has_news())
-        .cloned()
-        .collect();
+    let mut qps: Vec<Arc<Qp>> = Vec::new();
+    {
+        let g = Guard::enter();
+        rt.qps.for_each(&g, |_, q| {
+            if q.is_exposed() && q.sq_dev().has_news() {
+                qps.extend(q.arc());
+            }
+        });
+    }
     let mut work = false;
     for qp in qps {
         if qp.sq_doorbell() {

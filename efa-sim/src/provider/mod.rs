@@ -22,7 +22,7 @@ pub mod recv;
 pub mod send;
 pub mod session;
 
-use core::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
 
 /// A spin lock held across calls (a poll or post session, `start_poll..end_poll`,
 /// `wr_start..wr_complete`), like libefa's spin locks. After a short spin a waiter yields
@@ -90,6 +90,68 @@ impl SpinLock {
     }
 }
 
+/// A value behind a [`SpinLock`] (cheaper than a `Mutex` for the device's short critical
+/// sections: one atomic read-modify-write per lock, a plain store to unlock).
+pub struct SpinMutex<T> {
+    lock: SpinLock,
+    value: core::cell::UnsafeCell<T>,
+}
+
+// SAFETY: the value is only reached through a guard, which holds the lock.
+unsafe impl<T: Send> Sync for SpinMutex<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Send for SpinMutex<T> {}
+
+impl<T> SpinMutex<T> {
+    /// A lock around `value`.
+    pub const fn new(value: T) -> SpinMutex<T> {
+        SpinMutex {
+            lock: SpinLock::new(),
+            value: core::cell::UnsafeCell::new(value),
+        }
+    }
+
+    /// Locks it.
+    #[inline]
+    pub fn lock(&self) -> SpinGuard<'_, T> {
+        self.lock.lock();
+        SpinGuard(self)
+    }
+
+    /// Locks it if it is free.
+    #[inline]
+    pub fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
+        self.lock.try_lock().then_some(SpinGuard(self))
+    }
+}
+
+/// Access to a [`SpinMutex`]'s value; unlocks when dropped.
+pub struct SpinGuard<'a, T>(&'a SpinMutex<T>);
+
+impl<T> core::ops::Deref for SpinGuard<'_, T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        // SAFETY: the guard holds the lock, so no other reference exists.
+        unsafe { &*self.0.value.get() }
+    }
+}
+
+impl<T> core::ops::DerefMut for SpinGuard<'_, T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: the guard holds the lock, so no other reference exists.
+        unsafe { &mut *self.0.value.get() }
+    }
+}
+
+impl<T> Drop for SpinGuard<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        self.0.lock.unlock();
+    }
+}
+
 /// Request ids of one work queue and the `wr_id` each stands for (libefa's `wrid` array).
 /// The bits above the index carry a generation, new at every QP creation and reset, so a
 /// completion left over from an earlier incarnation is recognised and dropped.
@@ -149,9 +211,11 @@ impl WridIds {
 
 /// The free indices of a work queue (libefa's `wrid_idx_pool`): completions arrive out of
 /// order (SRD), so an index is taken from a pool rather than following the ring. Used
-/// under the queue lock.
+/// under the queue lock. An index is given back only while it is taken, so a late or
+/// repeated retirement (one that raced with a reset) cannot hand it out twice.
 pub struct WridPool {
     pool: Box<[u32]>,
+    taken: Box<[bool]>,
     next: u32,
 }
 
@@ -160,6 +224,7 @@ impl WridPool {
     pub fn new(count: u32) -> WridPool {
         WridPool {
             pool: (0..count).collect(),
+            taken: vec![false; count as usize].into_boxed_slice(),
             next: 0,
         }
     }
@@ -169,6 +234,7 @@ impl WridPool {
         for (i, p) in self.pool.iter_mut().enumerate() {
             *p = i as u32;
         }
+        self.taken.fill(false);
         self.next = 0;
     }
 
@@ -177,23 +243,87 @@ impl WridPool {
     pub fn take(&mut self) -> u32 {
         let idx = self.pool[self.next as usize];
         self.next += 1;
+        self.taken[idx as usize] = true;
         idx
     }
 
-    /// Gives back the most recently taken index (a WR dropped before it was posted).
+    /// Gives back the `n` most recently taken indices (WRs dropped before they were
+    /// posted).
     #[inline]
     pub fn untake(&mut self, n: u32) {
+        for i in self.next - n..self.next {
+            let idx = self.pool[i as usize];
+            self.taken[idx as usize] = false;
+        }
         self.next -= n;
     }
 
-    /// Frees `idx` (its completion was retired).
+    /// Frees `idx` (its completion was retired); false if it was not taken.
     #[inline]
-    pub fn put(&mut self, idx: u32) {
-        if self.next == 0 {
-            return; // forgotten by a reset already
+    pub fn put(&mut self, idx: u32) -> bool {
+        match self.taken.get_mut(idx as usize) {
+            Some(t) if *t && self.next > 0 => {
+                *t = false;
+                self.next -= 1;
+                self.pool[self.next as usize] = idx;
+                true
+            }
+            _ => false,
         }
-        self.next -= 1;
-        self.pool[self.next as usize] = idx;
+    }
+}
+
+/// Request ids of retired completions on their way back to the queue's pool: the poller
+/// (one at a time: the CQ's poll lock) pushes without taking the queue lock, the poster
+/// drains them under the queue lock when the pool looks full. Holds as many entries as
+/// the queue has request ids, so it cannot overflow.
+pub struct RetireRing {
+    ids: Box<[AtomicU16]>,
+    head: AtomicU32,
+    tail: AtomicU32,
+}
+
+impl RetireRing {
+    /// Room for `count` (a power of two, or rounded up to one) request ids.
+    pub fn new(count: u32) -> RetireRing {
+        RetireRing {
+            ids: (0..count.max(1).next_power_of_two())
+                .map(|_| AtomicU16::new(0))
+                .collect(),
+            head: AtomicU32::new(0),
+            tail: AtomicU32::new(0),
+        }
+    }
+
+    /// Hands back `req_id`; false if the ring is full (the caller frees it under the
+    /// queue lock instead). Callers are serialised (the CQ's poll lock).
+    #[inline]
+    pub fn push(&self, req_id: u16) -> bool {
+        let t = self.tail.load(Ordering::Relaxed);
+        if t.wrapping_sub(self.head.load(Ordering::Acquire)) as usize >= self.ids.len() {
+            return false;
+        }
+        self.ids[t as usize & (self.ids.len() - 1)].store(req_id, Ordering::Relaxed);
+        self.tail.store(t.wrapping_add(1), Ordering::Release);
+        true
+    }
+
+    /// Whether request ids are waiting.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.tail.load(Ordering::Acquire) == self.head.load(Ordering::Relaxed)
+    }
+
+    /// Takes every waiting request id (the caller holds the queue lock).
+    pub fn drain(&self, mut f: impl FnMut(u16)) {
+        let h = self.head.load(Ordering::Relaxed);
+        let t = self.tail.load(Ordering::Acquire);
+        let mut i = h;
+        while i != t {
+            f(self.ids[i as usize & (self.ids.len() - 1)].load(Ordering::Relaxed));
+            i = i.wrapping_add(1);
+        }
+        self.head.store(t, Ordering::Release);
     }
 }
 
@@ -214,13 +344,29 @@ mod tests {
             "generation in the high bits"
         );
         assert_eq!(ids.wr_id(req[2]), Some(12));
-        pool.put(ids.index(req[2]));
-        pool.put(ids.index(req[0]));
+        assert!(pool.put(ids.index(req[2])));
+        assert!(pool.put(ids.index(req[0])));
+        assert!(!pool.put(ids.index(req[0])), "freed twice");
         let again = ids.record(pool.take(), 99);
         assert!(again == req[0] || again == req[2]);
         assert_eq!(ids.wr_id(again), Some(99));
         ids.set_gen(4);
         pool.reset();
         assert_eq!(ids.wr_id(req[1]), None, "stale generation");
+        assert!(!pool.put(ids.index(req[1])), "retired after a reset");
+    }
+
+    #[test]
+    fn retire_ring_hands_back_in_order_and_refuses_overflow() {
+        let r = RetireRing::new(3);
+        assert!(r.is_empty());
+        for id in [5, 6, 7, 8] {
+            assert!(r.push(id));
+        }
+        assert!(!r.push(9), "4 slots");
+        let mut got = Vec::new();
+        r.drain(|id| got.push(id));
+        assert_eq!(got, vec![5, 6, 7, 8]);
+        assert!(r.is_empty() && r.push(9));
     }
 }

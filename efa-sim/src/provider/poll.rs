@@ -116,11 +116,27 @@ impl CqPoller {
         let mut raw = [0u8; cqe::SIZE];
         loop {
             let slot = u32::from(st.ci.count);
-            if cqe::phase_of(ring.read_byte(slot, cqe::FLAGS)) != st.ci.phase {
+            let flags = ring.read_byte(slot, cqe::FLAGS);
+            if cqe::phase_of(flags) != st.ci.phase {
                 st.cur = None;
+                if cq.has_waiting() {
+                    // Completions wait for room: tell the device how far we got.
+                    st.told = st.ci.count;
+                    ring.doorbell().write(db_value(st, false));
+                    cq.consumer_moved();
+                    if cqe::phase_of(ring.read_byte(slot, cqe::FLAGS)) == st.ci.phase {
+                        continue;
+                    }
+                }
                 return None;
             }
-            ring.read_slot(slot, &mut raw);
+            // A send completion is 16 bytes; the rest of its slot is not read.
+            let len = if cqe::is_recv_flags(flags) {
+                cqe::SIZE
+            } else {
+                cqe::SEND_SIZE
+            };
+            ring.read_slot(slot, &mut raw[..len]);
             st.ci.advance(ring.entries());
             // In a long poll session, tell the device every quarter ring how far we got
             // (it keeps completions that find the ring full by this index).

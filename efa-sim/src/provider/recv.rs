@@ -6,7 +6,7 @@
 //! hardware such a receive would never complete); efa-sim keeps the verbs meaning: it
 //! consumes a message of length 0 or a write with immediate.
 
-use super::{SpinLock, WridIds, WridPool};
+use super::{RetireRing, SpinLock, WridIds, WridPool};
 use crate::model::{Errno, QpState, Sge};
 use crate::ring::rx::RxDesc;
 use crate::ring::{Cursor, Ring};
@@ -37,10 +37,13 @@ pub struct RecvQueue {
     lock: SpinLock,
     st: UnsafeCell<RecvState>,
     ids: WridIds,
+    /// Retired request ids not yet back in the pool (the poller does not take the lock).
+    retired: RetireRing,
     cfg: RqConfig,
 }
 
-// SAFETY: `st` is only touched with the lock held; `ids` is atomics; `cfg` is immutable.
+// SAFETY: `st` is only touched with the lock held; `ids` and `retired` are atomics; `cfg`
+// is immutable.
 unsafe impl Sync for RecvQueue {}
 // SAFETY: as above; nothing is tied to a thread.
 unsafe impl Send for RecvQueue {}
@@ -58,6 +61,7 @@ impl RecvQueue {
                 gen,
             }),
             ids: WridIds::new(cfg.wrs, gen),
+            retired: RetireRing::new(cfg.wrs),
             cfg,
         }
     }
@@ -106,7 +110,11 @@ impl RecvQueue {
             return Err(EINVAL);
         }
         if s.posted.wrapping_sub(s.completed) >= self.cfg.wrs {
-            return Err(ENOMEM);
+            // Looks full: slots retired since the last look come back first.
+            self.drain_retired(s);
+            if s.posted.wrapping_sub(s.completed) >= self.cfg.wrs {
+                return Err(ENOMEM);
+            }
         }
         let req_id = self.ids.record(s.pool.take(), wr_id);
         s.posted = s.posted.wrapping_add(1);
@@ -134,14 +142,33 @@ impl RecvQueue {
         self.ids.wr_id(req_id)
     }
 
-    /// Frees the slot of a retired completion.
+    /// Frees the slot of a retired completion: handed to the next poster, without the
+    /// queue lock (callers are serialised by the receive CQ's poll lock).
+    #[inline]
     pub fn retire(&self, req_id: u16) {
-        self.lock.lock();
-        // SAFETY: the lock is held.
-        let s = unsafe { &mut *self.st.get() };
-        s.completed = s.completed.wrapping_add(1);
-        s.pool.put(self.ids.index(req_id));
-        self.lock.unlock();
+        if !self.retired.push(req_id) {
+            self.lock.lock();
+            // SAFETY: the lock is held.
+            let s = unsafe { &mut *self.st.get() };
+            self.drain_retired(s);
+            self.free(s, req_id);
+            self.lock.unlock();
+        }
+    }
+
+    /// Puts the slot of `req_id` back (the lock is held): only a WR of the current
+    /// generation that is still taken.
+    fn free(&self, s: &mut RecvState, req_id: u16) {
+        if self.ids.wr_id(req_id).is_some() && s.pool.put(self.ids.index(req_id)) {
+            s.completed = s.completed.wrapping_add(1);
+        }
+    }
+
+    /// Takes back every retired slot (the lock is held).
+    fn drain_retired(&self, s: &mut RecvState) {
+        if !self.retired.is_empty() {
+            self.retired.drain(|id| self.free(s, id));
+        }
     }
 
     /// Forgets every WR (a reset): descriptor count 0, new generation.
@@ -152,6 +179,7 @@ impl RecvQueue {
         s.pc.count = 0;
         s.posted = 0;
         s.completed = 0;
+        self.retired.drain(|_| {});
         s.pool.reset();
         s.gen = s.gen.wrapping_add(1);
         self.ids.set_gen(s.gen);

@@ -5,7 +5,7 @@
 //! only rewinds the producer position.
 
 pub use super::session::Session;
-use super::{SpinLock, WridIds, WridPool};
+use super::{RetireRing, SpinLock, WridIds, WridPool};
 use crate::model::{Errno, QpState, QpType, SendOp};
 use crate::ring::wqe::WqeBuf;
 use crate::ring::Cursor;
@@ -76,11 +76,13 @@ pub struct SendQueue {
     pub(super) lock: SpinLock,
     st: UnsafeCell<SendState>,
     pub(super) ids: WridIds,
+    /// Retired request ids not yet back in the pool (the poller does not take the lock).
+    retired: RetireRing,
     pub(super) cfg: SqConfig,
 }
 
-// SAFETY: `st` is only reached through a `Session` (the lock is held) or by `retire`
-// under the lock; `ids` is atomics; `cfg` is immutable.
+// SAFETY: `st` is only reached through a `Session` (the lock is held) or under the lock;
+// `ids` and `retired` are atomics; `cfg` is immutable.
 unsafe impl Sync for SendQueue {}
 // SAFETY: as above; nothing is tied to a thread.
 unsafe impl Send for SendQueue {}
@@ -119,6 +121,7 @@ impl SendQueue {
                 cur: None,
             }),
             ids: WridIds::new(cfg.entries, gen),
+            retired: RetireRing::new(cfg.entries),
             cfg,
         }
     }
@@ -158,14 +161,33 @@ impl SendQueue {
         self.ids.wr_id(req_id)
     }
 
-    /// Frees the slot of a retired completion.
+    /// Frees the slot of a retired completion: handed to the next poster, without the
+    /// queue lock (callers are serialised by the send CQ's poll lock).
+    #[inline]
     pub fn retire(&self, req_id: u16) {
-        self.lock.lock();
-        // SAFETY: the lock is held.
-        let s = unsafe { &mut *self.st.get() };
-        s.completed = s.completed.wrapping_add(1);
-        s.pool.put(self.ids.index(req_id));
-        self.lock.unlock();
+        if !self.retired.push(req_id) {
+            self.lock.lock();
+            // SAFETY: the lock is held.
+            let s = unsafe { &mut *self.st.get() };
+            self.drain_retired(s);
+            self.free(s, req_id);
+            self.lock.unlock();
+        }
+    }
+
+    /// Puts the slot of `req_id` back (the lock is held): only a WR of the current
+    /// generation that is still taken.
+    fn free(&self, s: &mut SendState, req_id: u16) {
+        if self.ids.wr_id(req_id).is_some() && s.pool.put(self.ids.index(req_id)) {
+            s.completed = s.completed.wrapping_add(1);
+        }
+    }
+
+    /// Takes back every retired slot (the lock is held).
+    fn drain_retired(&self, s: &mut SendState) {
+        if !self.retired.is_empty() {
+            self.retired.drain(|id| self.free(s, id));
+        }
     }
 
     /// Forgets every WR (a reset): producer position 0, new generation. The device resets
@@ -178,6 +200,7 @@ impl SendQueue {
         s.pc.count = 0;
         s.posted = 0;
         s.completed = 0;
+        self.retired.drain(|_| {});
         s.pool.reset();
         s.gen = s.gen.wrapping_add(1);
         self.ids.set_gen(s.gen);
@@ -187,7 +210,7 @@ impl SendQueue {
     /// The posting rules 1–4 of model §3.3 for one more WR (`extra` already staged).
     pub(super) fn admit(
         &self,
-        s: &SendState,
+        s: &mut SendState,
         state: QpState,
         flags: u32,
         extra: u32,
@@ -202,7 +225,11 @@ impl SendQueue {
             return Err(EINVAL);
         }
         if s.posted.wrapping_sub(s.completed) + extra >= self.cfg.entries {
-            return Err(ENOMEM);
+            // Looks full: slots retired since the last look come back first.
+            self.drain_retired(s);
+            if s.posted.wrapping_sub(s.completed) + extra >= self.cfg.entries {
+                return Err(ENOMEM);
+            }
         }
         Ok(())
     }
@@ -259,8 +286,8 @@ impl SendQueue {
     /// of the caller's batch come before it): what a session would answer.
     pub fn check(&self, wr: &WrCheck<'_>, state: QpState, extra: u32) -> Result<(), Errno> {
         self.lock.lock();
-        // SAFETY: the lock is held; only read.
-        let s = unsafe { &*self.st.get() };
+        // SAFETY: the lock is held.
+        let s = unsafe { &mut *self.st.get() };
         let r = self.admit(s, state, wr.flags, extra);
         self.lock.unlock();
         r?;

@@ -16,6 +16,8 @@ pub const NO_AH: u16 = 0xffff;
 
 /// Bytes per CQ slot.
 pub const SIZE: usize = core::mem::size_of::<efa_io_rx_cdesc_ex>();
+/// Bytes of a send completion (`struct efa_io_tx_cdesc`) at the start of its slot.
+pub const SEND_SIZE: usize = core::mem::size_of::<efa_sys::io::efa_io_tx_cdesc>();
 /// Offset of the flags byte (phase bit).
 pub const FLAGS: usize = offset_of!(efa_io_cdesc_common, flags);
 
@@ -134,6 +136,12 @@ impl Cqe {
         }
         c
     }
+}
+
+/// Whether a slot's flags byte says receive queue.
+#[inline]
+pub fn is_recv_flags(flags: u8) -> bool {
+    (flags & CDESC_COMMON_Q_TYPE_MASK) >> CDESC_COMMON_Q_TYPE_SHIFT == queue_type::RECV
 }
 
 /// The phase bit of a slot's flags byte.

@@ -160,9 +160,9 @@ impl Ring {
     pub fn write_slot(&self, index: u32, bytes: &[u8]) {
         let Some(dst) = self.slot(index) else { return };
         let n = bytes.len().min(self.entry_size);
-        // SAFETY: dst..dst+n is inside the mapping; `bytes` is a distinct Rust buffer.
-        // Volatile word copies: the memory is shared with code outside Rust's view.
-        unsafe { volatile_copy(bytes.as_ptr(), dst, n) };
+        // SAFETY: dst..dst+n is inside the mapping (slots are 8-byte aligned: page-aligned
+        // ring, entry sizes multiples of 8); `bytes` is a distinct Rust buffer.
+        unsafe { copy_to_ring(bytes.as_ptr(), dst, n) };
     }
 
     /// Copies slot `index` (at most `out.len()` bytes) out of the ring.
@@ -173,8 +173,9 @@ impl Ring {
             return;
         };
         let n = out.len().min(self.entry_size);
-        // SAFETY: src..src+n is inside the mapping; `out` is a distinct Rust buffer.
-        unsafe { volatile_copy(src, out.as_mut_ptr(), n) };
+        // SAFETY: src..src+n is inside the mapping (8-byte aligned slot); `out` is a
+        // distinct Rust buffer.
+        unsafe { copy_from_ring(src, out.as_mut_ptr(), n) };
     }
 
     /// Reads one byte of slot `index` at `offset` (a completion's flags byte), acquire:
@@ -209,24 +210,53 @@ impl Drop for Ring {
     }
 }
 
-/// Copies `n` bytes with volatile accesses, 8 bytes at a time where both sides allow.
+/// Copies `n` bytes of a Rust buffer into ring memory: volatile 8-byte stores on the
+/// ring side (shared with code outside Rust's view), plain loads from the buffer.
 ///
 /// # Safety
-/// `src..src+n` must be readable and `dst..dst+n` writable, and the ranges disjoint.
+/// `src..src+n` must be readable, `dst..dst+n` writable and 8-byte aligned at `dst`, and
+/// the ranges disjoint.
 #[inline]
-unsafe fn volatile_copy(src: *const u8, dst: *mut u8, n: usize) {
+unsafe fn copy_to_ring(src: *const u8, dst: *mut u8, n: usize) {
+    debug_assert_eq!(dst as usize % 8, 0);
     let mut i = 0;
     while i + 8 <= n {
-        // SAFETY: i + 8 <= n, inside both ranges (caller); unaligned accesses are allowed.
+        // SAFETY: i + 8 <= n, inside both ranges (caller); the source may be unaligned,
+        // the destination is aligned (caller).
         unsafe {
-            let w = core::ptr::read_volatile(src.add(i).cast::<[u8; 8]>());
-            core::ptr::write_volatile(dst.add(i).cast::<[u8; 8]>(), w);
+            let w = core::ptr::read_unaligned(src.add(i).cast::<u64>());
+            core::ptr::write_volatile(dst.add(i).cast::<u64>(), w);
         }
         i += 8;
     }
     while i < n {
         // SAFETY: i < n, inside both ranges (caller).
-        unsafe { core::ptr::write_volatile(dst.add(i), core::ptr::read_volatile(src.add(i))) };
+        unsafe { core::ptr::write_volatile(dst.add(i), *src.add(i)) };
+        i += 1;
+    }
+}
+
+/// Copies `n` bytes of ring memory into a Rust buffer: volatile 8-byte loads on the ring
+/// side, plain stores into the buffer.
+///
+/// # Safety
+/// `src..src+n` must be readable and 8-byte aligned at `src`, `dst..dst+n` writable, and
+/// the ranges disjoint.
+#[inline]
+unsafe fn copy_from_ring(src: *const u8, dst: *mut u8, n: usize) {
+    debug_assert_eq!(src as usize % 8, 0);
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: as in `copy_to_ring`, with the roles swapped.
+        unsafe {
+            let w = core::ptr::read_volatile(src.add(i).cast::<u64>());
+            core::ptr::write_unaligned(dst.add(i).cast::<u64>(), w);
+        }
+        i += 8;
+    }
+    while i < n {
+        // SAFETY: i < n, inside both ranges (caller).
+        unsafe { *dst.add(i) = core::ptr::read_volatile(src.add(i)) };
         i += 1;
     }
 }

@@ -7,6 +7,8 @@ use super::requester::STATUS_RNR;
 use super::responder::Outcome;
 use super::stats::bump;
 use super::{IdMap, Runtime};
+use crate::model::mem::{self, Data};
+use crate::rcu::Guard;
 use crate::transport::wire::{self, Header, Op};
 use std::net::SocketAddrV4;
 use std::sync::Arc;
@@ -125,10 +127,22 @@ impl Engine {
             }
         }
         let mut resp_len = 0usize;
-        match self
+        let g = Guard::enter();
+        let mut read_src = 0usize;
+        let outcome = self
             .rt
-            .execute(&h, data, Some(from), &mut self.out, &mut resp_len)
+            .execute(&h, Data::Bytes(data), Some(from), &g, &mut read_src);
+        if matches!(outcome, Outcome::Respond(0)) && h.op == Op::Read && h.flags & wire::FLAG_FAST == 0
         {
+            resp_len = h.total_len as usize;
+            // SAFETY: `read_src` is the responder's validated range of `total_len` bytes
+            // (at most MAX_DATA, checked by execute) in a live MR: the section is open.
+            unsafe {
+                mem::read_registered(read_src, &mut self.out[wire::HEADER..wire::HEADER + resp_len])
+            };
+        }
+        drop(g);
+        match outcome {
             Outcome::Drop => {}
             Outcome::Respond(st) => {
                 if st == STATUS_RNR {

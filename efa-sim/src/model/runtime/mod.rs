@@ -71,6 +71,7 @@ pub(crate) mod tables;
 pub(crate) mod trust;
 
 use crate::config::Config;
+use crate::rcu::Guard;
 use crate::model::{Device, Errno, Gid, Mr, Profile, Qp, MAX_QPS_PER_PROCESS};
 use crate::transport::{self, Endpoint};
 use requester::Pending;
@@ -79,9 +80,9 @@ use stats::StatsInner;
 use std::collections::{HashMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tables::{AhTable, MrTable};
+use tables::{AhTable, MrTable, QpTable};
 
 /// Retransmission timeout.
 pub const RTO: Duration = Duration::from_millis(10);
@@ -140,16 +141,18 @@ pub(crate) struct Runtime {
     pub next_pd: AtomicU32,
     pub cq_count: AtomicU32,
     pub next_qp_index: AtomicU32,
-    mrs: RwLock<MrTable>,
+    mrs: MrTable,
     /// QPs by the low [`transport::QP_INDEX_BITS`] bits of their QPN.
-    pub qps: RwLock<Vec<Option<Arc<Qp>>>>,
+    pub qps: QpTable,
     /// Generation of each QP table slot (bumped per QP created there).
     qp_gens: Box<[AtomicU16]>,
-    ahs: RwLock<AhTable>,
+    ahs: AhTable,
     pending: Mutex<IdMap<u64, Pending>>,
     next_req: AtomicU64,
     low_water: AtomicU64,
     heard: Mutex<HashSet<SocketAddrV4>>,
+    /// Addresses known to be in `heard`, direct-mapped by port (a hit needs no lock).
+    heard_cache: Box<[AtomicU64]>,
     proofs: Mutex<IdMap<SocketAddrV4, trust::Proof>>,
     pub stats: StatsInner,
     pub(crate) watcher: crate::model::watcher::Watcher,
@@ -177,16 +180,17 @@ impl Runtime {
             next_pd: AtomicU32::new(1),
             cq_count: AtomicU32::new(0),
             next_qp_index: AtomicU32::new(0),
-            mrs: RwLock::new(MrTable::default()),
-            qps: RwLock::new(vec![None; MAX_QPS_PER_PROCESS as usize + 1]),
+            mrs: MrTable::default(),
+            qps: QpTable::new(MAX_QPS_PER_PROCESS as usize + 1),
             qp_gens: (0..=MAX_QPS_PER_PROCESS)
                 .map(|_| AtomicU16::new(0))
                 .collect(),
-            ahs: RwLock::new(AhTable::default()),
+            ahs: AhTable::default(),
             pending: Mutex::new(IdMap::with_capacity_and_hasher(8192, Default::default())),
             next_req: AtomicU64::new(1),
             low_water: AtomicU64::new(1),
             heard: Mutex::new(HashSet::new()),
+            heard_cache: (0..HEARD_CACHE).map(|_| AtomicU64::new(0)).collect(),
             proofs: Mutex::new(IdMap::default()),
             stats: StatsInner::default(),
             watcher: Default::default(),
@@ -226,46 +230,36 @@ impl Runtime {
         RUNTIMES.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// The MR table (read lock: registrations and deregistrations wait for the holder).
+    /// The MR table (look keys up inside a read section).
     #[inline]
-    pub(crate) fn mrs(&self) -> std::sync::RwLockReadGuard<'_, MrTable> {
-        self.mrs.read().unwrap_or_else(|e| e.into_inner())
+    pub(crate) fn mrs(&self) -> &MrTable {
+        &self.mrs
     }
 
     /// Registers the MR `make` builds for a fresh key.
     pub(crate) fn insert_mr(&self, make: impl FnOnce(u32) -> Arc<Mr>) -> Result<Arc<Mr>, Errno> {
-        let mut mrs = self.mrs.write().unwrap_or_else(|e| e.into_inner());
-        mrs.insert(self.profile.max_mr as usize, make)
+        self.mrs.insert(self.profile.max_mr as usize, make)
     }
 
-    /// Deregisters the MR with `key`.
+    /// Deregisters the MR with `key`; returns once no device access can reach it.
     pub(crate) fn remove_mr(&self, key: u32) {
-        self.mrs
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(key);
+        self.mrs.remove(key);
     }
 
-    /// The AH table.
+    /// The AH table (look numbers up inside a read section).
     #[inline]
-    pub(crate) fn ahs(&self) -> std::sync::RwLockReadGuard<'_, AhTable> {
-        self.ahs.read().unwrap_or_else(|e| e.into_inner())
+    pub(crate) fn ahs(&self) -> &AhTable {
+        &self.ahs
     }
 
     /// A new device AH of the PD at `pd` to `gid`.
     pub(crate) fn alloc_ah(&self, pd: usize, gid: &Gid) -> Result<u16, Errno> {
-        self.ahs
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(self.profile.max_ah, pd, gid)
+        self.ahs.insert(self.profile.max_ah, pd, gid)
     }
 
     /// Destroys device AH `n`; send WRs still outstanding to it complete with FLUSHED.
     pub(crate) fn free_ah(&self, n: u16) {
-        self.ahs
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(n);
+        self.ahs.remove(n);
         self.flush_ah(n);
     }
 
@@ -285,18 +279,38 @@ impl Runtime {
         Some((qpn & ((1 << transport::QP_INDEX_BITS) - 1)) as usize)
     }
 
-    /// Runs `f` on the live QP `qpn` under the QP table's read lock (QP destruction
-    /// waits for it), without touching its reference count.
+    /// The live QP `qpn`, valid while `g` is open.
     #[inline]
-    pub(crate) fn with_qp<R>(&self, qpn: u32, f: impl FnOnce(Option<&Qp>) -> R) -> R {
-        let Some(idx) = self.qp_index(qpn) else {
-            return f(None);
-        };
-        let qps = self.qps.read().unwrap_or_else(|e| e.into_inner());
-        let qp = qps
-            .get(idx)
-            .and_then(|q| q.as_deref())
-            .filter(|q| q.qpn() == qpn && !q.is_dead());
-        f(qp)
+    pub(crate) fn qp<'g>(&'g self, qpn: u32, g: &'g Guard) -> Option<&'g Qp> {
+        let idx = self.qp_index(qpn)?;
+        self.qps
+            .get(idx, g)
+            .filter(|q| q.qpn() == qpn && !q.is_dead())
+    }
+
+    /// Remembers that `from` answered this device (a later silence is status 13, not 15).
+    #[inline]
+    pub(crate) fn mark_heard(&self, from: SocketAddrV4) {
+        let packed = u64::from(u32::from(*from.ip())) << 16 | u64::from(from.port()) | 1 << 63;
+        let cached = &self.heard_cache[usize::from(from.port()) % HEARD_CACHE];
+        if cached.load(Ordering::Relaxed) == packed {
+            return;
+        }
+        self.heard
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(from);
+        cached.store(packed, Ordering::Relaxed);
+    }
+
+    /// Whether `addr` ever answered this device.
+    pub(crate) fn was_heard(&self, addr: &SocketAddrV4) -> bool {
+        self.heard
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(addr)
     }
 }
+
+/// Entries of [`Runtime::heard_cache`].
+const HEARD_CACHE: usize = 64;

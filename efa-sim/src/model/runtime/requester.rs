@@ -6,8 +6,9 @@
 use super::chunks::Chunking;
 use super::tables::MrTable;
 use super::{Runtime, INLINE_RDMA, RTO};
-use crate::model::mem;
+use crate::model::mem::{self, Data};
 use crate::model::send_queue::Request;
+use crate::rcu::Guard;
 use crate::model::{Pd, Qp, QpType, SendOp, Sge, ACCESS_LOCAL_WRITE, MAX_INLINE, MAX_SEND_SGE};
 use crate::provider::send::op_type;
 use crate::ring::cqe::Cqe;
@@ -56,6 +57,12 @@ pub(crate) fn complete(qp: &Qp, o: &Origin, status: u8) {
     }
 }
 
+/// Completes `o` with the error `status`; false (the WR did not go direct).
+fn failed(qp: &Qp, o: &Origin, status: u8) -> bool {
+    complete(qp, o, status);
+    false
+}
+
 /// What a request carries, kept so it can be rebuilt for retransmission.
 #[derive(Clone)]
 pub(crate) struct Spec {
@@ -92,39 +99,45 @@ thread_local! {
 }
 
 impl Runtime {
-    /// Local range of `sge` inside a live MR of `pd` with `need` access.
+    /// Local range of `sge` inside a live MR of `pd` with `need` access (valid while `g`
+    /// is open).
     #[inline]
-    pub(crate) fn local_range(mrs: &MrTable, pd: &Pd, sge: &Sge, need: u32) -> Option<usize> {
-        let mr = mrs.get(sge.lkey)?;
-        if !core::ptr::eq(Arc::as_ptr(&mr.pd), pd) {
+    pub(crate) fn local_range(
+        mrs: &MrTable,
+        pd: &Pd,
+        sge: &Sge,
+        need: u32,
+        g: &Guard,
+    ) -> Option<usize> {
+        let mr = mrs.get(sge.lkey, g)?;
+        if !core::ptr::eq(&*mr.pd, pd) {
             return None;
         }
         mr.host_range(sge.addr, sge.length as u64, need)
     }
 
-    /// Executes one WQE the device took from `qp`'s send queue.
-    pub(crate) fn start_send(&self, qp: &Qp, r: &Request) {
+    /// Executes one WQE the device took from `qp`'s send queue; true if it completed on
+    /// the same-process direct path.
+    pub(crate) fn start_send(&self, qp: &Qp, r: &Request) -> bool {
         let o = Origin::of(r);
+        let g = Guard::enter();
         // The AH must be live and belong to the QP's PD.
-        let (endpoint, local) = {
-            let ahs = self.ahs();
-            match ahs.get(r.ahn) {
-                Some(e) if e.pd == Arc::as_ptr(qp.pd()) as usize => {
-                    let local = if self.config.direct_path() {
-                        e.local_runtime()
-                    } else {
-                        None
-                    };
-                    (e.endpoint, local)
-                }
-                _ => return complete(qp, &o, st::LOCAL_ERROR_INVALID_AH as u8),
+        let (endpoint, local) = match self.ahs().get(r.ahn, &g) {
+            Some(e) if e.pd == Arc::as_ptr(qp.pd()) as usize => {
+                let local = if self.config.direct_path() {
+                    e.local_runtime()
+                } else {
+                    None
+                };
+                (e.endpoint, local)
             }
+            _ => return failed(qp, &o, st::LOCAL_ERROR_INVALID_AH as u8),
         };
         let Some((ip, dev)) = endpoint else {
-            return complete(qp, &o, st::LOCAL_ERROR_INVALID_AH as u8);
+            return failed(qp, &o, st::LOCAL_ERROR_INVALID_AH as u8);
         };
         let Some(dest) = self.ep.addr_of(ip, dev, r.dest_qpn) else {
-            return complete(qp, &o, st::LOCAL_ERROR_INVALID_AH as u8);
+            return failed(qp, &o, st::LOCAL_ERROR_INVALID_AH as u8);
         };
         let total: u64 = if r.inline.is_empty() {
             r.sges.iter().map(|g| g.length as u64).sum()
@@ -135,7 +148,7 @@ impl Runtime {
         if (!rdma && total > self.profile.mtu_bytes as u64)
             || (rdma && total > self.profile.max_rdma_size as u64)
         {
-            return complete(qp, &o, st::LOCAL_ERROR_BAD_LENGTH as u8);
+            return failed(qp, &o, st::LOCAL_ERROR_BAD_LENGTH as u8);
         }
         let mut h = Header::new(
             wire::KIND_REQ,
@@ -165,41 +178,56 @@ impl Runtime {
         } else {
             0
         };
-        let bulk = rdma && total as usize > INLINE_RDMA;
+        let mut hosts = arrayvec::ArrayVec::<(usize, usize), { efa_sys::io::TX_DESC_NUM_BUFS }>::new();
+        for sge in &r.sges {
+            match Self::local_range(self.mrs(), qp.pd(), sge, need, &g) {
+                Some(host) => hosts.push((host, sge.length as usize)),
+                None => return failed(qp, &o, st::LOCAL_ERROR_INVALID_LKEY as u8),
+            }
+        }
+        // Direct only when the destination QPN lives in that same-process device (another
+        // process can serve the same GID: its QPNs carry its own slot).
+        if let Some(target) = local.filter(|t| t.qp_index(r.dest_qpn).is_some()) {
+            if qp.qp_type() != QpType::Ud {
+                let data = if r.inline.is_empty() {
+                    Data::Local(&hosts)
+                } else {
+                    Data::Bytes(&r.inline)
+                };
+                if self.try_direct(target, qp, &o, &h, data, dest, &g) {
+                    return true;
+                }
+            }
+        }
+        drop(g);
+        self.send_datagram(qp, r, o, h, hosts.first().map_or(0, |h| h.0), dest);
+        false
+    }
+
+    /// The datagram path of [`Runtime::start_send`]: `first_host` is the validated host
+    /// address of the first SGE.
+    fn send_datagram(
+        &self,
+        qp: &Qp,
+        r: &Request,
+        o: Origin,
+        h: Header,
+        first_host: usize,
+        dest: SocketAddrV4,
+    ) {
+        let rdma = r.op != SendOp::Send && r.op != SendOp::SendImm;
+        let bulk = rdma && h.total_len as usize > INLINE_RDMA;
         let mut spec = Spec {
             header: h,
             sges: r.sges.iter().copied().collect(),
             inline: r.inline.clone(),
             carries_data: !bulk && r.op != SendOp::RdmaRead,
         };
-        let mrs = self.mrs();
-        let mut first_host = 0usize;
-        for (i, g) in r.sges.iter().enumerate() {
-            match Self::local_range(&mrs, qp.pd(), g, need) {
-                Some(host) if i == 0 => first_host = host,
-                Some(_) => {}
-                None => {
-                    drop(mrs);
-                    return complete(qp, &o, st::LOCAL_ERROR_INVALID_LKEY as u8);
-                }
-            }
-        }
         if bulk {
             // One SGE (the WQE format holds one for RDMA); the peer copies from/to it.
             spec.header.flags |= wire::FLAG_FAST;
             spec.header.pid = self.pid;
             spec.header.local_addr = first_host as u64;
-        }
-        // Direct only when the destination QPN lives in that same-process device (another
-        // process can serve the same GID: its QPNs carry its own slot).
-        let local = local.filter(|t| t.qp_index(r.dest_qpn).is_some());
-        match local {
-            Some(target) if qp.qp_type() != QpType::Ud => {
-                if self.try_direct(mrs, target, qp, &o, &spec, dest) {
-                    return;
-                }
-            }
-            _ => drop(mrs),
         }
         if qp.qp_type() == QpType::Ud {
             spec.header.flags |= wire::FLAG_UD;
@@ -245,10 +273,10 @@ impl Runtime {
     pub(crate) fn transmit(&self, pd: &Pd, spec: &Spec, dest: SocketAddrV4) -> bool {
         SCRATCH.with(|buf| {
             let mut buf = buf.borrow_mut();
-            let mrs = self.mrs();
-            match self.build_packet(&mrs, pd, spec, &mut buf) {
+            let g = Guard::enter();
+            match self.build_packet(pd, spec, &mut buf, &g) {
                 Some(len) => {
-                    drop(mrs);
+                    drop(g);
                     self.emit(&buf[..len], dest);
                     true
                 }
@@ -261,11 +289,12 @@ impl Runtime {
     /// the packet length, or `None` if a local key went away.
     pub(crate) fn build_packet(
         &self,
-        mrs: &MrTable,
         pd: &Pd,
         spec: &Spec,
         buf: &mut [u8],
+        g: &Guard,
     ) -> Option<usize> {
+        let mrs = self.mrs();
         let mut h = spec.header;
         if h.flags & wire::FLAG_FAST != 0 {
             // The peer will copy to/from this address: it must still be our
@@ -275,7 +304,7 @@ impl Runtime {
             } else {
                 0
             };
-            h.local_addr = Self::local_range(mrs, pd, spec.sges.first()?, need)? as u64;
+            h.local_addr = Self::local_range(mrs, pd, spec.sges.first()?, need, g)? as u64;
         }
         let mut len = wire::HEADER;
         if spec.carries_data {
@@ -283,14 +312,14 @@ impl Runtime {
                 buf[len..len + spec.inline.len()].copy_from_slice(&spec.inline);
                 len += spec.inline.len();
             } else {
-                for g in &spec.sges {
-                    let host = Self::local_range(mrs, pd, g, 0)?;
-                    let l = g.length as usize;
+                for sge in &spec.sges {
+                    let host = Self::local_range(mrs, pd, sge, 0, g)?;
+                    let l = sge.length as usize;
                     if len + l > wire::MAX_DATAGRAM {
                         return None;
                     }
-                    // SAFETY: host..host+l lies in a live MR (checked under the read lock
-                    // the caller holds).
+                    // SAFETY: host..host+l lies in a live MR (checked inside the section
+                    // the caller holds open).
                     unsafe { mem::read_registered(host, &mut buf[len..len + l]) };
                     len += l;
                 }

@@ -1,22 +1,23 @@
 //! The responder: executes a request against this device's QPs and MRs (from the engine
 //! thread for datagrams, or a same-process requester's thread) and writes the receive
 //! completions. Every access of local memory is checked against a live MR of the target
-//! QP's PD under the MR table's read lock (see [`super::trust`]).
+//! QP's PD inside the caller's read section (see [`super::trust`]).
 
 use super::requester::STATUS_RNR;
 use super::stats::bump;
 use super::Runtime;
+use crate::model::mem::{self, Data};
 use crate::model::recv_queue::Head;
 use crate::model::{
-    mem, qp, Gid, Qp, QpState, QpType, Sge, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ,
+    qp, Gid, Qp, QpState, QpType, Sge, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ,
     ACCESS_REMOTE_WRITE,
 };
+use crate::rcu::Guard;
 use crate::ring::cqe::{Cqe, NO_AH};
 use crate::transport::wire::{self, Header, Op};
 use efa_sys::io::{queue_type, send_op_type};
 use efa_sys::vendor::comp_status as st;
 use std::net::SocketAddrV4;
-use std::sync::Arc;
 
 /// Bytes of a UD receive buffer left before the payload (GRH area).
 pub const UD_GRH: usize = 40;
@@ -37,15 +38,22 @@ fn receiving(s: QpState) -> bool {
 impl Runtime {
     /// The receiver-side AH number of the sender and, for an unknown sender on a CQ that
     /// reports it, the sender's GID.
-    fn receiver_info(qp: &Qp, h: &Header) -> (u16, Option<Gid>) {
-        let slid = qp.pd().ah_number_of(&h.src_gid);
+    fn receiver_info(qp: &Qp, h: &Header, g: &Guard) -> (u16, Option<Gid>) {
+        let slid = qp.pd().ah_number_of(&h.src_gid, g);
         let sgid = (slid == NO_AH && qp.recv_cq().options().with_sgid).then_some(h.src_gid);
         (slid, sgid)
     }
 
     /// A receive completion of `qp` for request `h`.
-    fn recv_cqe(qp: &Qp, h: &Header, req_id: u16, op_type: u8, imm: Option<u32>) -> Cqe {
-        let (slid, sgid) = Self::receiver_info(qp, h);
+    fn recv_cqe(
+        qp: &Qp,
+        h: &Header,
+        g: &Guard,
+        req_id: u16,
+        op_type: u8,
+        imm: Option<u32>,
+    ) -> Cqe {
+        let (slid, sgid) = Self::receiver_info(qp, h, g);
         Cqe {
             req_id,
             status: 0,
@@ -62,33 +70,36 @@ impl Runtime {
         }
     }
 
-    /// Executes one SRD request against this device's QPs and MRs. `out[HEADER..]`
-    /// receives the data of a small RDMA read. `from` is the datagram's source; `None`
-    /// for the same-process direct path, whose header this process built itself.
+    /// Executes one SRD request against this device's QPs and MRs, inside the caller's
+    /// read section `g`. For a successful small RDMA read, `read_src` receives the host
+    /// address of the `h.total_len` bytes to answer with (valid while `g` is open: the
+    /// caller copies them out before closing it). `from` is the datagram's source; `None`
+    /// for the same-process direct path, whose header this process built itself and
+    /// whose data are the requester's validated ranges.
     pub(crate) fn execute(
         &self,
         h: &Header,
-        data: &[u8],
+        data: Data<'_>,
         from: Option<SocketAddrV4>,
-        out: &mut [u8],
-        resp_len: &mut usize,
+        g: &Guard,
+        read_src: &mut usize,
     ) -> Outcome {
-        self.with_qp(u32::from(h.dst_qpn), |qp| match qp {
+        match self.qp(u32::from(h.dst_qpn), g) {
             Some(qp) if qp.qp_type() == QpType::Srd && receiving(qp.state()) => {
-                self.execute_on(qp, h, data, from, out, resp_len)
+                self.execute_on(qp, h, data, from, g, read_src)
             }
             _ => Outcome::Respond(st::REMOTE_ERROR_BAD_DEST_QPN as u8),
-        })
+        }
     }
 
     fn execute_on(
         &self,
         qp: &Qp,
         h: &Header,
-        data: &[u8],
+        data: Data<'_>,
         from: Option<SocketAddrV4>,
-        out: &mut [u8],
-        resp_len: &mut usize,
+        g: &Guard,
+        read_src: &mut usize,
     ) -> Outcome {
         if h.qkey != qp.qkey() {
             bump(&self.stats.qkey_violations);
@@ -100,9 +111,9 @@ impl Runtime {
                 bump(&self.stats.malformed);
                 return Outcome::Drop;
             }
-            return self.deliver_send(qp, h, data, imm, 0);
+            return self.deliver_send(qp, h, data, imm, 0, g);
         }
-        if qp.pd().ah_number_of(&h.src_gid) == NO_AH {
+        if qp.pd().ah_number_of(&h.src_gid, g) == NO_AH {
             return Outcome::Respond(st::REMOTE_ERROR_UNKNOWN_PEER as u8);
         }
         let len = h.total_len as usize;
@@ -118,7 +129,8 @@ impl Runtime {
         } else if write {
             data.len() != len
         } else {
-            len > wire::MAX_DATA
+            // A read answered in one datagram; the same-process path copies any length.
+            from.is_some() && len > wire::MAX_DATA
         };
         if (!fast && inline_bad) || (!write && imm.is_some()) {
             bump(&self.stats.malformed);
@@ -129,26 +141,23 @@ impl Runtime {
         if imm.is_some() && !unsolicited && !qp.rq_dev().has_posted(self) {
             return Outcome::Respond(STATUS_RNR);
         }
-        // A same-process requester's buffer must be registered memory of this process
-        // (checked before taking our MR lock: the check reads every local MR table, ours
-        // included).
+        // A same-process requester's buffer must be registered memory of this process.
         if fast && !commit && h.pid == self.pid && !self.config.no_process_vm {
             let local_need = if write { 0 } else { ACCESS_LOCAL_WRITE };
-            if !Runtime::own_range_registered(h.local_addr, len as u64, local_need) {
+            if !Runtime::own_range_registered(h.local_addr, len as u64, local_need, g) {
                 bump(&self.stats.malformed);
                 return Outcome::Drop;
             }
         }
-        // process_vm_* only for the process that really sent this request (file I/O on
-        // first contact: before taking our MR lock).
+        // process_vm_* only for the process that really sent this request.
         let proven = !fast
             || commit
             || self.config.no_process_vm
             || from.map_or(true, |f| self.requester_proven(h, f));
-        let mrs = self.mrs();
-        let target = mrs
-            .get(h.rkey)
-            .filter(|mr| Arc::ptr_eq(&mr.pd, qp.pd()))
+        let target = self
+            .mrs()
+            .get(h.rkey, g)
+            .filter(|mr| core::ptr::eq(&*mr.pd, &**qp.pd()))
             .and_then(|mr| mr.host_range(h.remote_addr, len as u64, need));
         let Some(host) = target else {
             return Outcome::Respond(st::REMOTE_ERROR_BAD_ADDRESS as u8);
@@ -164,7 +173,7 @@ impl Runtime {
                 return Outcome::Respond(wire::STATUS_FALLBACK);
             }
             let r = if write {
-                // SAFETY: host..host+len is inside our live MR (read lock held).
+                // SAFETY: host..host+len is inside our live MR (read section open).
                 unsafe { mem::pull_from_process(h.pid, h.local_addr, host, len) }
             } else {
                 // SAFETY: as above.
@@ -175,16 +184,13 @@ impl Runtime {
             }
             bump(&self.stats.process_vm);
         } else if write {
-            // SAFETY: host..host+len is inside our live MR with REMOTE_WRITE (read lock held).
-            unsafe { mem::write_registered(host, data) };
+            // SAFETY: host..host+len is inside our live MR with REMOTE_WRITE (section open).
+            unsafe { data.write_to(host, 0, len) };
         } else {
-            // SAFETY: host..host+len is inside our live MR with REMOTE_READ (read lock held).
-            unsafe { mem::read_registered(host, &mut out[wire::HEADER..wire::HEADER + len]) };
-            *resp_len = len;
+            *read_src = host;
         }
-        drop(mrs);
         if let Some(imm) = imm {
-            let mut c = Self::recv_cqe(qp, h, 0, send_op_type::RDMA_WRITE, Some(imm));
+            let mut c = Self::recv_cqe(qp, h, g, 0, send_op_type::RDMA_WRITE, Some(imm));
             if unsolicited {
                 c.unsolicited = true;
                 qp.recv_cq().push(&c);
@@ -220,9 +226,10 @@ impl Runtime {
         &self,
         qp: &Qp,
         h: &Header,
-        data: &[u8],
+        data: Data<'_>,
         imm: Option<u32>,
         skip: usize,
+        g: &Guard,
     ) -> Outcome {
         let rq = qp.rq_dev();
         let mut at = rq.lock();
@@ -232,7 +239,7 @@ impl Runtime {
                 *at = next;
                 drop(at);
                 bump(&self.stats.bad_wqes);
-                let mut c = Self::recv_cqe(qp, h, req_id, send_op_type::SEND, imm);
+                let mut c = Self::recv_cqe(qp, h, g, req_id, send_op_type::SEND, imm);
                 c.status = st::LOCAL_ERROR_QP_INTERNAL_ERROR as u8;
                 c.length = 0;
                 qp.recv_cq().push(&c);
@@ -259,7 +266,7 @@ impl Runtime {
                     length: take as u32,
                     lkey: d.lkey,
                 };
-                let Some(host) = Runtime::local_range(&mrs, qp.pd(), &seg, ACCESS_LOCAL_WRITE)
+                let Some(host) = Runtime::local_range(mrs, qp.pd(), &seg, ACCESS_LOCAL_WRITE, g)
                 else {
                     ok = false;
                     break;
@@ -268,16 +275,15 @@ impl Runtime {
                 let from = pos.max(skip);
                 let to = pos + take;
                 if to > from {
-                    let src = &data[from - skip..to - skip];
-                    // SAFETY: host..host+take is in a live MR with LOCAL_WRITE (read lock held).
-                    unsafe { mem::write_registered(host + (from - pos), src) };
+                    // SAFETY: host..host+take is in a live MR with LOCAL_WRITE (section open).
+                    unsafe { data.write_to(host + (from - pos), from - skip, to - from) };
                 }
                 pos += take;
             }
         }
         *at = w.next;
         drop(at);
-        let mut c = Self::recv_cqe(qp, h, w.req_id, send_op_type::SEND, imm);
+        let mut c = Self::recv_cqe(qp, h, g, w.req_id, send_op_type::SEND, imm);
         c.length = (skip + data.len()) as u32;
         if !ok {
             c.status = st::LOCAL_ERROR_INVALID_LKEY as u8;
@@ -293,30 +299,35 @@ impl Runtime {
 
     /// A UD datagram: delivered into the head receive WQE after the GRH area, or dropped.
     pub(crate) fn ud_receive(&self, h: &Header, data: &[u8]) {
-        let delivered = self.with_qp(u32::from(h.dst_qpn), |qp| {
-            let qp = match qp {
-                Some(qp)
-                    if qp.qp_type() == QpType::Ud
-                        && h.op == Op::Send
-                        && data.len() == h.total_len as usize
-                        && receiving(qp.state()) =>
-                {
-                    qp
-                }
-                _ => return false,
-            };
-            if h.qkey != qp.qkey() {
-                bump(&self.stats.qkey_violations);
-                return true; // counted as a Q_Key violation, not a UD drop
-            }
-            let imm = (h.flags & wire::FLAG_IMM != 0).then_some(h.imm);
-            matches!(
-                self.deliver_send(qp, h, data, imm, UD_GRH),
-                Outcome::Respond(s) if s == st::OK as u8
-            )
-        });
+        let g = Guard::enter();
+        let delivered = self.ud_deliver(h, data, &g);
+        drop(g);
         if !delivered {
             bump(&self.stats.ud_drops);
         }
+    }
+
+    /// Whether the UD datagram was taken (delivered, or dropped as a Q_Key violation).
+    fn ud_deliver(&self, h: &Header, data: &[u8], g: &Guard) -> bool {
+        let qp = match self.qp(u32::from(h.dst_qpn), g) {
+            Some(qp)
+                if qp.qp_type() == QpType::Ud
+                    && h.op == Op::Send
+                    && data.len() == h.total_len as usize
+                    && receiving(qp.state()) =>
+            {
+                qp
+            }
+            _ => return false,
+        };
+        if h.qkey != qp.qkey() {
+            bump(&self.stats.qkey_violations);
+            return true; // counted as a Q_Key violation, not a UD drop
+        }
+        let imm = (h.flags & wire::FLAG_IMM != 0).then_some(h.imm);
+        matches!(
+            self.deliver_send(qp, h, Data::Bytes(data), imm, UD_GRH, g),
+            Outcome::Respond(s) if s == st::OK as u8
+        )
     }
 }

@@ -6,6 +6,7 @@ use super::requester::{Outbox, STATUS_RNR};
 use super::stats::bump;
 use super::{Runtime, PEER_TIMEOUT, RNR_DELAY, RTO};
 use crate::model::{mem, qp, ACCESS_LOCAL_WRITE};
+use crate::rcu::Guard;
 use crate::transport::wire::{self, Header, Op};
 use efa_sys::vendor::comp_status as st;
 use std::net::SocketAddrV4;
@@ -58,14 +59,12 @@ impl Runtime {
             if data.len() != p.spec.header.total_len as usize {
                 return; // malformed; keep waiting (retransmission re-reads)
             }
-            let mrs = self.mrs();
-            let target = p
-                .spec
-                .sges
-                .first()
-                .and_then(|g| Self::local_range(&mrs, p.qp.pd(), g, ACCESS_LOCAL_WRITE));
+            let g = Guard::enter();
+            let target = p.spec.sges.first().and_then(|sge| {
+                Self::local_range(self.mrs(), p.qp.pd(), sge, ACCESS_LOCAL_WRITE, &g)
+            });
             match target {
-                // SAFETY: the range is inside a live MR with LOCAL_WRITE (read lock held).
+                // SAFETY: the range is inside a live MR with LOCAL_WRITE (section open).
                 Some(host) => unsafe { mem::write_registered(host, data) },
                 None if data.is_empty() => {}
                 None => status = st::LOCAL_ERROR_INVALID_LKEY as u8,
@@ -76,14 +75,6 @@ impl Runtime {
         drop(pend);
         self.mark_heard(from);
         self.after_settle(done, to_send);
-    }
-
-    /// Remembers that `from` answered this device (a later silence is status 13, not 15).
-    pub(crate) fn mark_heard(&self, from: SocketAddrV4) {
-        let mut heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
-        if !heard.contains(&from) {
-            heard.insert(from);
-        }
     }
 
     /// Retransmissions, RNR retries and peer timeouts; updates the watermark.
@@ -120,11 +111,7 @@ impl Runtime {
             }
         }
         for (id, dest) in expired {
-            let answered = self
-                .heard
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(&dest);
+            let answered = self.was_heard(&dest);
             let status = if answered {
                 st::LOCAL_ERROR_UNRESP_REMOTE
             } else {

@@ -42,6 +42,7 @@
 
 use super::Runtime;
 use crate::model::{gid_endpoint, AccessFlags};
+use crate::rcu::Guard;
 use crate::transport;
 use crate::transport::wire::Header;
 use std::net::SocketAddrV4;
@@ -129,20 +130,21 @@ impl Runtime {
     }
 
     /// Checks that `[addr, addr+len)` of this process lies in a live MR of
-    /// some device of this process (with `need` access). Used before copying
-    /// on behalf of a same-process requester named by a packet.
-    pub(crate) fn own_range_registered(addr: u64, len: u64, need: AccessFlags) -> bool {
+    /// some device of this process (with `need` access), inside the caller's
+    /// section `g` (so the MR stays registered while the caller copies). Used
+    /// before copying on behalf of a same-process requester named by a packet.
+    pub(crate) fn own_range_registered(addr: u64, len: u64, need: AccessFlags, g: &Guard) -> bool {
         let rts = Runtime::all();
         rts.iter().any(|rt| {
-            let mrs = rt.mrs();
-            let found = mrs.iter().any(|mr| {
-                !mr.dead.load(Ordering::Acquire)
+            let mut found = false;
+            rt.mrs().for_each(g, |mr| {
+                found |= !mr.dead.load(Ordering::Acquire)
                     && mr.host != 0
                     && mr.access & need == need
                     && addr >= mr.host as u64
                     && addr
                         .checked_add(len)
-                        .is_some_and(|end| end <= (mr.host + mr.len) as u64)
+                        .is_some_and(|end| end <= (mr.host + mr.len) as u64);
             });
             found
         })
