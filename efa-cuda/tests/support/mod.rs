@@ -79,7 +79,8 @@ pub struct DmaBufInfo {
     pub base: u64,
     pub size: u64,
     pub device: i32,
-    pub reserved: i32,
+    /// Bit 0: the export refuses mmap.
+    pub flags: i32,
 }
 
 /// `efaSimGpuDmaBufInfo(fd)`: the export behind `fd`, or the CUresult.
