@@ -161,6 +161,12 @@ pub fn in_child(test_name: &str, env: &[(&str, &str)], body: impl FnOnce()) {
 /// This test binary, set to run exactly `test_name` (ignored or not) on one thread.
 pub fn child(test_name: &str) -> std::process::Command {
     let mut c = std::process::Command::new(std::env::current_exe().unwrap());
-    c.args([test_name, "--exact", "--include-ignored", "--nocapture", "--test-threads=1"]);
+    c.args([
+        test_name,
+        "--exact",
+        "--include-ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ]);
     c
 }
