@@ -1,33 +1,77 @@
 //! The only place the model touches registered memory. Every range passed
-//! here has been checked against a live MR (`Mr::host_range`), whose
+//! here has been checked against a live MR (`Mr::place`), whose
 //! registration (`Pd::reg_mr`, an `unsafe fn`) promised the memory stays
-//! valid until deregistration.
+//! valid until deregistration. Registered bytes are either host memory (also a mapping
+//! of a dma-buf) or CUDA device memory moved with the driver's copies (see
+//! [`super::gpu`]): [`Place`] says which, so each direction has one hook here.
 
+use super::gpu::DevicePtr;
 use std::io;
 
-/// Copies `dst.len()` bytes from registered host memory at `src`.
-///
-/// # Safety
-/// `[src, src + dst.len())` must be readable memory of a live MR.
-pub unsafe fn read_registered(src: usize, dst: &mut [u8]) {
-    if dst.is_empty() {
-        return;
-    }
-    // SAFETY: the caller guarantees the source range; `dst` is a distinct Rust buffer.
-    unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst.as_mut_ptr(), dst.len()) }
+/// Where registered bytes are.
+#[derive(Clone, Copy)]
+pub(crate) enum Place {
+    /// A host address (host memory, or the model's mapping of a dma-buf).
+    Host(usize),
+    /// CUDA device memory (emulated DMA through the driver's copies).
+    Device(DevicePtr),
 }
 
-/// Copies `src` into registered host memory at `dst`.
+impl Place {
+    /// `n` bytes further.
+    pub fn add(self, n: usize) -> Place {
+        match self {
+            Place::Host(h) => Place::Host(h + n),
+            Place::Device(d) => Place::Device(d.add(n)),
+        }
+    }
+
+    /// The host address, if the bytes have one (what `process_vm_*` can reach).
+    pub fn host(self) -> Option<usize> {
+        match self {
+            Place::Host(h) => Some(h),
+            Place::Device(_) => None,
+        }
+    }
+}
+
+/// A device copy failed (the driver's `CUresult`); no host memory was touched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CopyFailed(pub i32);
+
+/// Copies `dst.len()` bytes from registered memory at `src`.
 ///
 /// # Safety
-/// `[dst, dst + src.len())` must be writable memory of a live MR.
-pub unsafe fn write_registered(dst: usize, src: &[u8]) {
-    if src.is_empty() {
-        return;
+/// `src` must be the start of `dst.len()` readable bytes of a live MR.
+pub unsafe fn read_registered(src: Place, dst: &mut [u8]) -> Result<(), CopyFailed> {
+    if dst.is_empty() {
+        return Ok(());
     }
-    // SAFETY: the caller guarantees the destination range; `src` is a distinct Rust buffer
-    // (or another registered range: copy() tolerates overlap).
-    unsafe { std::ptr::copy(src.as_ptr(), dst as *mut u8, src.len()) }
+    match src {
+        // SAFETY: the caller guarantees the source range; `dst` is a distinct Rust buffer.
+        Place::Host(h) => unsafe {
+            std::ptr::copy_nonoverlapping(h as *const u8, dst.as_mut_ptr(), dst.len());
+        },
+        Place::Device(d) => d.read(dst).map_err(CopyFailed)?,
+    }
+    Ok(())
+}
+
+/// Copies `src` into registered memory at `dst`.
+///
+/// # Safety
+/// `dst` must be the start of `src.len()` writable bytes of a live MR.
+pub unsafe fn write_registered(dst: Place, src: &[u8]) -> Result<(), CopyFailed> {
+    if src.is_empty() {
+        return Ok(());
+    }
+    match dst {
+        // SAFETY: the caller guarantees the destination range; `src` is a distinct Rust
+        // buffer (or another registered range: copy() tolerates overlap).
+        Place::Host(h) => unsafe { std::ptr::copy(src.as_ptr(), h as *mut u8, src.len()) },
+        Place::Device(d) => d.write(src).map_err(CopyFailed)?,
+    }
+    Ok(())
 }
 
 /// Reads `len` bytes of process `pid` at `remote` into our registered range

@@ -60,13 +60,13 @@ impl Runtime {
                     .sges
                     .first()
                     .and_then(|g| Self::local_range(&mrs, qp.pd(), g, ACCESS_LOCAL_WRITE));
-                match local {
-                    // SAFETY: inside a live MR with LOCAL_WRITE (read lock held).
-                    Some(host) => unsafe {
-                        mem::write_registered(host, &out[wire::HEADER..wire::HEADER + resp_len])
-                    },
+                let data = &out[wire::HEADER..wire::HEADER + resp_len];
+                // SAFETY: inside a live MR with LOCAL_WRITE (read lock held).
+                let landed = local.map(|at| unsafe { mem::write_registered(at, data) }.is_ok());
+                match landed {
+                    Some(true) => {}
                     None if resp_len == 0 => {}
-                    None => status = st::LOCAL_ERROR_INVALID_LKEY as u8,
+                    _ => status = st::LOCAL_ERROR_INVALID_LKEY as u8,
                 }
             }
             self.mark_heard(dest);

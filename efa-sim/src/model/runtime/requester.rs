@@ -6,7 +6,7 @@
 use super::chunks::Chunking;
 use super::tables::MrTable;
 use super::{Runtime, INLINE_RDMA, RTO};
-use crate::model::mem;
+use crate::model::mem::{self, Place};
 use crate::model::send_queue::Request;
 use crate::model::{Pd, Qp, QpType, SendOp, Sge, ACCESS_LOCAL_WRITE, MAX_INLINE, MAX_SEND_SGE};
 use crate::provider::send::op_type;
@@ -94,12 +94,12 @@ thread_local! {
 impl Runtime {
     /// Local range of `sge` inside a live MR of `pd` with `need` access.
     #[inline]
-    pub(crate) fn local_range(mrs: &MrTable, pd: &Pd, sge: &Sge, need: u32) -> Option<usize> {
+    pub(crate) fn local_range(mrs: &MrTable, pd: &Pd, sge: &Sge, need: u32) -> Option<Place> {
         let mr = mrs.get(sge.lkey)?;
         if !core::ptr::eq(Arc::as_ptr(&mr.pd), pd) {
             return None;
         }
-        mr.host_range(sge.addr, sge.length as u64, need)
+        mr.place(sge.addr, sge.length as u64, need)
     }
 
     /// Executes one WQE the device took from `qp`'s send queue.
@@ -173,10 +173,10 @@ impl Runtime {
             carries_data: !bulk && r.op != SendOp::RdmaRead,
         };
         let mrs = self.mrs();
-        let mut first_host = 0usize;
+        let mut first = None;
         for (i, g) in r.sges.iter().enumerate() {
             match Self::local_range(&mrs, qp.pd(), g, need) {
-                Some(host) if i == 0 => first_host = host,
+                Some(place) if i == 0 => first = Some(place),
                 Some(_) => {}
                 None => {
                     drop(mrs);
@@ -184,17 +184,20 @@ impl Runtime {
                 }
             }
         }
-        if bulk {
+        // Local GPU memory (no host address) cannot be named to the peer's process_vm_*
+        // copy: such a bulk WR moves in chunks from the start.
+        let chunk_now = bulk && first.and_then(Place::host).is_none();
+        if bulk && !chunk_now {
             // One SGE (the WQE format holds one for RDMA); the peer copies from/to it.
             spec.header.flags |= wire::FLAG_FAST;
             spec.header.pid = self.pid;
-            spec.header.local_addr = first_host as u64;
+            spec.header.local_addr = first.and_then(Place::host).unwrap_or(0) as u64;
         }
         // Direct only when the destination QPN lives in that same-process device (another
         // process can serve the same GID: its QPNs carry its own slot).
         let local = local.filter(|t| t.qp_index(r.dest_qpn).is_some());
         match local {
-            Some(target) if qp.qp_type() != QpType::Ud => {
+            Some(target) if qp.qp_type() != QpType::Ud && !chunk_now => {
                 if self.try_direct(mrs, target, qp, &o, &spec, dest) {
                     return;
                 }
@@ -213,6 +216,7 @@ impl Runtime {
         }
         let Some(qp_arc) = qp.arc() else { return };
         let now = Instant::now();
+        let mut chunks = Outbox::new();
         let req_id = {
             // Allocate the id under the lock that publishes it, so the low
             // watermark (computed under the same lock) never passes a live id.
@@ -233,8 +237,14 @@ impl Runtime {
                     chunking: None,
                 },
             );
+            if chunk_now {
+                self.start_chunking(&mut pend, req_id, &mut chunks);
+            }
             req_id
         };
+        if chunk_now {
+            return self.after_settle(None, chunks);
+        }
         if !self.transmit(qp.pd(), &spec, dest) {
             self.finish(req_id, st::LOCAL_ERROR_INVALID_LKEY as u8);
         }
@@ -275,7 +285,7 @@ impl Runtime {
             } else {
                 0
             };
-            h.local_addr = Self::local_range(mrs, pd, spec.sges.first()?, need)? as u64;
+            h.local_addr = Self::local_range(mrs, pd, spec.sges.first()?, need)?.host()? as u64;
         }
         let mut len = wire::HEADER;
         if spec.carries_data {
@@ -284,14 +294,14 @@ impl Runtime {
                 len += spec.inline.len();
             } else {
                 for g in &spec.sges {
-                    let host = Self::local_range(mrs, pd, g, 0)?;
+                    let at = Self::local_range(mrs, pd, g, 0)?;
                     let l = g.length as usize;
                     if len + l > wire::MAX_DATAGRAM {
                         return None;
                     }
-                    // SAFETY: host..host+l lies in a live MR (checked under the read lock
-                    // the caller holds).
-                    unsafe { mem::read_registered(host, &mut buf[len..len + l]) };
+                    // SAFETY: at..at+l lies in a live MR (checked under the read lock the
+                    // caller holds).
+                    unsafe { mem::read_registered(at, &mut buf[len..len + l]) }.ok()?;
                     len += l;
                 }
             }

@@ -149,8 +149,8 @@ impl Runtime {
         let target = mrs
             .get(h.rkey)
             .filter(|mr| Arc::ptr_eq(&mr.pd, qp.pd()))
-            .and_then(|mr| mr.host_range(h.remote_addr, len as u64, need));
-        let Some(host) = target else {
+            .and_then(|mr| mr.place(h.remote_addr, len as u64, need));
+        let Some(at) = target else {
             return Outcome::Respond(st::REMOTE_ERROR_BAD_ADDRESS as u8);
         };
         if commit {
@@ -163,6 +163,10 @@ impl Runtime {
                 bump(&self.stats.unproven);
                 return Outcome::Respond(wire::STATUS_FALLBACK);
             }
+            // GPU memory here: process_vm_* cannot reach it, the data moves in chunks.
+            let Some(host) = at.host() else {
+                return Outcome::Respond(wire::STATUS_FALLBACK);
+            };
             let r = if write {
                 // SAFETY: host..host+len is inside our live MR (read lock held).
                 unsafe { mem::pull_from_process(h.pid, h.local_addr, host, len) }
@@ -175,11 +179,16 @@ impl Runtime {
             }
             bump(&self.stats.process_vm);
         } else if write {
-            // SAFETY: host..host+len is inside our live MR with REMOTE_WRITE (read lock held).
-            unsafe { mem::write_registered(host, data) };
+            // SAFETY: at..at+len is inside our live MR with REMOTE_WRITE (read lock held).
+            if unsafe { mem::write_registered(at, data) }.is_err() {
+                return Outcome::Respond(st::REMOTE_ERROR_BAD_ADDRESS as u8);
+            }
         } else {
-            // SAFETY: host..host+len is inside our live MR with REMOTE_READ (read lock held).
-            unsafe { mem::read_registered(host, &mut out[wire::HEADER..wire::HEADER + len]) };
+            // SAFETY: at..at+len is inside our live MR with REMOTE_READ (read lock held).
+            let r = unsafe { mem::read_registered(at, &mut out[wire::HEADER..wire::HEADER + len]) };
+            if r.is_err() {
+                return Outcome::Respond(st::REMOTE_ERROR_BAD_ADDRESS as u8);
+            }
             *resp_len = len;
         }
         drop(mrs);
@@ -259,8 +268,7 @@ impl Runtime {
                     length: take as u32,
                     lkey: d.lkey,
                 };
-                let Some(host) = Runtime::local_range(&mrs, qp.pd(), &seg, ACCESS_LOCAL_WRITE)
-                else {
+                let Some(at) = Runtime::local_range(&mrs, qp.pd(), &seg, ACCESS_LOCAL_WRITE) else {
                     ok = false;
                     break;
                 };
@@ -269,8 +277,11 @@ impl Runtime {
                 let to = pos + take;
                 if to > from {
                     let src = &data[from - skip..to - skip];
-                    // SAFETY: host..host+take is in a live MR with LOCAL_WRITE (read lock held).
-                    unsafe { mem::write_registered(host + (from - pos), src) };
+                    // SAFETY: at..at+take is in a live MR with LOCAL_WRITE (read lock held).
+                    if unsafe { mem::write_registered(at.add(from - pos), src) }.is_err() {
+                        ok = false;
+                        break;
+                    }
                 }
                 pos += take;
             }

@@ -64,11 +64,12 @@ impl Runtime {
                 .sges
                 .first()
                 .and_then(|g| Self::local_range(&mrs, p.qp.pd(), g, ACCESS_LOCAL_WRITE));
-            match target {
-                // SAFETY: the range is inside a live MR with LOCAL_WRITE (read lock held).
-                Some(host) => unsafe { mem::write_registered(host, data) },
+            // SAFETY: the range is inside a live MR with LOCAL_WRITE (read lock held).
+            let landed = target.map(|at| unsafe { mem::write_registered(at, data) }.is_ok());
+            match landed {
+                Some(true) => {}
                 None if data.is_empty() => {}
-                None => status = st::LOCAL_ERROR_INVALID_LKEY as u8,
+                _ => status = st::LOCAL_ERROR_INVALID_LKEY as u8,
             }
         }
         let mut to_send = Outbox::new();
