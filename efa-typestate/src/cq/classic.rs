@@ -142,7 +142,9 @@ impl<C> Cq<C> {
                 return Ok(total);
             }
             // SAFETY: as in `poll`.
-            n = unsafe { (self.poll_cq)(self.raw.as_ptr(), want as c_int, wcs.as_mut_ptr().cast()) };
+            n = unsafe {
+                (self.poll_cq)(self.raw.as_ptr(), want as c_int, wcs.as_mut_ptr().cast())
+            };
         }
     }
 }
@@ -166,7 +168,8 @@ impl<C> CompletionQueue for Cq<C> {
         let mut wcs = [const { MaybeUninit::<ffi::ibv_wc>::uninit() }; CHUNK];
         // SAFETY: valid CQ; `wcs` has room for `want` entries; the provider writes `n`
         // of them and returns n (or a negative errno).
-        let n = unsafe { (self.poll_cq)(self.raw.as_ptr(), want as c_int, wcs.as_mut_ptr().cast()) };
+        let n =
+            unsafe { (self.poll_cq)(self.raw.as_ptr(), want as c_int, wcs.as_mut_ptr().cast()) };
         if n == 0 {
             return Ok(0);
         }
