@@ -36,5 +36,5 @@ export EFA_TEST_TARGET_CC=aarch64-linux-gnu-gcc EFA_TEST_TARGET_RUNNER=qemu-aarc
 cargo test --locked --target "$target" -p efa-sys --lib --test layout --test on_device
 cargo test --locked --target "$target" -p efa-sim --lib --test model_api
 cargo test --locked --target "$target" -p efa-typestate --lib --test control --test data --test rdma \
-  --test limits --test soundness --test leases --test ownership --test zero_alloc
+  --test limits --test soundness --test leases --test ownership --test device_memory --test zero_alloc
 echo "check-aarch64: ok"

@@ -5,3 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/setup.sh
 cargo test --workspace --locked "$@"
+# The facade's `cuda` feature: the GPUDirect example's tests (examples/gpu_rdma.rs).
+cargo test -p efa --features cuda --locked --test gpu_rdma

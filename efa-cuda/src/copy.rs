@@ -24,6 +24,12 @@ pub fn copy_to_device<M: DeviceMemory + ?Sized>(
     offset: usize,
     src: &[u8],
 ) -> Result<()> {
+    write(&*mem, offset, src)
+}
+
+/// [`copy_to_device`] for a holder that has exclusive access to `mem` another way (a
+/// `GpuMr` through `&mut self`).
+pub(crate) fn write<M: DeviceMemory + ?Sized>(mem: &M, offset: usize, src: &[u8]) -> Result<()> {
     check_range(offset, src.len(), mem.byte_len())?;
     if src.is_empty() {
         return Ok(());
@@ -59,6 +65,11 @@ pub fn copy_to_host<M: DeviceMemory + ?Sized>(
 
 /// Sets every byte of `mem` to `value`.
 pub fn fill<M: DeviceMemory + ?Sized>(mem: &mut M, value: u8) -> Result<()> {
+    set(&*mem, value)
+}
+
+/// [`fill`] for a holder with exclusive access to `mem` another way (see [`write`]).
+pub(crate) fn set<M: DeviceMemory + ?Sized>(mem: &M, value: u8) -> Result<()> {
     let driver = driver_of(mem)?;
     let _ctx = driver.device(mem.device_ordinal())?.make_current()?;
     let f = driver.api().memset_d8()?;

@@ -85,9 +85,10 @@ pub enum Error {
         /// The driver's allocation granularity.
         granularity: usize,
     },
-    /// `REMOTE_WRITE` asked for memory that could be reused after a leak of its MR
-    /// (a borrow): peers could then write freed memory.
-    RemoteWriteNeedsOwnedMemory,
+    /// `REMOTE_READ` or `REMOTE_WRITE` asked for memory that could be reused after a
+    /// leak of its MR (a borrow): peers could then read or write memory that is no
+    /// longer the buffer's.
+    RemoteAccessNeedsOwnedMemory,
     /// A verbs call failed.
     Verbs(efa_typestate::Error),
     /// Both registration paths failed: dma-buf export/registration, then `ibv_reg_mr` on
@@ -140,9 +141,9 @@ impl fmt::Display for Error {
                 f,
                 "VMM size {size} is zero or not a multiple of the granularity {granularity}"
             ),
-            Error::RemoteWriteNeedsOwnedMemory => write!(
+            Error::RemoteAccessNeedsOwnedMemory => write!(
                 f,
-                "REMOTE_WRITE needs memory that stays allocated if the MR is leaked"
+                "remote access (REMOTE_READ/REMOTE_WRITE) needs memory that stays allocated if the MR is leaked"
             ),
             Error::Verbs(e) => write!(f, "verbs: {e}"),
             Error::RegistrationFailed { dmabuf, fallback } => write!(
@@ -165,6 +166,14 @@ impl From<AlignError> for Error {
 impl From<efa_typestate::Error> for Error {
     fn from(e: efa_typestate::Error) -> Self {
         Error::Verbs(e)
+    }
+}
+
+/// A failed QP transition becomes its verbs error (the QP it hands back is dropped), so
+/// `?` works on QP set-up in functions returning this crate's [`Result`].
+impl<Q> From<efa_typestate::TransitionError<Q>> for Error {
+    fn from(e: efa_typestate::TransitionError<Q>) -> Self {
+        Error::Verbs(e.error)
     }
 }
 

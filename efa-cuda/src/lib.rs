@@ -15,12 +15,70 @@
 //!   [`copy_to_device`], [`copy_to_host`].
 //! * [`align`]: the page-rounded export arithmetic (page size from `sysconf`).
 //! * [`export_dmabuf`]: `cuMemGetHandleForAddressRange` for the pages around a buffer.
-//! * [`register`]: dma-buf registration with an EFA PD (fallback `ibv_reg_mr` on the CUDA
-//!   address) → [`GpuMr`], whose SGEs and remote descriptors use CUDA addresses.
-//! * [`Device::flush_gpudirect_writes`]: order inbound NIC writes before CUDA reads them.
+//! * [`register`] / [`GpuMr::new`]: registration with an EFA PD (`&Pd` or `Arc<Pd>`),
+//!   by dma-buf ([`CudaDmaBuf`] → `efa_typestate::DmaBufMr`), falling back to `ibv_reg_mr`
+//!   on the CUDA address ([`CudaAddress`] → `efa_typestate::DeviceAddressMr`, needs
+//!   `nvidia_peermem`), with the memory's device context current. A [`GpuMr`] has no host
+//!   view of the memory; its SGEs and remote descriptors use CUDA addresses, are bounded
+//!   to it, carry its PD and go in the same `SendBatch`/`RecvBatch` as host memory.
+//! * [`Device::flush_gpudirect_writes`] / [`GpuMr::flush_gpudirect_writes`]: order inbound
+//!   NIC writes before CUDA work reads them (skipped where the device orders them itself,
+//!   [`Device::flush_support`]).
+//!
+//! # GPU to GPU: an RDMA write into another GPU's memory
+//!
+//! Two SRD queue pairs, one buffer on each of two GPUs; the first GPU's bytes are written
+//! into the second GPU's memory by the NIC, then flushed and read back with a copy.
+//! In this workspace it runs on efa-sim and the software GPU (`efa-sim-gpu`, two
+//! devices).
+//!
+//! This example is compiled but not yet run: it waits for efa-sim to move data into
+//! and out of dma-buf registrations of the software GPU (issue 9, item 6; efa-sim today
+//! maps a dma-buf fd at the registration's offset, not at the software GPU's export
+//! base). Once that lands, `no_run` is removed and it runs as a doctest.
+//!
+//! ```no_run
+//! use efa_cuda::{register, DeviceAlloc, Device, FlushScope};
+//! use efa_typestate::{AccessFlags, Context, CompletionQueue, CqOptions, QpConfig, SendBatch};
+//! use std::time::Duration;
+//!
+//! # fn main() -> efa_cuda::Result<()> {
+//! let (gpu0, gpu1) = (Device::get(0)?, Device::get(1)?);
+//! let ctx = Context::open_first_efa()?;
+//! let pd = ctx.alloc_pd()?;
+//! let cq = ctx.create_ext_cq(CqOptions::new(16).waitable())?;
+//! let a = pd.create_qp(&cq, &cq, &QpConfig::srd())?.prepare(0x1234, None)?;
+//! let b = pd.create_qp(&cq, &cq, &QpConfig::srd())?.prepare(0x5678, None)?;
+//! let to_b = pd.connect(&b.endpoint())?;
+//!
+//! // The source on GPU 0, the target on GPU 1 (peers may write it: owned memory only).
+//! let src = register(&pd, DeviceAlloc::from_host(&gpu0, b"from GPU 0 to GPU 1")?, AccessFlags::empty())?;
+//! let mut dst = register(
+//!     &pd,
+//!     DeviceAlloc::new(&gpu1, 4096)?,
+//!     AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+//! )?;
+//! dst.fill(0)?;
+//!
+//! // RDMA-write the source into the target (a peer would get `dst.remote()` as 16 bytes).
+//! let mut batch = SendBatch::<1>::new(&a);
+//! batch.write(1, &to_b, src.sge_all()?, dst.remote().slice(100, src.len())?)?;
+//! // SAFETY: `src` is not written until the completion is polled on the next line.
+//! unsafe { a.post_send(&batch)? };
+//! cq.wait(Duration::from_secs(5))?.result()?;
+//!
+//! // The writes are complete on the CPU's side; order them before CUDA work reads them.
+//! dst.flush_gpudirect_writes(FlushScope::ToOwner)?;
+//! let mut got = [0u8; 19];
+//! dst.copy_to_host(100, &mut got)?;
+//! assert_eq!(&got, b"from GPU 0 to GPU 1");
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! Tests run on `efa-sim-gpu`, a software GPU that stands in for `libcuda.so.1` (see that
-//! crate), and on NVIDIA's real driver library without a GPU; GPU tests are `#[ignore]`d.
+//! crate), and on NVIDIA's real driver library without a GPU; GPU tests are `#[ignore]`d
+//! (`scripts/gpu-check.sh`, see the crate README).
 #![deny(missing_docs)]
 
 pub mod align;
@@ -35,6 +93,7 @@ mod error;
 mod export;
 mod flush;
 mod memory;
+mod owners;
 mod register;
 pub mod sys;
 mod vmm;
@@ -53,5 +112,6 @@ pub use error::{CudaError, Error, Result};
 pub use export::{export_dmabuf, DmaBuf};
 pub use flush::{FlushScope, FlushSupport, Flushed};
 pub use memory::{DeviceMemory, RawDeviceMemory};
+pub use owners::{CudaAddress, CudaDmaBuf};
 pub use register::{register, GpuMr, RegistrationPath};
 pub use vmm::VmmAllocation;

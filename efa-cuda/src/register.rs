@@ -1,36 +1,31 @@
 //! Registration of device memory with an EFA protection domain: [`register`] → [`GpuMr`].
 //!
-//! This module is the only one that touches `efa-typestate`. Paths, in order:
-//! 1. dma-buf: export the page-rounded range ([`crate::export_dmabuf`]) and register it
-//!    with `ibv_reg_dmabuf_mr(pd, offset, len, iova = CUDA address, fd, access)`;
-//! 2. fallback: `ibv_reg_mr` on the CUDA address itself, which only works where the kernel
-//!    can pin GPU pages (nvidia_peermem).
+//! Paths, in order, with the memory's device context current throughout (its primary
+//! context is pushed when the thread's current context is not on that device, and popped
+//! again afterwards):
+//! 1. dma-buf: export the page-rounded range ([`CudaDmaBuf`]) and register it with
+//!    `ibv_reg_dmabuf_mr(pd, offset, len, iova = CUDA address, fd, access)`
+//!    ([`DmaBufMr`]);
+//! 2. fallback: `ibv_reg_mr` on the CUDA address itself ([`DeviceAddressMr`]), which only
+//!    works where the kernel can pin GPU pages (nvidia_peermem).
 //!
-//! If both fail, [`Error::RegistrationFailed`] carries both causes.
+//! Neither registration has a host view of the memory. If both fail,
+//! [`Error::RegistrationFailed`] carries both causes.
 
 // A failed close hands the registration back by value, on purpose (as efa-typestate does).
 #![allow(clippy::result_large_err)]
 
-use efa_typestate::{AccessFlags, DmaBufMr, MemoryRegion, Mr, Pd, RawMemory, RemoteBuffer, Sge};
-use std::os::fd::{AsRawFd, OwnedFd};
+use efa_typestate::{
+    AccessFlags, Context, DeviceAddressMr, DmaBufMr, MemoryRegion, Parent, Pd, RemoteBuffer, Sge,
+};
 
 use crate::align::ExportRange;
+use crate::copy;
+use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::export::export_dmabuf;
-use crate::memory::{device_of_pointer, driver_of, DeviceMemory};
-
-/// How a [`GpuMr`] was registered.
-enum Registration<'pd> {
-    /// `ibv_reg_dmabuf_mr` of an exported dma-buf; the fd is closed after deregistration.
-    DmaBuf {
-        mr: DmaBufMr<'pd>,
-        fd: OwnedFd,
-        range: ExportRange,
-    },
-    /// `ibv_reg_mr` on the CUDA address (nvidia_peermem). The `Mr`'s host accessors are
-    /// never called: the address is device memory.
-    Peermem(Mr<'pd, RawMemory>),
-}
+use crate::flush::{FlushScope, Flushed};
+use crate::memory::{driver_of, DeviceMemory};
+use crate::owners::{check_device_range, CudaAddress, CudaDmaBuf};
 
 /// Which path a registration took.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,118 +36,141 @@ pub enum RegistrationPath {
     Peermem,
 }
 
-/// Registered device memory. Holds the memory `M` (owned or borrowed) for its whole life,
+enum Registration<P, M: DeviceMemory> {
+    DmaBuf(DmaBufMr<P, CudaDmaBuf<M>>),
+    Peermem(DeviceAddressMr<P, CudaAddress<M>>),
+}
+
+/// Registered device memory. Holds its PD through `P` (`&Pd<_>` or `Arc<Pd<_>>`, as host
+/// MRs do) and the memory `M` (owned, or borrowed as `&mut M`) for its whole life,
 /// deregisters before releasing it (and leaks it if deregistration fails), and addresses
 /// the region by its real CUDA address (a dma-buf MR's own `addr` is only the offset).
-pub struct GpuMr<'pd, M: DeviceMemory> {
-    reg: core::mem::ManuallyDrop<Registration<'pd>>,
-    mem: core::mem::ManuallyDrop<M>,
-    va: u64,
-    len: u64,
+/// It gives no host view of the memory: bytes move through the driver's copies
+/// ([`copy_from_host`](Self::copy_from_host), [`copy_to_host`](Self::copy_to_host)).
+///
+/// Nor does it give the memory out mutably while registered (it could be swapped out
+/// with `mem::replace` and freed while peers still write it); [`close`](Self::close)
+/// gives it back:
+///
+/// ```compile_fail,E0599
+/// # fn f(mr: &mut efa_cuda::GpuMr<&efa_typestate::Pd<&efa_typestate::Context>, efa_cuda::DeviceAlloc>) {
+/// let mem: &mut efa_cuda::DeviceAlloc = mr.memory_mut(); // error: no method `memory_mut`
+/// # }
+/// ```
+pub struct GpuMr<P, M: DeviceMemory> {
+    reg: Registration<P, M>,
 }
 
 /// Registers `mem` with `pd` for `access`, by dma-buf if the driver and the device allow
-/// it, else by `ibv_reg_mr` on the CUDA address.
-///
-/// Empty buffers fail with [`Error::EmptyBuffer`], host memory with
-/// [`Error::NotDeviceMemory`]; [`AccessFlags::REMOTE_WRITE`] on memory that a leak would
-/// free (a borrow) with [`Error::RemoteWriteNeedsOwnedMemory`].
-pub fn register<'pd, M: DeviceMemory>(
-    pd: &'pd Pd<'pd>,
-    mem: M,
-    access: AccessFlags,
-) -> Result<GpuMr<'pd, M>> {
-    if access.contains(AccessFlags::REMOTE_WRITE) && !M::STAYS_ALLOCATED_IF_LEAKED {
-        return Err(Error::RemoteWriteNeedsOwnedMemory);
-    }
-    let (va, len) = (mem.device_ptr(), mem.byte_len());
-    if len == 0 {
-        return Err(Error::EmptyBuffer);
-    }
-    let driver = driver_of(&mem)?;
-    device_of_pointer(driver, va)?;
-    let dmabuf_err = match register_dmabuf(pd, &mem, access) {
-        Ok(reg) => return Ok(GpuMr::new(reg, mem, va, len as u64)),
-        Err(e) => e,
-    };
-    // SAFETY: the range is device memory `mem` holds for the whole life of the GpuMr (and
-    // forever if leaked, where remote write is granted: checked above). The `Mr` stays
-    // private to the GpuMr, whose API never reads or writes through its host view.
-    let fallback = unsafe { pd.register_raw(va as usize as *mut u8, len, Some(va), access) };
-    match fallback {
-        Ok(mr) => Ok(GpuMr::new(Registration::Peermem(mr), mem, va, len as u64)),
-        Err(e) => Err(Error::RegistrationFailed {
-            dmabuf: Box::new(dmabuf_err),
-            fallback: Box::new(Error::Verbs(e)),
-        }),
-    }
+/// it, else by `ibv_reg_mr` on the CUDA address: [`GpuMr::new`].
+pub fn register<P, C, M>(pd: P, mem: M, access: AccessFlags) -> Result<GpuMr<P, M>>
+where
+    P: Parent<Target = Pd<C>> + Clone,
+    C: Parent<Target = Context>,
+    M: DeviceMemory,
+{
+    GpuMr::new(pd, mem, access)
 }
 
-fn register_dmabuf<'pd, M: DeviceMemory>(
-    pd: &'pd Pd<'pd>,
-    mem: &M,
-    access: AccessFlags,
-) -> Result<Registration<'pd>> {
-    let (fd, range) = export_dmabuf(mem)?.into_parts();
-    let mr = pd.register_dmabuf(
-        fd.as_raw_fd(),
-        range.offset,
-        range.len as usize,
-        range.iova,
-        access,
-    )?;
-    Ok(Registration::DmaBuf { mr, fd, range })
-}
-
-impl<'pd, M: DeviceMemory> GpuMr<'pd, M> {
-    fn new(reg: Registration<'pd>, mem: M, va: u64, len: u64) -> Self {
-        GpuMr {
-            reg: core::mem::ManuallyDrop::new(reg),
-            mem: core::mem::ManuallyDrop::new(mem),
-            va,
-            len,
+impl<P, M: DeviceMemory> GpuMr<P, M> {
+    /// Registers `mem` with `pd` (`&Pd<_>` or `Arc<Pd<_>>`) for `access`: dma-buf first,
+    /// then `ibv_reg_mr` on the CUDA address.
+    ///
+    /// Rejected before anything is exported or registered: an empty buffer
+    /// ([`Error::EmptyBuffer`]), host memory ([`Error::NotDeviceMemory`]), remote access
+    /// (`REMOTE_READ`/`REMOTE_WRITE`) to memory that a leak would free, i.e. a borrow
+    /// ([`Error::RemoteAccessNeedsOwnedMemory`]). Both paths failing:
+    /// [`Error::RegistrationFailed`] with both causes. On failure `mem` is dropped.
+    pub fn new<C>(pd: P, mem: M, access: AccessFlags) -> Result<Self>
+    where
+        P: Parent<Target = Pd<C>> + Clone,
+        C: Parent<Target = Context>,
+    {
+        let remote = AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
+        if access.intersects(remote) && !M::STAYS_ALLOCATED_IF_LEAKED {
+            return Err(Error::RemoteAccessNeedsOwnedMemory);
+        }
+        let ordinal = check_device_range(&mem)?;
+        let _ctx = driver_of(&mem)?.device(ordinal)?.make_current()?;
+        let (mem, dmabuf_err) = match CudaDmaBuf::new(mem) {
+            Ok(owner) => {
+                let iova = owner.iova();
+                match DmaBufMr::try_new(pd.clone(), owner, iova, access) {
+                    Ok(mr) => return Ok(GpuMr::from(Registration::DmaBuf(mr))),
+                    // The export is closed here, before the fallback is tried.
+                    Err((owner, e)) => (owner.into_memory(), Error::Verbs(e)),
+                }
+            }
+            Err((mem, e)) => (mem, e),
+        };
+        let owner = CudaAddress::new(mem).map_err(|(_, e)| e)?;
+        match DeviceAddressMr::try_new(pd, owner, access) {
+            Ok(mr) => Ok(GpuMr::from(Registration::Peermem(mr))),
+            Err((_, e)) => Err(Error::RegistrationFailed {
+                dmabuf: Box::new(dmabuf_err),
+                fallback: Box::new(Error::Verbs(e)),
+            }),
         }
     }
 
-    fn region(&self) -> &dyn MemoryRegion {
-        match &*self.reg {
-            Registration::DmaBuf { mr, .. } => mr,
+    fn from(reg: Registration<P, M>) -> Self {
+        GpuMr { reg }
+    }
+
+    /// The registration, for what takes any [`MemoryRegion`]
+    /// ([`Qp::write_all`](efa_typestate::Qp::write_all), [`RdmaChunks`](efa_typestate::RdmaChunks)).
+    pub fn region(&self) -> &dyn MemoryRegion {
+        match &self.reg {
+            Registration::DmaBuf(mr) => mr,
             Registration::Peermem(mr) => mr,
         }
     }
-
     /// Which path registered it.
     pub fn path(&self) -> RegistrationPath {
-        match &*self.reg {
-            Registration::DmaBuf { .. } => RegistrationPath::DmaBuf,
+        match &self.reg {
+            Registration::DmaBuf(_) => RegistrationPath::DmaBuf,
             Registration::Peermem(_) => RegistrationPath::Peermem,
         }
     }
     /// The export behind a dma-buf registration (`None` for the fallback path).
     pub fn export(&self) -> Option<&ExportRange> {
-        match &*self.reg {
-            Registration::DmaBuf { range, .. } => Some(range),
+        match &self.reg {
+            Registration::DmaBuf(mr) => Some(mr.owner().range()),
             Registration::Peermem(_) => None,
         }
     }
     /// The dma-buf fd (`None` for the fallback path); closed when the GpuMr is.
     pub fn dmabuf_fd(&self) -> Option<i32> {
-        match &*self.reg {
-            Registration::DmaBuf { fd, .. } => Some(fd.as_raw_fd()),
+        match &self.reg {
+            Registration::DmaBuf(mr) => Some(mr.fd()),
             Registration::Peermem(_) => None,
+        }
+    }
+    /// The access rights it was registered with.
+    pub fn access(&self) -> AccessFlags {
+        match &self.reg {
+            Registration::DmaBuf(mr) => mr.access(),
+            Registration::Peermem(mr) => mr.access(),
+        }
+    }
+    /// The memory (for [`DeviceMemory`] queries and read-only copies).
+    pub fn memory(&self) -> &M {
+        match &self.reg {
+            Registration::DmaBuf(mr) => mr.owner().memory(),
+            Registration::Peermem(mr) => mr.owner().memory(),
         }
     }
     /// CUDA device address of the first byte (also the MR's iova).
     pub fn device_ptr(&self) -> u64 {
-        self.va
+        self.memory().device_ptr()
     }
     /// Length in bytes.
     pub fn len(&self) -> u64 {
-        self.len
+        self.memory().byte_len() as u64
     }
     /// Never true (empty buffers are rejected).
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
     /// Local key.
     pub fn lkey(&self) -> u32 {
@@ -162,80 +180,86 @@ impl<'pd, M: DeviceMemory> GpuMr<'pd, M> {
     pub fn rkey(&self) -> u32 {
         self.region().rkey()
     }
-    /// An SGE for `len` bytes at `offset` (checked to lie inside the region); usable in
-    /// the same batches as host memory.
+    /// An SGE for `len` bytes at `offset` (checked to lie inside the region), tagged
+    /// with the PD; usable in the same batches as host memory.
     pub fn sge(&self, offset: u64, len: u64) -> Result<Sge<'_>> {
-        Ok(self.region().sge(offset, len)?)
+        Ok(match &self.reg {
+            Registration::DmaBuf(mr) => mr.sge(offset, len),
+            Registration::Peermem(mr) => mr.sge(offset, len),
+        }?)
+    }
+    /// An SGE covering the whole region.
+    pub fn sge_all(&self) -> Result<Sge<'_>> {
+        self.sge(0, self.len())
     }
     /// The region as a peer addresses it (CUDA address, length, rkey).
     pub fn remote(&self) -> RemoteBuffer {
         self.region().remote()
     }
-    /// The memory, for copies ([`crate::copy_to_host`] and friends).
-    pub fn memory(&self) -> &M {
-        &self.mem
+
+    /// Copies `src` into the memory at `offset` (`cuMemcpyHtoD`). Like any write to
+    /// registered memory, it must not race work requests or peers using those bytes.
+    pub fn copy_from_host(&mut self, offset: usize, src: &[u8]) -> Result<()> {
+        copy::write(self.memory(), offset, src)
     }
-    /// The memory, writable.
-    pub fn memory_mut(&mut self) -> &mut M {
-        &mut self.mem
+    /// Copies bytes at `offset` into `dst` (`cuMemcpyDtoH`).
+    pub fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        copy::copy_to_host(self.memory(), offset, dst)
+    }
+    /// The whole region, read back to the host.
+    pub fn to_vec(&self) -> Result<Vec<u8>> {
+        copy::to_vec(self.memory())
+    }
+    /// Sets every byte to `value` (`cuMemsetD8`).
+    pub fn fill(&mut self, value: u8) -> Result<()> {
+        copy::set(self.memory(), value)
+    }
+
+    /// The device that holds the memory.
+    pub fn device(&self) -> Result<Device> {
+        driver_of(self.memory())?.device(self.memory().device_ordinal())
+    }
+    /// Orders the NIC writes that arrived in this memory before CUDA work that the
+    /// calling thread submits afterwards: [`Device::flush_gpudirect_writes`] on the
+    /// memory's device. Call it after polling the completion that says the writes are
+    /// done (e.g. a write-with-immediate's receive), before launching the consumer.
+    pub fn flush_gpudirect_writes(&self, scope: FlushScope) -> Result<Flushed> {
+        self.device()?.flush_gpudirect_writes(scope)
+    }
+
+    /// Deregisters and registers the same memory again (same path, access and address):
+    /// every key given out before is dead. If the registration step fails, the region
+    /// stays deregistered (SGEs are refused) until it is dropped or closed.
+    pub fn reregister(&mut self) -> Result<()> {
+        match &mut self.reg {
+            Registration::DmaBuf(mr) => mr.reregister(),
+            Registration::Peermem(mr) => mr.reregister(),
+        }?;
+        Ok(())
     }
 
     /// Deregisters, closes the dma-buf fd and gives the memory back; on failure the
     /// GpuMr comes back (still registered, memory not released).
     pub fn close(self) -> core::result::Result<M, (Self, Error)> {
-        let mut me = core::mem::ManuallyDrop::new(self);
-        // SAFETY: `me` is never dropped; `reg` is taken once and either consumed or put
-        // back before `me` is handed back.
-        let reg = unsafe { core::mem::ManuallyDrop::take(&mut me.reg) };
-        match dereg(reg) {
-            Ok(()) => {
-                // SAFETY: taken once; `me` is forgotten.
-                Ok(unsafe { core::mem::ManuallyDrop::take(&mut me.mem) })
-            }
-            Err((reg, e)) => {
-                me.reg = core::mem::ManuallyDrop::new(reg);
-                Err((core::mem::ManuallyDrop::into_inner(me), e))
-            }
+        match self.reg {
+            Registration::DmaBuf(mr) => match mr.close() {
+                Ok(owner) => Ok(owner.into_memory()),
+                Err((mr, e)) => Err((GpuMr::from(Registration::DmaBuf(mr)), e.into())),
+            },
+            Registration::Peermem(mr) => match mr.close() {
+                Ok(owner) => Ok(owner.into_memory()),
+                Err((mr, e)) => Err((GpuMr::from(Registration::Peermem(mr)), e.into())),
+            },
         }
     }
 }
 
-fn dereg(reg: Registration<'_>) -> core::result::Result<(), (Registration<'_>, Error)> {
-    match reg {
-        Registration::DmaBuf { mr, fd, range } => match mr.close() {
-            Ok(()) => {
-                drop(fd);
-                Ok(())
-            }
-            Err((mr, e)) => Err((Registration::DmaBuf { mr, fd, range }, e.into())),
-        },
-        Registration::Peermem(mr) => match mr.close() {
-            Ok(_raw) => Ok(()),
-            Err((mr, e)) => Err((Registration::Peermem(mr), e.into())),
-        },
-    }
-}
-
-impl<M: DeviceMemory> Drop for GpuMr<'_, M> {
-    fn drop(&mut self) {
-        // SAFETY: dropped once, here.
-        let reg = unsafe { core::mem::ManuallyDrop::take(&mut self.reg) };
-        match dereg(reg) {
-            // SAFETY: deregistered: the device can no longer reach the memory.
-            Ok(()) => unsafe { core::mem::ManuallyDrop::drop(&mut self.mem) },
-            // Still registered: leak the registration and the memory rather than free
-            // memory a device may write.
-            Err((reg, _)) => core::mem::forget(reg),
-        }
-    }
-}
-
-impl<M: DeviceMemory> core::fmt::Debug for GpuMr<'_, M> {
+impl<P, M: DeviceMemory> core::fmt::Debug for GpuMr<P, M> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("GpuMr")
             .field("path", &self.path())
-            .field("device_ptr", &format_args!("{:#x}", self.va))
-            .field("len", &self.len)
+            .field("device_ptr", &format_args!("{:#x}", self.device_ptr()))
+            .field("len", &self.len())
             .field("lkey", &format_args!("{:#x}", self.lkey()))
             .finish()
     }

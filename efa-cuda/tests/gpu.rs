@@ -1,13 +1,17 @@
 //! The same checks on a real NVIDIA GPU through NVIDIA's driver. Ignored by default; run
 //! on a GPU machine with
 //! `cargo test -p efa-cuda --test gpu -- --ignored --nocapture`
-//! (`EFA_CUDA_REAL_LIBRARY=/path/libcuda.so.1` if the driver is not on the default path).
+//! (`EFA_CUDA_REAL_LIBRARY=/path/libcuda.so.1` if the driver is not on the default path),
+//! or from prepared binaries with `scripts/gpu-check.sh` (efa-cuda's README).
 //! Registration runs on efa-sim, which records a real NVIDIA dma-buf without mapping it.
+//! Measured times are printed as `gpu-check: <what>: <microseconds> us` lines (printed,
+//! never asserted: speed claims come from benchmarks).
 
 use std::os::fd::AsRawFd;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use efa_cuda::*;
+use efa_typestate::AccessFlags;
 
 fn real_driver() -> &'static Driver {
     let candidates = [
@@ -100,19 +104,53 @@ fn gpu_flush_with_and_without_a_current_context() {
         );
         let t = Instant::now();
         let r = dev.flush_gpudirect_writes(FlushScope::ToOwner).unwrap();
-        println!(
-            "flush (pushing the primary context): {r:?} in {:?}",
-            t.elapsed()
+        println!("flush to owner without a current context: {r:?}");
+        report(
+            "flush_gpudirect_writes, pushing the primary context",
+            t.elapsed(),
+            1,
         );
         let _ctx = dev.make_current().unwrap();
+        for scope in [FlushScope::ToOwner, FlushScope::ToAllDevices] {
+            let t = Instant::now();
+            for _ in 0..1000 {
+                d.flush_current_context(scope).unwrap();
+            }
+            report(
+                &format!("cuFlushGPUDirectRDMAWrites {scope:?} (mean of 1000)"),
+                t.elapsed(),
+                1000,
+            );
+        }
         let t = Instant::now();
         for _ in 0..1000 {
-            d.flush_current_context(FlushScope::ToOwner).unwrap();
+            dev.flush_gpudirect_writes(FlushScope::ToOwner).unwrap();
         }
-        println!("1000 flushes, context current: {:?}", t.elapsed());
+        report(
+            "flush_gpudirect_writes ToOwner, context current (mean of 1000)",
+            t.elapsed(),
+            1000,
+        );
     })
     .join()
     .unwrap();
+}
+
+/// Prints a measured time in the line format scripts/gpu-check.sh collects.
+fn report(what: &str, elapsed: Duration, count: u32) {
+    println!(
+        "gpu-check: {what}: {:.1} us",
+        elapsed.as_secs_f64() * 1e6 / f64::from(count)
+    );
+}
+
+fn efa_pd_test(body: impl FnOnce(&efa_typestate::Pd<&efa_typestate::Context>)) {
+    let ctx = efa_typestate::Context::open_first_efa().expect("efa-sim device");
+    assert!(efa_sim_select::fw_matches_selection(
+        ctx.query_device().unwrap().fw_ver()
+    ));
+    let pd = ctx.alloc_pd().unwrap();
+    body(&pd);
 }
 
 #[test]
@@ -120,13 +158,71 @@ fn gpu_flush_with_and_without_a_current_context() {
 fn gpu_registration_on_efa_sim() {
     let d = real_driver();
     let dev = d.device(0).unwrap();
-    let ctx = efa_typestate::Context::open_first_efa().unwrap();
-    let pd = ctx.alloc_pd().unwrap();
-    let a = DeviceAlloc::new(&dev, 4 << 20).unwrap();
-    let va = a.device_ptr();
-    let t = Instant::now();
-    let mr = register(&pd, a, efa_typestate::AccessFlags::LOCAL_WRITE).unwrap();
-    println!("registration: {:?} in {:?}", mr.path(), t.elapsed());
-    assert_eq!(mr.path(), RegistrationPath::DmaBuf);
-    assert_eq!(mr.sge(0, 8).unwrap().addr(), va);
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    efa_pd_test(|pd| {
+        // cuMemAlloc memory, whole.
+        let a = DeviceAlloc::new(&dev, 4 << 20).unwrap();
+        let va = a.device_ptr();
+        let t = Instant::now();
+        let mr = register(pd, a, access).unwrap();
+        report("register cuMemAlloc 4 MiB (first)", t.elapsed(), 1);
+        assert_eq!(mr.path(), RegistrationPath::DmaBuf);
+        assert_eq!(mr.sge(0, 8).unwrap().addr(), va);
+        assert_eq!(mr.remote().addr(), va);
+        let e = *mr.export().unwrap();
+        assert_eq!((e.export_base, e.offset, e.iova), (va, 0, va));
+        let t = Instant::now();
+        let a = mr.close().map_err(|(_, e)| e).unwrap();
+        report("deregister + close the export", t.elapsed(), 1);
+        let t = Instant::now();
+        let mut a = Some(a);
+        for _ in 0..100 {
+            let mr = register(pd, a.take().unwrap(), access).unwrap();
+            a = Some(mr.close().map_err(|(_, e)| e).unwrap());
+        }
+        report(
+            "register + close cuMemAlloc 4 MiB (mean of 100)",
+            t.elapsed(),
+            100,
+        );
+
+        // An unaligned interior range of it (export of the pages around it).
+        let a = a.unwrap();
+        // SAFETY: a sub-range of `a`, which outlives the registration.
+        let raw = unsafe { RawDeviceMemory::new(d, a.device_ptr() + 1000, 3 << 20) }.unwrap();
+        let mr = register(pd, raw, AccessFlags::LOCAL_WRITE).unwrap();
+        let e = *mr.export().unwrap();
+        let page = host_page_size();
+        assert_eq!(e.export_base, a.device_ptr());
+        assert_eq!(e.offset, 1000);
+        assert_eq!(e.export_len, (1000 + (3u64 << 20)).div_ceil(page) * page);
+        drop(mr);
+
+        // VMM memory spanning three chunks, GPUDirect-capable.
+        let g = dev.vmm_granularity().unwrap();
+        let v = VmmAllocation::with_chunk_size(&dev, 3 * g, g).unwrap();
+        let t = Instant::now();
+        let mr = register(pd, v, access).unwrap();
+        report("register VMM 3 chunks", t.elapsed(), 1);
+        assert_eq!(mr.path(), RegistrationPath::DmaBuf);
+        assert_eq!(mr.export().unwrap().export_len, 3 * g as u64);
+
+        // From a thread with no current context: the device's primary context is pushed
+        // for the export and popped again.
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                assert_eq!(d.current_context().unwrap(), None);
+                let a = DeviceAlloc::new(&dev, 1 << 20).unwrap();
+                let t = Instant::now();
+                let mr = register(pd, a, AccessFlags::LOCAL_WRITE).unwrap();
+                report(
+                    "register 1 MiB from a thread without a context",
+                    t.elapsed(),
+                    1,
+                );
+                assert_eq!(mr.path(), RegistrationPath::DmaBuf);
+                assert_eq!(d.current_context().unwrap(), None);
+            });
+        });
+    });
 }

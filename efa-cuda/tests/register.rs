@@ -1,6 +1,6 @@
-//! Registration of software-GPU memory with efa-sim (today's efa-typestate API): the
-//! dma-buf path for cuMemAlloc and multi-chunk VMM memory, the ibv_reg_mr fallback when the
-//! driver refuses exports or is too old, both failing, and the typed rejections.
+//! Registration of software-GPU memory with efa-sim: the dma-buf path for cuMemAlloc and
+//! multi-chunk VMM memory, the ibv_reg_mr fallback (by device address, no host view) when
+//! the driver refuses exports or is too old, both failing, and the typed rejections.
 mod support;
 
 use efa_cuda::*;
@@ -171,15 +171,12 @@ fn borrowed_memory_cannot_be_remote_writable_and_host_or_empty_memory_is_rejecte
     let ctx = efa();
     let pd = ctx.alloc_pd().unwrap();
     let mut mem = DeviceAlloc::new(&dev, 4096).unwrap();
-    assert_eq!(
-        register(
-            &pd,
-            &mut mem,
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE
-        )
-        .unwrap_err(),
-        Error::RemoteWriteNeedsOwnedMemory
-    );
+    for remote in [AccessFlags::REMOTE_WRITE, AccessFlags::REMOTE_READ] {
+        assert_eq!(
+            register(&pd, &mut mem, AccessFlags::LOCAL_WRITE | remote).unwrap_err(),
+            Error::RemoteAccessNeedsOwnedMemory
+        );
+    }
     // A borrow without remote write is fine, and the memory is usable again afterwards.
     let mr = register(&pd, &mut mem, AccessFlags::LOCAL_WRITE).unwrap();
     assert_eq!(mr.path(), RegistrationPath::DmaBuf);
@@ -219,4 +216,66 @@ fn borrowed_memory_cannot_be_remote_writable_and_host_or_empty_memory_is_rejecte
         register(&pd, Liar(Vec::new()), AccessFlags::LOCAL_WRITE).unwrap_err(),
         Error::EmptyBuffer
     );
+}
+
+/// Open descriptors of this process that are the software GPU's memory file (its own
+/// plus one per live export).
+fn gpu_memory_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read_link(e.path())
+                .map(|l| l.to_string_lossy().starts_with("/memfd:efa-sim-gpu-memory"))
+                .unwrap_or(false)
+        })
+        .count()
+}
+
+#[test]
+fn a_refused_dmabuf_registration_closes_its_export_and_reports_both_causes() {
+    let _serial = support::serial();
+    let dev = support::sim().device(0).unwrap();
+    let ctx = efa();
+    let pd = ctx.alloc_pd().unwrap();
+    let mem = DeviceAlloc::new(&dev, 4096).unwrap();
+    let before = gpu_memory_fds();
+    // The export succeeds; efa-sim refuses remote atomics on both registration paths.
+    let atomic = AccessFlags::LOCAL_WRITE | AccessFlags::from_bits_retain(1 << 3);
+    match register(&pd, mem, atomic).unwrap_err() {
+        Error::RegistrationFailed { dmabuf, fallback } => {
+            assert!(
+                matches!(
+                    *dmabuf,
+                    Error::Verbs(efa_typestate::Error::Unsupported {
+                        verb: Verb::RegDmabufMr,
+                        ..
+                    })
+                ),
+                "{dmabuf:?}"
+            );
+            assert!(
+                matches!(
+                    *fallback,
+                    Error::Verbs(efa_typestate::Error::Unsupported {
+                        verb: Verb::RegMr,
+                        ..
+                    })
+                ),
+                "{fallback:?}"
+            );
+        }
+        other => panic!("expected RegistrationFailed, got {other:?}"),
+    }
+    assert_eq!(gpu_memory_fds(), before, "the export's fd was closed");
+    // A working registration holds exactly one export, closed with it.
+    let mr = register(
+        &pd,
+        DeviceAlloc::new(&dev, 4096).unwrap(),
+        AccessFlags::LOCAL_WRITE,
+    )
+    .unwrap();
+    assert_eq!(gpu_memory_fds(), before + 1);
+    drop(mr);
+    assert_eq!(gpu_memory_fds(), before);
 }

@@ -179,7 +179,10 @@
 //! * Only plain data ([`Plain`]: zerocopy's `FromBytes + IntoBytes + Immutable`) can be
 //!   registered as `Vec<T>`, `Box<[T]>` or `&mut [T]` (other memory through
 //!   `register_raw` or an `unsafe impl` of [`RegionMemory`], whose contracts say what
-//!   must hold).
+//!   must hold). Device memory has registrations without any host view: [`DmaBufMr`]
+//!   (a dma-buf) and [`DeviceAddressMr`] (a device address, e.g. through
+//!   `nvidia_peermem`), plugged in through `unsafe impl`s of [`DmaBufMemory`] and
+//!   [`DeviceAddressMemory`] (as `efa-cuda` does for CUDA memory).
 //! * Every send is signaled: there is no way to ask for an unsignaled one (EFA rejects them).
 //! * Posting through a batch is `unsafe`; posting a lease is safe, and a posted lease is
 //!   moved into its ticket, out of reach until the completion gives it back. Completions
@@ -301,8 +304,9 @@ pub use lease::{Lease, Posted, Rejected};
 #[cfg(feature = "std")]
 pub use mr::DmaBufFd;
 pub use mr::{
-    Access, AccessFlags, DmaBufMemory, DmaBufMr, Local, MemoryRegion, Mr, MrInterconnect, Plain,
-    RawMemory, RawRegion, RegionMemory, RemoteBuffer, RemoteWrite, Sge, SgeList, Sges,
+    Access, AccessFlags, DeviceAddressMemory, DeviceAddressMr, DmaBufMemory, DmaBufMr, Local,
+    MemoryRegion, Mr, MrInterconnect, Plain, RawMemory, RawRegion, RegionMemory, RemoteBuffer,
+    RemoteWrite, Sge, SgeList, Sges,
 };
 pub use parent::{Parent, Sibling};
 pub use pd::{Pd, PdId};

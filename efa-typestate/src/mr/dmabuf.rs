@@ -141,17 +141,33 @@ impl<P, O: DmaBufMemory> DmaBufMr<P, O> {
     /// addressed by the device as `[iova, iova + len)` (for CUDA memory: its device
     /// address). `REMOTE_READ`/`REMOTE_WRITE` need an owner that stays allocated if
     /// leaked ([`InvalidInput::RemoteAccessNeedsOwnedMemory`] for borrows). On failure
-    /// the owner is dropped.
+    /// the owner is dropped ([`try_new`](Self::try_new) gives it back).
     pub fn new<C>(pd: P, owner: O, iova: u64, access: AccessFlags) -> Result<Self>
     where
         P: Parent<Target = Pd<C>>,
         C: Parent<Target = Context>,
     {
+        Self::try_new(pd, owner, iova, access).map_err(|(_, e)| e)
+    }
+
+    /// As [`new`](Self::new), but a failure gives the owner back with the error (so the
+    /// caller can register the memory another way, as `efa-cuda` falls back to
+    /// `ibv_reg_mr` when the kernel refuses a dma-buf).
+    pub fn try_new<C>(pd: P, owner: O, iova: u64, access: AccessFlags) -> Result<Self, (O, Error)>
+    where
+        P: Parent<Target = Pd<C>>,
+        C: Parent<Target = Context>,
+    {
         // No host mapping: REMOTE_WRITE is allowed as asked; only the leak rule applies.
-        check_remote_needs_owned(access, O::STAYS_ALLOCATED_IF_LEAKED)?;
+        if let Err(e) = check_remote_needs_owned(access, O::STAYS_ALLOCATED_IF_LEAKED) {
+            return Err((owner, e));
+        }
         // SAFETY: a live PD (held by `pd`).
         let pd_raw = unsafe { NonNull::new_unchecked(pd.as_ptr()) };
-        let raw = reg_dmabuf(pd_raw, &owner, iova, access)?;
+        let raw = match reg_dmabuf(pd_raw, &owner, iova, access) {
+            Ok(raw) => raw,
+            Err(e) => return Err((owner, e)),
+        };
         // SAFETY: a freshly registered MR; plain fields.
         let (lkey, rkey) = unsafe { ((*raw.as_ptr()).lkey, (*raw.as_ptr()).rkey) };
         Ok(DmaBufMr {

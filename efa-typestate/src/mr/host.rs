@@ -324,7 +324,10 @@ impl<C: Parent<Target = Context>> Pd<C> {
     ) -> Result<Mr<&Self, M, RemoteWrite>> {
         Mr::new_remote_write(self, mem, access)
     }
-    /// Registers raw memory (a [`Local`] registration: `REMOTE_WRITE` is refused).
+    /// Registers raw host memory (a [`Local`] registration: `REMOTE_WRITE` is refused).
+    /// The `Mr` gives slices of it, so it must be host memory: device memory (a CUDA
+    /// address) is registered with
+    /// [`register_device_address`](Pd::register_device_address), whose MR has no host view.
     ///
     /// # Safety
     /// `[ptr, ptr + len)` must be valid for reads and writes, and must not be freed or

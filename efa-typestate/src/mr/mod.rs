@@ -1,6 +1,7 @@
 //! Memory regions: registered host memory ([`Mr`], borrowed or owned, of any plain-data
-//! element type) and dma-buf memory ([`DmaBufMr`], e.g. GPU memory), the SGEs that
-//! address them, and the remote view a peer uses for RDMA.
+//! element type), dma-buf memory ([`DmaBufMr`], e.g. GPU memory) and device memory
+//! registered by its device address ([`DeviceAddressMr`], e.g. GPU memory through
+//! `nvidia_peermem`), the SGEs that address them, and the remote view a peer uses for RDMA.
 //!
 //! # Who may touch registered memory
 //!
@@ -24,6 +25,7 @@ use crate::ffi;
 use crate::flags::flag_set;
 use crate::pd::PdId;
 
+mod device_address;
 mod dmabuf;
 mod host;
 mod memory;
@@ -31,6 +33,7 @@ mod remote;
 mod sge;
 pub(crate) mod volatile;
 
+pub use device_address::{DeviceAddressMemory, DeviceAddressMr};
 #[cfg(feature = "std")]
 pub use dmabuf::DmaBufFd;
 pub use dmabuf::{DmaBufMemory, DmaBufMr};
@@ -120,7 +123,7 @@ pub(crate) mod region_sealed {
 }
 
 /// Anything registered: gives keys, the device address space and SGEs. Sealed
-/// (implemented by [`Mr`] and [`DmaBufMr`] only), so an [`Sge`] always names bytes of a
+/// (implemented by [`Mr`], [`DmaBufMr`] and [`DeviceAddressMr`] only), so an [`Sge`] always names bytes of a
 /// real registration of a known PD.
 pub trait MemoryRegion: region_sealed::Sealed {
     /// Local key (24 bits on EFA).

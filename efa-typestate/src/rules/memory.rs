@@ -44,6 +44,17 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Device memory has no host view at all: a registration by device address (or a
+//! dma-buf) gives no slices, whatever its access:
+//!
+//! ```compile_fail,E0599
+//! # use efa_typestate::*;
+//! # fn f<O: DeviceAddressMemory>(pd: &Pd<&Context>, gpu: O) -> Result<()> {
+//! let mr = pd.register_device_address(gpu, AccessFlags::LOCAL_WRITE)?;
+//! let view: &[u8] = mr.as_slice(); // error: no `as_slice` on DeviceAddressMr
+//! # Ok(()) }
+//! ```
+//!
 //! # Only plain data is registered
 //!
 //! The device writes any bytes and reads every byte: `bool` (not every bit pattern is a
