@@ -293,8 +293,9 @@ int64_t vs_c_endpoint(const uint8_t gid[16], uint32_t qpn, uint32_t qkey, uint32
 		__asm__ volatile("" : : "r"(wire) : "memory");
 		if (ep_decode(wire, sizeof wire, g, &q, &k))
 			return -1;
+		/* The decoded GID must really be written (it goes to ibv_create_ah). */
 		__asm__ volatile("" : : "r"(g) : "memory");
-		sum += (int64_t)q + k + g[15];
+		sum += (int64_t)q + k;
 	}
 	return sum;
 }

@@ -20,7 +20,7 @@ fn units(case: Case) -> u64 {
     match case {
         Case::WriteBatch | Case::RoundTrip | Case::DrainExt | Case::DrainClassic => 16,
         Case::BuildBatch => 256,
-        Case::Send | Case::Write | Case::SendInline | Case::Send2Sge => 256,
+        Case::Send | Case::Write | Case::SendInline | Case::Send2Sge => 1024,
         Case::PollEmptyExt | Case::PollEmptyClassic | Case::Endpoint => 4096,
     }
 }
