@@ -156,9 +156,8 @@ impl<C> CompletionQueue for Cq<C> {
         self.raw.as_ptr()
     }
 
-    /// The first `ibv_poll_cq` call, and with it the empty case, is inlined into the
-    /// caller (as C's `ibv_poll_cq` is); converting entries is
-    /// [`take`](Cq::take).
+    // The first `ibv_poll_cq` call, and with it the empty case, is inlined into the
+    // caller (as C's `ibv_poll_cq` is); converting entries is `Cq::take`.
     #[inline]
     fn poll<const N: usize>(&self, out: &mut ArrayVec<Completion, N>) -> Result<usize> {
         let want = out.remaining_capacity().min(CHUNK);

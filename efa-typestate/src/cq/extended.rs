@@ -310,8 +310,8 @@ impl<C> CompletionQueue for ExtCq<C> {
         self.raw.as_ptr().cast()
     }
 
-    /// The empty case (start_poll says ENOENT) is inlined into the caller, as C's
-    /// `ibv_start_poll` is; reading entries is [`read_session`](ExtCq::read_session).
+    // The empty case (start_poll says ENOENT) is inlined into the caller, as C's
+    // `ibv_start_poll` is; reading entries is `ExtCq::read_session`.
     #[inline]
     fn poll<const N: usize>(&self, out: &mut ArrayVec<Completion, N>) -> Result<usize> {
         if out.is_full() {
