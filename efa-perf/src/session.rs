@@ -147,9 +147,10 @@ fn run_test(
     };
     let qp_inline = res.qps[0].caps().max_inline_data;
     let inline_max = opts.inline.unwrap_or(qp_inline).min(qp_inline) as usize;
+    let depth = opts.depth.min(res.qps[0].limits().max_send_wr());
     let stream = bw::Stream {
-        batch: opts.batch,
-        depth: opts.depth.min(res.qps[0].limits().max_send_wr()),
+        batch: opts.batch.min(depth),
+        depth,
         inline_max,
         timeout: opts.common.timeout,
     };
