@@ -34,7 +34,7 @@ grep -q "fw_ver:.*efa-sim" <<<"$info" ||
 # layout test with its C side compiled for aarch64 as well.
 export EFA_TEST_TARGET_CC=aarch64-linux-gnu-gcc EFA_TEST_TARGET_RUNNER=qemu-aarch64
 cargo test --locked --target "$target" -p efa-sys --lib --test layout --test on_device
-cargo test --locked --target "$target" -p efa-sim --lib --test model_api
+cargo test --locked --target "$target" -p efa-sim --lib --test model_api --test model_rings
 cargo test --locked --target "$target" -p efa-typestate --lib --test control --test data --test rdma \
   --test limits --test soundness --test leases --test ownership --test device_memory --test zero_alloc
 echo "check-aarch64: ok"

@@ -22,7 +22,7 @@ setup_packages=(
   libc6-dev         # C headers and crt files for those programs
   make              # builds of C consumers in tests
   binutils          # readelf / objdump: link-hygiene and exported-symbol tests
-  libibverbs-dev    # rdma-core headers and link-time libibverbs / libefa
+  libibverbs-dev    # rdma-core headers, link-time libibverbs / libefa (and, via ibverbs-providers, libmlx5)
   librdmacm-dev     # rdma-sys links -lrdmacm; librdmacm consumer test
   ibverbs-utils     # ibv_devices / ibv_devinfo / ibv_ud_pingpong, checked against efa-sim
   libfabric-bin     # fi_info / fi_pingpong (libfabric's EFA provider) on efa-sim

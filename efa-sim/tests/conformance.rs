@@ -95,6 +95,30 @@ fn v65_consumer() {
     }
 }
 
+/// Registration refused as the kernel refuses it, through all three registration verbs.
+#[test]
+fn registration() {
+    support::run_c(
+        "registration",
+        &[("EFA_SIM_PROFILE", "efa_1.caps=-rdma_read-rdma_write")],
+    );
+}
+
+/// A consumer that drives the rings itself (efadv_query_qp_wqs / efadv_query_cq, WQEs,
+/// RX descriptors and doorbells by hand, CQEs by phase bit) against a verbs peer.
+#[test]
+fn direct_rings() {
+    match support::v65_headers() {
+        Ok(include) => {
+            let mut inc = std::ffi::OsString::from("-I");
+            inc.push(&include);
+            let bin = support::compile_c_with("direct_rings", &[&inc]);
+            support::run_compiled("direct_rings", bin, &[]);
+        }
+        Err(reason) => eprintln!("direct_rings: SKIPPED, no rdma-core 65 headers: {reason}"),
+    }
+}
+
 /// Four posting threads sharing one send CQ with a poller thread (both poll APIs).
 #[test]
 fn threads() {

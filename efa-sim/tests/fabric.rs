@@ -487,6 +487,43 @@ fn compile_rdmacm(name: &str) -> PathBuf {
     bin
 }
 
+/// A program linked with a provider library (`-lmlx5 -libverbs`): libmlx5 imports rdma-core's
+/// `IBVERBS_PRIVATE_34` node, so efa-sim must export all of it for the program to load at
+/// all under `LD_BIND_NOW=1`; then only the software devices are listed and libmlx5 claims
+/// none of them.
+#[test]
+fn a_program_linked_with_libmlx5_loads_and_lists_only_efa_devices() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/mlx5_loads.c");
+    let bin = support::scratch_dir().join(format!("mlx5_loads-{}", std::process::id()));
+    let out = Command::new("gcc")
+        .args(["-std=gnu11", "-Wall", "-Werror", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        // --no-as-needed: libmlx5 stays a dependency although main calls one function.
+        .args(["-Wl,--no-as-needed", "-lmlx5", "-libverbs"])
+        .output()
+        .expect("run gcc");
+    assert!(out.status.success(), "{}", describe("gcc", &out));
+    let mut cmd = support::on_sim(&bin);
+    cmd.env("LD_BIND_NOW", "1");
+    let out = support::run_with_timeout(&mut cmd, CHILD_TIMEOUT_S);
+    let _ = std::fs::remove_file(&bin);
+    assert!(out.status.success(), "{}", describe("mlx5_loads", &out));
+    support::assert_no_loader_warnings("mlx5_loads", &out);
+    let s = text(&out.stdout);
+    assert!(
+        s.lines()
+            .any(|l| l == "devices 2 efa_0:mlx5=0 efa_1:mlx5=0"),
+        "{}",
+        describe("mlx5_loads", &out)
+    );
+    assert!(
+        s.contains("PASS mlx5_loads"),
+        "{}",
+        describe("mlx5_loads", &out)
+    );
+}
+
 #[test]
 fn librdmacm_programs_start_and_rdma_cm_calls_fail_cleanly() {
     let bin = compile_rdmacm("rdmacm_client");

@@ -61,11 +61,11 @@ fn pd_busy_while_used_mr_keys_and_access_rules() {
             buf.as_mut_ptr() as usize,
             64,
             0,
-            0x8, /* REMOTE_ATOMIC */
+            ACCESS_LOCAL_WRITE | ACCESS_REMOTE_ATOMIC,
         )
     }
     .err();
-    assert_eq!(e, Some(EOPNOTSUPP));
+    assert_eq!(e, Some(EOPNOTSUPP), "the EFA driver has no atomics");
     drop(r);
     pd.dealloc().unwrap();
 }
@@ -75,7 +75,7 @@ fn remote_access_is_gated_by_caps() {
     let d = special(20, |p| p.device_caps = 0);
     let pd = d.alloc_pd().unwrap();
     let mut buf = [0u8; 64];
-    for a in [ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE] {
+    for a in [ACCESS_REMOTE_READ, ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE] {
         assert_eq!(
             // SAFETY: buf outlives the (never created) MR.
             unsafe { pd.reg_mr(buf.as_mut_ptr() as usize, 64, 0, a) }.err(),

@@ -751,7 +751,12 @@ fn malformed_and_forged_packets_are_harmless() {
     let (a, b) = pair(0);
     let _known = b.ah_to(&a);
     let target = Region::new(&b.pd, 4096, ALL_ACCESS);
-    let port = transport::port_for(b.dev.index, transport::slot_of_qpn(b.qp.qpn())).unwrap();
+    let port = transport::port_for(
+        b.dev.config().port_base,
+        b.dev.index,
+        transport::slot_of_qpn(b.qp.qpn()),
+    )
+    .unwrap();
     let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let to = ("127.0.0.1", port);
     let before = b.dev.stats().malformed;
@@ -865,7 +870,12 @@ fn forged_bulk_requests_never_reach_process_memory() {
     secret.fill(0, &secret_bytes);
     // Unregistered memory of this process.
     let plain = vec![0x5au8; 64 << 10];
-    let port = transport::port_for(b.dev.index, transport::slot_of_qpn(b.qp.qpn())).unwrap();
+    let port = transport::port_for(
+        b.dev.config().port_base,
+        b.dev.index,
+        transport::slot_of_qpn(b.qp.qpn()),
+    )
+    .unwrap();
     let to = std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, port);
     let before = b.dev.stats();
     let base = |op: wire::Op, pid: u32, local: u64, src_qpn: u16, id: u64| {
@@ -912,7 +922,7 @@ fn forged_bulk_requests_never_reach_process_memory() {
         .filter(|s| *s != my_slot)
         .find_map(|s| {
             use std::os::fd::AsRawFd;
-            let path = format!("{}/slot-{s}", transport::lock_dir());
+            let path = format!("{}/slot-{s}", a.dev.config().lock_dir.display());
             let f = std::fs::OpenOptions::new()
                 .create(true)
                 .truncate(false)
@@ -923,7 +933,7 @@ fn forged_bulk_requests_never_reach_process_memory() {
             if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
                 return None;
             }
-            let p = transport::port_for(a.dev.index, s)?;
+            let p = transport::port_for(a.dev.config().port_base, a.dev.index, s)?;
             std::net::UdpSocket::bind(("127.0.0.1", p))
                 .ok()
                 .map(|k| (s, f, k))

@@ -551,11 +551,12 @@ fn forged_bulk_requests_cannot_reach_a_third_process() {
     let (v_pid, v_slot, v_qpn, v_addr) = (v[0] as u32, v[1] as u32, v[2] as u16, v[3]);
     victim.say("sum");
     let victim_sum = victim.line("SUM");
-    let t_port = transport::port_for(0, transport::slot_of_qpn(t_qpn)).unwrap();
+    let base = Sim::get().config().port_base;
+    let t_port = transport::port_for(base, 0, transport::slot_of_qpn(t_qpn)).unwrap();
     let to = std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, t_port);
     let lo = std::net::Ipv4Addr::LOCALHOST;
     let any_port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let v_dev1_port = transport::port_for(1, v_slot).unwrap();
+    let v_dev1_port = transport::port_for(base, 1, v_slot).unwrap();
     let victims_dev1 = std::net::UdpSocket::bind(("127.0.0.1", v_dev1_port))
         .expect("victim's device-1 port is free (it only opened device 0)");
     let mut id = 0;

@@ -4,6 +4,7 @@
 
 mod support;
 
+use std::path::Path;
 use std::process::Command;
 
 fn run(cmd: &mut Command) -> (String, String) {
@@ -190,6 +191,50 @@ fn elf_soname_and_version_nodes() {
             "version node {node} missing"
         );
     }
+}
+
+/// Every symbol of the system libibverbs's provider-private node (`IBVERBS_PRIVATE_34`,
+/// rdma-core 44) is exported at that node, with the same kind (function or data object):
+/// provider libraries such as libmlx5 import them.
+#[test]
+fn every_private_34_symbol_of_the_system_libibverbs_is_exported() {
+    let gcc = Command::new("gcc")
+        .arg("-print-file-name=libibverbs.so.1")
+        .output()
+        .expect("gcc");
+    let system = String::from_utf8_lossy(&gcc.stdout).trim().to_string();
+    assert!(
+        Path::new(&system).is_file(),
+        "system libibverbs.so.1 not found: {system}"
+    );
+    let dyn_syms = |file: &str| {
+        let out = Command::new("readelf")
+            .args(["--dyn-syms", "-W", file])
+            .output()
+            .expect("readelf");
+        assert!(out.status.success(), "readelf {file}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let private = |table: &str| -> std::collections::BTreeSet<(String, String)> {
+        table
+            .lines()
+            .filter(|l| !l.contains(" UND "))
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                let name = f.last()?.strip_suffix("@@IBVERBS_PRIVATE_34")?;
+                let kind = f.get(3)?; // FUNC / OBJECT
+                (*kind != "NOTYPE").then(|| (name.to_string(), kind.to_string()))
+            })
+            .collect()
+    };
+    let want = private(&dyn_syms(&system));
+    assert!(want.len() >= 70, "system node looks incomplete: {want:?}");
+    let ours = private(&readelf(&["--dyn-syms", "-W"]));
+    let missing: Vec<_> = want.difference(&ours).collect();
+    assert!(
+        missing.is_empty(),
+        "not exported at IBVERBS_PRIVATE_34: {missing:?}"
+    );
 }
 
 /// Every function of rdma-core 65's libibverbs/libefa maps is exported at its default node.

@@ -7,6 +7,8 @@
 //! * [`efadv`]: hand-written `efadv.h` bindings at the rdma-core 65 layout, also re-exported
 //!   at the crate root. Functions of libefa nodes newer than `EFA_1.2` are resolved at run time
 //!   and return [`NotProvided`] when the loaded libefa lacks them.
+//! * [`io`]: the hardware queue formats (`efa_io_defs.h`): send WQEs, receive descriptors,
+//!   completion entries and the CQ doorbell, for direct data-path code.
 //! * [`layout`]: offsets of `ibv_qp_ex`/`ibv_cq_ex` members a zero-overhead layer reads.
 //! * [`vendor`]: EFA vendor/part ids and the raw completion status codes.
 //!
@@ -36,6 +38,7 @@ macro_rules! assert_layout {
 }
 
 pub mod efadv;
+pub mod io;
 pub mod layout;
 pub mod vendor;
 pub mod verbs_ctx;

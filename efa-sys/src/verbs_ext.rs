@@ -88,6 +88,18 @@ pub unsafe fn ibv_query_gid_table(
 
 const_assert_eq!(core::mem::size_of::<ibv_gid_entry>(), 32);
 
+/// First of the optional access bits (`IBV_ACCESS_OPTIONAL_FIRST`, a `#define` in verbs.h):
+/// registration drops the ones a device does not support instead of failing.
+pub const IBV_ACCESS_OPTIONAL_FIRST: u32 = 1 << 20;
+/// Every optional access bit (`IBV_ACCESS_OPTIONAL_RANGE`, bits 20..29).
+pub const IBV_ACCESS_OPTIONAL_RANGE: u32 =
+    ((IBV_ACCESS_OPTIONAL_FIRST << 10) - 1) & !(IBV_ACCESS_OPTIONAL_FIRST - 1);
+const_assert_eq!(IBV_ACCESS_OPTIONAL_RANGE, 0x3ff0_0000);
+const_assert_eq!(
+    IBV_ACCESS_OPTIONAL_FIRST,
+    rdma_sys::ibv_access_flags::IBV_ACCESS_RELAXED_ORDERING.0
+);
+
 /// `ibv_query_qp_data_in_order` flag: return a caps vector (`IBV_QUERY_QP_DATA_IN_ORDER_*`)
 /// instead of 0/1.
 pub const IBV_QUERY_QP_DATA_IN_ORDER_RETURN_CAPS: u32 = 1 << 0;

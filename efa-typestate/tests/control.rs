@@ -97,9 +97,13 @@ fn pd_mr_ah_lifecycle_and_close_errors() {
         (0x1000_0000, 100, mr2.rkey())
     );
 
-    // Unsupported access flags are refused by the provider.
+    // Unsupported access flags are refused by the provider (with LOCAL_WRITE: without it
+    // the kernel refuses remote atomic access with EINVAL before the driver looks).
     let bad = pd
-        .register(vec![0u8; 64], AccessFlags::from_bits_retain(1 << 3))
+        .register(
+            vec![0u8; 64],
+            AccessFlags::LOCAL_WRITE | AccessFlags::from_bits_retain(1 << 3),
+        )
         .map(drop); // REMOTE_ATOMIC
     assert!(
         bad.unwrap_err().is_unsupported(),
@@ -479,24 +483,36 @@ fn ud_and_srd_creation_report_granted_caps() {
 }
 
 #[test]
-fn layout_queries_answer_or_say_unsupported() {
+fn layout_queries_describe_the_rings() {
     let ctx = open(0);
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_ext_cq(CqOptions::new(16)).unwrap();
     let qp = pd.create_qp(&cq, &cq, &QpConfig::srd()).unwrap();
-    let eopnotsupp = |v: Verb| Error::Unsupported {
-        verb: v,
-        why: Unsupported::Provider(Errno::EOPNOTSUPP),
-    };
     if efa_sim_select::SOFTWARE_DEVICE {
-        // efa-sim emulates no rings: it answers EOPNOTSUPP, like a provider without direct mode.
-        assert_eq!(cq.layout().unwrap_err(), eopnotsupp(Verb::EfadvQueryCq));
+        // efa-sim emulates the rings: EFA's entry sizes (32-byte CQEs, 64-byte WQEs for
+        // 32 inline bytes, 16-byte receive descriptors) at the granted depths; a doorbell
+        // batch is the profile's 16 WQEs.
+        let l = cq.layout().unwrap();
+        assert_eq!((l.entry_size, l.num_entries), (32, 16), "{l:?}");
+        assert!(l.buffer != 0 && l.doorbell != 0, "{l:?}");
+        let caps = qp.caps();
+        let (sq, rq) = qp.wq_layout().unwrap();
         assert_eq!(
-            qp.wq_layout().unwrap_err(),
-            eopnotsupp(Verb::EfadvQueryQpWqs)
+            (sq.entry_size, sq.num_entries, sq.max_batch),
+            (64, caps.max_send_wr, 16),
+            "{sq:?}"
         );
-        let msg = cq.layout().unwrap_err().to_string();
-        assert!(msg.contains("efadv_query_cq is not supported"), "{msg}");
+        assert_eq!(
+            (rq.entry_size, rq.num_entries, rq.max_batch),
+            (
+                16,
+                caps.max_recv_wr * caps.max_recv_sge,
+                caps.max_recv_wr * caps.max_recv_sge
+            ),
+            "{rq:?}"
+        );
+        assert!(sq.buffer != 0 && rq.buffer != 0 && sq.buffer != rq.buffer);
+        assert!(sq.doorbell != 0 && rq.doorbell != 0 && sq.doorbell != rq.doorbell);
     } else {
         match cq.layout() {
             Ok(l) => assert!(l.entry_size > 0 && l.num_entries > 0, "{l:?}"),

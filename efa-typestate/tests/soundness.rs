@@ -211,7 +211,8 @@ fn hole_3_remote_access_to_borrowed_memory_is_refused() {
         .register_dmabuf(
             fd,
             0x3000_0000,
-            AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
+            // Remote write needs local write (the kernel's rule, EINVAL otherwise).
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
         )
         .unwrap();
     assert_eq!(owned.len(), 4096);

@@ -1,83 +1,33 @@
-//! Completion queues (legacy and extended), completion channels, both poll protocols.
+//! Completion queues (legacy and extended) and completion channels; the poll protocols
+//! are in [`super::poll`].
 
-use super::layout::{EfadvCq, EfadvCqInitAttr, Wc};
-use super::objects::{PdKind, SessionLock, SimChannel, SimContext, SimCq, SimPd};
+use super::layout::{EfadvCq, EfadvCqInitAttr};
+use super::objects::{PdKind, SimChannel, SimContext, SimCq, SimPd};
+use super::poll::*;
 use super::{leak, null_with};
-use crate::model::{Completion, CompletionKind, CqOptions, EfaStatus};
-use core::cell::UnsafeCell;
+use crate::model::CqOptions;
 use core::ffi::{c_int, c_void};
 use core::ptr;
 use core::sync::atomic::{AtomicU32, Ordering};
+use efa_sys::efadv::{EFADV_WC_EX_WITH_IS_UNSOLICITED, EFADV_WC_EX_WITH_SGID};
 use efa_sys::verbs as v;
-use libc::{EBUSY, EINVAL, ENOENT, EOPNOTSUPP};
+use efa_sys::verbs::ibv_create_cq_wc_flags as wcf;
+use libc::{EBUSY, EINVAL, EOPNOTSUPP};
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
-/// IBV_WC_EX_WITH_* bits EFA supports (IBV_WC_STANDARD_FLAGS).
-const WC_STANDARD_FLAGS: u64 = 0x7f;
-const WC_EX_WITH_BYTE_LEN: u64 = 1 << 0;
-const WC_EX_WITH_IMM: u64 = 1 << 1;
-const WC_EX_WITH_QP_NUM: u64 = 1 << 2;
-const WC_EX_WITH_SRC_QP: u64 = 1 << 3;
-const WC_EX_WITH_SLID: u64 = 1 << 4;
-const WC_EX_WITH_SL: u64 = 1 << 5;
-const WC_EX_WITH_DLID_PATH_BITS: u64 = 1 << 6;
-const CQ_INIT_ATTR_MASK_FLAGS: u32 = 1 << 0;
-const CQ_INIT_ATTR_MASK_PD: u32 = 1 << 1;
-const CREATE_CQ_ATTR_SINGLE_THREADED: u32 = 1 << 0;
-const EFADV_WC_EX_WITH_SGID: u64 = 1 << 0;
-const EFADV_WC_EX_WITH_IS_UNSOLICITED: u64 = 1 << 1;
-const CAP_CQ_WITH_SGID: u32 = 1 << 2;
-const CAP_UNSOLICITED_WRITE_RECV: u32 = 1 << 4;
-const IBV_WC_WITH_IMM: u32 = 2;
-
-/// `ibv_wc_status` for a raw EFA status (model §4).
-#[inline]
-pub fn wc_status(s: EfaStatus) -> u32 {
-    match s {
-        0 => 0,
-        1 => 5,
-        2..=4 => 2,
-        5 => 4,
-        6 => 1,
-        7 => 10,
-        8 => 16,
-        9 => 15,
-        10 => 13,
-        11 => 9,
-        12 => 7,
-        13 | 15 => 20,
-        14 => 11,
-        18 => 9,
-        _ => 21,
-    }
-}
-
-/// `ibv_wc_opcode` of a completion.
-#[inline]
-fn wc_opcode(c: &Completion, read_as_send: bool) -> u32 {
-    match c.kind {
-        CompletionKind::Send => 0,
-        CompletionKind::RdmaRead => {
-            if read_as_send {
-                0
-            } else {
-                2
-            }
-        }
-        CompletionKind::RdmaWrite => 1,
-        CompletionKind::Recv => 128,
-        CompletionKind::RecvRdmaWithImm => 129,
-    }
-}
-
-#[inline]
-fn is_recv(c: &Completion) -> bool {
-    matches!(
-        c.kind,
-        CompletionKind::Recv | CompletionKind::RecvRdmaWithImm
-    )
-}
+/// `IBV_WC_STANDARD_FLAGS`: the `IBV_WC_EX_WITH_*` bits EFA supports.
+const WC_STANDARD_FLAGS: u64 = (wcf::IBV_WC_EX_WITH_BYTE_LEN.0
+    | wcf::IBV_WC_EX_WITH_IMM.0
+    | wcf::IBV_WC_EX_WITH_QP_NUM.0
+    | wcf::IBV_WC_EX_WITH_SRC_QP.0
+    | wcf::IBV_WC_EX_WITH_SLID.0
+    | wcf::IBV_WC_EX_WITH_SL.0
+    | wcf::IBV_WC_EX_WITH_DLID_PATH_BITS.0) as u64;
+const CQ_INIT_ATTR_MASK_FLAGS: u32 = v::ibv_cq_init_attr_mask::IBV_CQ_INIT_ATTR_MASK_FLAGS.0;
+const CQ_INIT_ATTR_MASK_PD: u32 = v::ibv_cq_init_attr_mask::IBV_CQ_INIT_ATTR_MASK_PD.0;
+const CREATE_CQ_ATTR_SINGLE_THREADED: u32 =
+    v::ibv_create_cq_attr_flags::IBV_CREATE_CQ_ATTR_SINGLE_THREADED.0;
 
 unsafe fn create(
     ctx: *mut v::ibv_context,
@@ -132,14 +82,15 @@ unsafe fn create(
     ex.read_opcode = Some(read_opcode);
     ex.read_vendor_err = Some(read_vendor_err);
     ex.read_wc_flags = Some(read_wc_flags);
-    ex.read_byte_len = (wf & WC_EX_WITH_BYTE_LEN != 0).then_some(read_byte_len as _);
-    ex.read_imm_data = (wf & WC_EX_WITH_IMM != 0).then_some(read_imm_data as _);
-    ex.read_qp_num = (wf & WC_EX_WITH_QP_NUM != 0).then_some(read_qp_num as _);
-    ex.read_src_qp = (wf & WC_EX_WITH_SRC_QP != 0).then_some(read_src_qp as _);
-    ex.read_slid = (wf & WC_EX_WITH_SLID != 0).then_some(read_slid as _);
-    ex.read_sl = (wf & WC_EX_WITH_SL != 0).then_some(read_sl as _);
+    let has = |f: wcf| wf & f.0 as u64 != 0;
+    ex.read_byte_len = has(wcf::IBV_WC_EX_WITH_BYTE_LEN).then_some(read_byte_len as _);
+    ex.read_imm_data = has(wcf::IBV_WC_EX_WITH_IMM).then_some(read_imm_data as _);
+    ex.read_qp_num = has(wcf::IBV_WC_EX_WITH_QP_NUM).then_some(read_qp_num as _);
+    ex.read_src_qp = has(wcf::IBV_WC_EX_WITH_SRC_QP).then_some(read_src_qp as _);
+    ex.read_slid = has(wcf::IBV_WC_EX_WITH_SLID).then_some(read_slid as _);
+    ex.read_sl = has(wcf::IBV_WC_EX_WITH_SL).then_some(read_sl as _);
     ex.read_dlid_path_bits =
-        (wf & WC_EX_WITH_DLID_PATH_BITS != 0).then_some(read_dlid_path_bits as _);
+        has(wcf::IBV_WC_EX_WITH_DLID_PATH_BITS).then_some(read_dlid_path_bits as _);
     let channel = attr.channel as *mut SimChannel;
     let cq = leak(SimCq {
         ex,
@@ -150,8 +101,6 @@ unsafe fn create(
         },
         model,
         channel,
-        cur: UnsafeCell::new(None),
-        poll_lock: SessionLock::new(),
         read_as_send: profile.read_completes_as_send,
     });
     if !channel.is_null() {
@@ -246,19 +195,8 @@ unsafe extern "C" fn efadv_create_cq(
     if efa.comp_mask != 0 {
         return null_with(EINVAL);
     }
-    // SAFETY: ctx is ours.
-    let caps = unsafe { SimContext::from_ibv(ctx) }
-        .device
-        .profile
-        .device_caps;
-    let mut supported = 0;
-    if caps & CAP_CQ_WITH_SGID != 0 {
-        supported |= EFADV_WC_EX_WITH_SGID;
-    }
-    if caps & CAP_UNSOLICITED_WRITE_RECV != 0 {
-        supported |= EFADV_WC_EX_WITH_IS_UNSOLICITED;
-    }
-    if efa.wc_flags & !supported != 0 {
+    // The capability checks are the model's (CQ creation); unknown bits are not.
+    if efa.wc_flags & !(EFADV_WC_EX_WITH_SGID | EFADV_WC_EX_WITH_IS_UNSOLICITED) != 0 {
         return null_with(EOPNOTSUPP);
     }
     if efa.flags != 0 {
@@ -365,6 +303,12 @@ unsafe extern "C" fn get_cq_event(
         return -1;
     };
     let cq = cq as *mut v::ibv_cq;
+    // SAFETY: cq is alive (destroy purges the queue): the event moves its doorbell's
+    // command sequence number on (libefa's efa_cq_event).
+    unsafe { SimCq::from_ibv(cq) }
+        .model
+        .poller()
+        .event_delivered();
     // SAFETY: out pointers from the caller; cq is alive (destroy purges the queue).
     unsafe {
         if !cq_out.is_null() {
@@ -403,215 +347,4 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut v::ibv_cq, solicited_only: c_int
     // SAFETY: cq is ours.
     unsafe { SimCq::from_ibv(cq) }.model.arm();
     0
-}
-
-/// `ibv_context_ops.poll_cq`: legacy `ibv_wc` fill rules (model §1.4).
-///
-/// # Safety
-/// Called through rdma-core's contract for this entry point: object pointers come
-/// from this library, buffers are valid for the documented sizes.
-pub unsafe extern "C" fn poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut v::ibv_wc) -> c_int {
-    // SAFETY: cq is ours.
-    let sim = unsafe { SimCq::from_ibv(cq) };
-    let wc = wc as *mut Wc;
-    sim.poll_lock.lock();
-    let mut i = 0;
-    while i < n {
-        let Some(c) = sim.model.peek() else { break };
-        // SAFETY: the caller's array holds n entries; only the fields EFA writes are touched.
-        let w = unsafe { &mut *wc.add(i as usize) };
-        w.wr_id = c.wr_id;
-        w.status = wc_status(c.status);
-        w.opcode = wc_opcode(&c, sim.read_as_send);
-        w.vendor_err = u32::from(c.status);
-        w.qp_num = c.qp_num;
-        w.wc_flags = 0;
-        if is_recv(&c) {
-            w.byte_len = c.byte_len;
-            w.src_qp = c.src_qp;
-            w.sl = 0;
-            w.slid = c.slid;
-            if let Some(imm) = c.imm_be {
-                w.imm_data = imm;
-                w.wc_flags = IBV_WC_WITH_IMM;
-            }
-        }
-        sim.model.retire();
-        i += 1;
-    }
-    sim.poll_lock.unlock();
-    i
-}
-
-#[inline]
-unsafe fn set_current(sim: &SimCq, c: Option<Completion>) -> c_int {
-    // SAFETY: the poll lock is held by this thread (session protocol).
-    unsafe { *sim.cur.get() = c };
-    match c {
-        Some(c) => {
-            let ex = &sim.ex as *const v::ibv_cq_ex as *mut v::ibv_cq_ex;
-            // SAFETY: status/wr_id are plain fields of our CQ, written only under the poll lock.
-            unsafe {
-                (*ex).status = wc_status(c.status);
-                (*ex).wr_id = c.wr_id;
-            }
-            0
-        }
-        None => ENOENT,
-    }
-}
-
-unsafe extern "C" fn start_poll(cq: *mut v::ibv_cq_ex, attr: *mut v::ibv_poll_cq_attr) -> c_int {
-    // SAFETY: attr is NULL or a caller struct.
-    if !attr.is_null() && unsafe { (*attr).comp_mask } != 0 {
-        return EINVAL;
-    }
-    // SAFETY: cq is ours.
-    let sim = unsafe { SimCq::from_ex(cq) };
-    sim.poll_lock.lock();
-    let c = sim.model.peek();
-    if c.is_none() {
-        sim.poll_lock.unlock();
-        return ENOENT;
-    }
-    // SAFETY: poll lock held.
-    unsafe { set_current(sim, c) }
-}
-
-unsafe extern "C" fn next_poll(cq: *mut v::ibv_cq_ex) -> c_int {
-    // SAFETY: cq is ours; the caller holds the session from start_poll.
-    let sim = unsafe { SimCq::from_ex(cq) };
-    // SAFETY: poll lock held by the caller's session.
-    if unsafe { (*sim.cur.get()).is_some() } {
-        sim.model.retire();
-    }
-    let c = sim.model.peek();
-    // SAFETY: as above.
-    unsafe { set_current(sim, c) }
-}
-
-unsafe extern "C" fn end_poll(cq: *mut v::ibv_cq_ex) {
-    // SAFETY: cq is ours; session held.
-    let sim = unsafe { SimCq::from_ex(cq) };
-    // SAFETY: poll lock held by the caller's session.
-    unsafe {
-        if (*sim.cur.get()).take().is_some() {
-            sim.model.retire();
-        }
-    }
-    sim.poll_lock.unlock();
-}
-
-/// The completion under the cursor (valid between a successful start/next_poll and the next call).
-#[inline]
-unsafe fn cur<'a>(cq: *mut v::ibv_cq_ex) -> (&'a SimCq, Completion) {
-    // SAFETY: cq is ours; the caller is inside a successful poll session.
-    unsafe {
-        let sim = SimCq::from_ex(cq);
-        let c = (*sim.cur.get()).unwrap_or(EMPTY);
-        (sim, c)
-    }
-}
-
-/// Read outside a session (a consumer bug): report zeros rather than crash.
-const EMPTY: Completion = Completion {
-    wr_id: 0,
-    status: 0,
-    kind: CompletionKind::Send,
-    byte_len: 0,
-    imm_be: None,
-    qp_num: 0,
-    src_qp: 0,
-    slid: 0,
-    unsolicited: false,
-    sgid: None,
-};
-
-unsafe extern "C" fn read_opcode(cq: *mut v::ibv_cq_ex) -> u32 {
-    // SAFETY: forwarded contract.
-    let (sim, c) = unsafe { cur(cq) };
-    wc_opcode(&c, sim.read_as_send)
-}
-unsafe extern "C" fn read_vendor_err(cq: *mut v::ibv_cq_ex) -> u32 {
-    // SAFETY: forwarded contract.
-    u32::from(unsafe { cur(cq) }.1.status)
-}
-unsafe extern "C" fn read_byte_len(cq: *mut v::ibv_cq_ex) -> u32 {
-    // SAFETY: forwarded contract.
-    let c = unsafe { cur(cq) }.1;
-    if is_recv(&c) {
-        c.byte_len
-    } else {
-        0
-    }
-}
-unsafe extern "C" fn read_imm_data(cq: *mut v::ibv_cq_ex) -> u32 {
-    // SAFETY: forwarded contract.
-    unsafe { cur(cq) }.1.imm_be.unwrap_or(0)
-}
-unsafe extern "C" fn read_qp_num(cq: *mut v::ibv_cq_ex) -> u32 {
-    // SAFETY: forwarded contract.
-    unsafe { cur(cq) }.1.qp_num
-}
-unsafe extern "C" fn read_src_qp(cq: *mut v::ibv_cq_ex) -> u32 {
-    // SAFETY: forwarded contract.
-    let c = unsafe { cur(cq) }.1;
-    if is_recv(&c) {
-        c.src_qp
-    } else {
-        0
-    }
-}
-unsafe extern "C" fn read_wc_flags(cq: *mut v::ibv_cq_ex) -> u32 {
-    // SAFETY: forwarded contract.
-    let c = unsafe { cur(cq) }.1;
-    if is_recv(&c) && c.imm_be.is_some() {
-        IBV_WC_WITH_IMM
-    } else {
-        0
-    }
-}
-unsafe extern "C" fn read_slid(cq: *mut v::ibv_cq_ex) -> u32 {
-    // SAFETY: forwarded contract.
-    let c = unsafe { cur(cq) }.1;
-    if is_recv(&c) {
-        u32::from(c.slid)
-    } else {
-        0
-    }
-}
-unsafe extern "C" fn read_sl(_cq: *mut v::ibv_cq_ex) -> u8 {
-    0
-}
-unsafe extern "C" fn read_dlid_path_bits(_cq: *mut v::ibv_cq_ex) -> u8 {
-    0
-}
-
-#[inline]
-unsafe fn cq_of_efa<'a>(efa: *mut EfadvCq) -> &'a SimCq {
-    // SAFETY: efa is the `efa` member of a SimCq (handed out by efadv_cq_from_ibv_cq_ex).
-    unsafe { &*((efa as *mut u8).sub(core::mem::offset_of!(SimCq, efa)) as *const SimCq) }
-}
-
-unsafe extern "C" fn wc_read_sgid(efa: *mut EfadvCq, sgid: *mut v::ibv_gid) -> c_int {
-    // SAFETY: efa is ours; inside a poll session.
-    let sim = unsafe { cq_of_efa(efa) };
-    // SAFETY: poll lock held by the caller's session.
-    match unsafe { *sim.cur.get() }.and_then(|c| c.sgid) {
-        Some(g) if !sgid.is_null() => {
-            // SAFETY: sgid points to 16 bytes.
-            unsafe { ptr::copy_nonoverlapping(g.as_ptr(), sgid as *mut u8, 16) };
-            0
-        }
-        _ => -ENOENT,
-    }
-}
-
-unsafe extern "C" fn wc_is_unsolicited(efa: *mut EfadvCq) -> bool {
-    // SAFETY: efa is ours; inside a poll session.
-    let sim = unsafe { cq_of_efa(efa) };
-    // SAFETY: poll lock held by the caller's session.
-    unsafe { *sim.cur.get() }
-        .map(|c| c.unsolicited)
-        .unwrap_or(false)
 }

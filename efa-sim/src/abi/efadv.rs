@@ -1,18 +1,20 @@
-//! efadv device queries (model §1.6, §2.1, §2.2).
+//! efadv queries (model §1.6, §2.1, §2.2): the device attributes, the queue depth a
+//! configuration allows, and the raw rings of a QP or CQ for direct data-path consumers.
 
-use super::layout::{EfadvDeviceAttr, EfadvRqDepthAttr, EfadvSqDepthAttr};
-use super::objects::SimContext;
+use super::layout::{
+    EfadvCqAttr, EfadvDeviceAttr, EfadvRqDepthAttr, EfadvSqDepthAttr, EfadvWqAttr,
+};
+use super::objects::{SimContext, SimCq, SimQp};
+use crate::model::{qp, RingLayout};
 use core::ffi::c_int;
 use core::mem::{offset_of, size_of};
 use core::ptr;
+use efa_sys::efadv::{
+    EFADV_DEVICE_ATTR_CAPS_RDMA_READ as CAP_RDMA_READ,
+    EFADV_DEVICE_ATTR_CAPS_RDMA_WRITE as CAP_RDMA_WRITE, EFADV_SQ_DEPTH_ATTR_INLINE_WRITE,
+};
 use efa_sys::verbs as v;
 use libc::EINVAL;
-
-const CAP_RDMA_READ: u32 = 1 << 0;
-const CAP_RDMA_WRITE: u32 = 1 << 3;
-const SQ_DEPTH_ATTR_INLINE_WRITE: u32 = 1 << 0;
-/// Inline bytes a 64-byte WQE carries; more needs a 128-byte WQE.
-const INLINE_64B_WQE: u32 = 32;
 
 /// `vext_field_avail`: the field starts inside the caller's `inlen` bytes.
 #[inline]
@@ -81,14 +83,6 @@ unsafe fn read_input<T: Copy>(p: *const T, inlen: u32, min_field_off: usize) -> 
     }
 }
 
-fn rounddown_pow2(x: u32) -> u32 {
-    if x == 0 {
-        0
-    } else {
-        1 << (31 - x.leading_zeros())
-    }
-}
-
 unsafe extern "C" fn get_max_sq_depth(
     ctx: *mut v::ibv_context,
     attr: *const EfadvSqDepthAttr,
@@ -112,12 +106,8 @@ unsafe extern "C" fn get_max_sq_depth(
     {
         return -EINVAL;
     }
-    let wqe = if a.max_inline_data > INLINE_64B_WQE || a.flags & SQ_DEPTH_ATTR_INLINE_WRITE != 0 {
-        128
-    } else {
-        64
-    };
-    rounddown_pow2(p.max_llq_size / wqe) as c_int
+    let inline_write = a.flags & EFADV_SQ_DEPTH_ATTR_INLINE_WRITE != 0;
+    qp::max_sq_depth(p, a.max_inline_data, inline_write) as c_int
 }
 export!("EFA_1.5", efadv_get_max_sq_depth => get_max_sq_depth);
 
@@ -142,3 +132,72 @@ unsafe extern "C" fn get_max_rq_depth(
     (p.max_rq_wr / a.max_recv_sge) as c_int
 }
 export!("EFA_1.5", efadv_get_max_rq_depth => get_max_rq_depth);
+
+/// The part of a ring description every efadv ring query writes.
+fn fill_ring(a: &mut EfadvWqAttr, l: &RingLayout) {
+    a.comp_mask = 0;
+    a.buffer = l.buffer;
+    a.entry_size = l.entry_size;
+    a.num_entries = l.num_entries;
+    a.doorbell = l.doorbell;
+    a.max_batch = l.max_batch;
+}
+
+/// `efadv_query_qp_wqs`: the SQ and RQ rings (buffer, entry size, entries, doorbell,
+/// max batch; `caps` when covered). `inlen` must cover `max_batch`.
+unsafe extern "C" fn efadv_query_qp_wqs(
+    qp: *mut v::ibv_qp,
+    sq_attr: *mut EfadvWqAttr,
+    rq_attr: *mut EfadvWqAttr,
+    inlen: u32,
+) -> c_int {
+    if qp.is_null() || sq_attr.is_null() || rq_attr.is_null() {
+        return EINVAL;
+    }
+    if !avail(offset_of!(EfadvWqAttr, max_batch), inlen) {
+        return EINVAL;
+    }
+    // SAFETY: qp is ours.
+    let (sq, rq) = unsafe { SimQp::from_ibv(qp) }.model.wq_layout();
+    let with_caps = avail(offset_of!(EfadvWqAttr, reserved), inlen);
+    for (attr, l) in [(sq_attr, sq), (rq_attr, rq)] {
+        // SAFETY: the caller's structs hold at least the fields `inlen` covers (rdma-core
+        // writes every field through max_batch, and caps/reserved when covered).
+        let a = unsafe { &mut *attr };
+        fill_ring(a, &l);
+        if with_caps {
+            a.caps = 0; // no 64-bit request ids
+            a.reserved = [0; 2];
+        }
+    }
+    0
+}
+export!("EFA_1.4", efadv_query_qp_wqs => efadv_query_qp_wqs);
+
+/// `efadv_query_cq`: the completion ring (buffer, entry size, entries; the doorbell when
+/// covered). `inlen` must cover `num_entries`.
+unsafe extern "C" fn efadv_query_cq(
+    cq: *mut v::ibv_cq,
+    attr: *mut EfadvCqAttr,
+    inlen: u32,
+) -> c_int {
+    if cq.is_null() || attr.is_null() {
+        return EINVAL;
+    }
+    if !avail(offset_of!(EfadvCqAttr, num_entries), inlen) {
+        return EINVAL;
+    }
+    // SAFETY: cq is ours.
+    let l = unsafe { SimCq::from_ibv(cq) }.model.ring_layout();
+    // SAFETY: the caller's struct holds at least the fields `inlen` covers.
+    let a = unsafe { &mut *attr };
+    a.comp_mask = 0;
+    a.buffer = l.buffer;
+    a.entry_size = l.entry_size;
+    a.num_entries = l.num_entries;
+    if avail(offset_of!(EfadvCqAttr, doorbell), inlen) {
+        a.doorbell = l.doorbell;
+    }
+    0
+}
+export!("EFA_1.4", efadv_query_cq => efadv_query_cq);

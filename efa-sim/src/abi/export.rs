@@ -31,6 +31,35 @@ macro_rules! export {
     };
 }
 
+/// `export_data!(NODE, c_name, size)`: a zero-filled data object `c_name@@NODE` of `size`
+/// bytes (rdma-core's private node has one: `verbs_allow_disassociate_destroy`).
+macro_rules! export_data {
+    ($node:literal, $name:ident, $size:literal) => {
+        ::core::arch::global_asm!(
+            ".pushsection .bss.efa_sim_export_data,\"aw\",%nobits",
+            concat!(".globl efa_sim_export_", stringify!($name)),
+            concat!(".type efa_sim_export_", stringify!($name), ",%object"),
+            concat!(
+                ".size efa_sim_export_",
+                stringify!($name),
+                ", ",
+                stringify!($size)
+            ),
+            concat!("efa_sim_export_", stringify!($name), ":"),
+            concat!(".skip ", stringify!($size)),
+            concat!(
+                ".symver efa_sim_export_",
+                stringify!($name),
+                ",",
+                stringify!($name),
+                "@@",
+                $node
+            ),
+            ".popsection",
+        );
+    };
+}
+
 /// The trampoline's one instruction: a tail jump to operand `f`, leaving every argument
 /// register and the return address as the caller set them.
 #[cfg(target_arch = "x86_64")]

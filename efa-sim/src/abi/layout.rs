@@ -191,10 +191,11 @@ const_assert_eq!(offset_of!(AhAttr, port_num), 30);
 // efadv structs: efa-sys's hand-written v65 bindings (sizes re-checked here because
 // the ABI we hand out depends on them).
 pub use efa_sys::efadv::{
-    efadv_ah_attr as EfadvAhAttr, efadv_cq as EfadvCq, efadv_cq_init_attr as EfadvCqInitAttr,
-    efadv_device_attr as EfadvDeviceAttr, efadv_mr_attr as EfadvMrAttr, efadv_qp as EfadvQp,
-    efadv_qp_init_attr as EfadvQpInitAttr, efadv_rq_depth_attr as EfadvRqDepthAttr,
-    efadv_sq_depth_attr as EfadvSqDepthAttr,
+    efadv_ah_attr as EfadvAhAttr, efadv_cq as EfadvCq, efadv_cq_attr as EfadvCqAttr,
+    efadv_cq_init_attr as EfadvCqInitAttr, efadv_device_attr as EfadvDeviceAttr,
+    efadv_mr_attr as EfadvMrAttr, efadv_qp as EfadvQp, efadv_qp_init_attr as EfadvQpInitAttr,
+    efadv_rq_depth_attr as EfadvRqDepthAttr, efadv_sq_depth_attr as EfadvSqDepthAttr,
+    efadv_wq_attr as EfadvWqAttr,
 };
 const_assert_eq!(size_of::<EfadvDeviceAttr>(), 32);
 const_assert_eq!(size_of::<EfadvQpInitAttr>(), 24);
@@ -206,3 +207,7 @@ const_assert_eq!(size_of::<EfadvMrAttr>(), 16);
 const_assert_eq!(size_of::<EfadvSqDepthAttr>(), 24);
 const_assert_eq!(offset_of!(EfadvSqDepthAttr, max_inline_data), 20);
 const_assert_eq!(size_of::<EfadvRqDepthAttr>(), 16);
+const_assert_eq!(size_of::<EfadvWqAttr>(), 40);
+const_assert_eq!(offset_of!(EfadvWqAttr, max_batch), 32);
+const_assert_eq!(size_of::<EfadvCqAttr>(), 32);
+const_assert_eq!(offset_of!(EfadvCqAttr, doorbell), 24);

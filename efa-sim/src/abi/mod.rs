@@ -17,11 +17,15 @@ mod cq;
 mod device;
 mod efadv;
 mod layout;
+mod marshall;
 mod misc;
 mod objects;
 mod pd;
+mod poll;
 mod post;
+mod private;
 mod qp;
+mod query;
 mod stubs;
 
 use core::ffi::c_int;

@@ -1,9 +1,8 @@
 //! The objects this library hands to C: public rdma-core struct first, private state after.
 
 use super::layout::{EfadvCq, EfadvQp, QpExV65, VerbsContextV65};
-use crate::model::{self, Completion, Device, Payload, SendOp, SendWr};
-use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use crate::model::{self, Device};
+use core::sync::atomic::AtomicU32;
 use efa_sys::verbs as v;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -77,30 +76,6 @@ pub struct SimAh {
     pub model: Arc<model::Ah>,
 }
 
-/// A spin lock held across a poll or post session (start_poll..end_poll,
-/// wr_start..wr_complete), like the provider's CQ/SQ locks.
-pub struct SessionLock(AtomicBool);
-
-impl SessionLock {
-    pub const fn new() -> Self {
-        SessionLock(AtomicBool::new(false))
-    }
-    #[inline]
-    pub fn lock(&self) {
-        while self
-            .0
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            core::hint::spin_loop();
-        }
-    }
-    #[inline]
-    pub fn unlock(&self) {
-        self.0.store(false, Ordering::Release);
-    }
-}
-
 /// `struct ibv_comp_channel` + the CQs whose events are pending.
 #[repr(C)]
 pub struct SimChannel {
@@ -110,16 +85,14 @@ pub struct SimChannel {
     pub users: AtomicU32,
 }
 
-/// `struct ibv_cq_ex` (its first 128 bytes are `struct ibv_cq`) + `efadv_cq` + state.
+/// `struct ibv_cq_ex` (its first 128 bytes are `struct ibv_cq`) + `efadv_cq` + the model
+/// CQ (whose poller holds the provider's consumer state).
 #[repr(C)]
 pub struct SimCq {
     pub ex: v::ibv_cq_ex,
     pub efa: EfadvCq,
     pub model: Arc<model::Cq>,
     pub channel: *mut SimChannel,
-    /// Completion under the cursor between start_poll and end_poll (poll lock held).
-    pub cur: UnsafeCell<Option<Completion>>,
-    pub poll_lock: SessionLock,
     pub read_as_send: bool,
 }
 
@@ -140,30 +113,8 @@ impl SimCq {
     }
 }
 
-/// A WR being built by `wr_*` calls: opcode given, address/payload may follow.
-pub struct PartialWr {
-    pub wr_id: u64,
-    pub op: SendOp,
-    pub flags: u32,
-    pub imm_be: u32,
-    pub ah: Option<Arc<model::Ah>>,
-    pub remote_qpn: u32,
-    pub remote_qkey: u32,
-    pub payload: Payload,
-    pub remote: Option<(u64, u32)>,
-}
-
-/// State of one `wr_start .. wr_complete` session.
-pub struct Session {
-    /// Finished WRs of this session (the model's room check bounds it by the SQ depth).
-    pub staged: Vec<SendWr>,
-    /// The WR the latest opcode call opened.
-    pub cur: Option<PartialWr>,
-    /// First error of the session (latched; 0 = none).
-    pub err: i32,
-}
-
-/// `struct ibv_qp_ex` (v65) + `efadv_qp` + state.
+/// `struct ibv_qp_ex` (v65) + `efadv_qp` + the model QP (whose queues hold the provider's
+/// state).
 #[repr(C)]
 pub struct SimQp {
     pub ex: QpExV65,
@@ -175,10 +126,6 @@ pub struct SimQp {
     /// Created with SEND_OPS_FLAGS (ibv_qp_to_qp_ex returns it).
     pub is_ex: bool,
     pub sq_sig_all: bool,
-    pub inline_write: bool,
-    pub caps: model::QpCaps,
-    pub session: UnsafeCell<Session>,
-    pub sq_lock: SessionLock,
 }
 
 impl SimQp {
@@ -188,5 +135,19 @@ impl SimQp {
     pub unsafe fn from_ibv<'a>(qp: *mut v::ibv_qp) -> &'a SimQp {
         // SAFETY: ibv_qp is the first member of ibv_qp_ex, the first member of SimQp.
         unsafe { &*(qp as *const SimQp) }
+    }
+    /// # Safety
+    /// As [`SimQp::from_ibv`].
+    #[inline]
+    pub unsafe fn from_ex<'a>(qp: *mut v::ibv_qp_ex) -> &'a SimQp {
+        // SAFETY: ibv_qp_ex is the first member of SimQp.
+        unsafe { &*(qp as *const SimQp) }
+    }
+    /// # Safety
+    /// `efa` is the `efa` member of a SimQp (handed out by efadv_qp_from_ibv_qp_ex).
+    #[inline]
+    pub unsafe fn from_efa<'a>(efa: *mut EfadvQp) -> &'a SimQp {
+        // SAFETY: the caller's pointer is the `efa` member of a live SimQp.
+        unsafe { &*((efa as *mut u8).sub(core::mem::offset_of!(SimQp, efa)) as *const SimQp) }
     }
 }

@@ -98,7 +98,8 @@ pub unsafe extern "C" fn dealloc_td_op(td: *mut v::ibv_td) -> c_int {
     0
 }
 
-const PARENT_DOMAIN_PD_CONTEXT: u32 = 1 << 1;
+const PARENT_DOMAIN_PD_CONTEXT: u32 =
+    v::ibv_parent_domain_init_attr_mask::IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT.0;
 
 /// `verbs_context->alloc_parent_domain`.
 ///

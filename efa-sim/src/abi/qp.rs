@@ -1,43 +1,20 @@
 //! Queue pairs: UD via ibv_create_qp(_ex), SRD via efadv; modify/query/destroy.
 
 use super::layout::{EfadvQp, EfadvQpInitAttr, QpExV65};
-use super::objects::{Session, SessionLock, SimContext, SimCq, SimPd, SimQp};
+use super::objects::{SimCq, SimPd, SimQp};
 use super::{leak, null_with, post};
 use crate::model::{ModifyQp, QpCaps, QpInit, QpType};
-use core::cell::UnsafeCell;
 use core::ffi::c_int;
 use core::ptr;
+use efa_sys::efadv::{EFADV_QP_DRIVER_TYPE_SRD, EFADV_WR_EX_WITH_PROCESSING_HINTS};
 use efa_sys::verbs as v;
+use efa_sys::verbs::ibv_qp_attr_mask as mask_bit;
+use efa_sys::verbs::ibv_qp_init_attr_mask as init_mask;
+use efa_sys::verbs::ibv_qp_type::{IBV_QPT_DRIVER, IBV_QPT_UD};
 use libc::{EINVAL, EOPNOTSUPP};
 
-/// Initial capacity of a QP's `ibv_wr_*` staging list.
-const STAGING_START: usize = 64;
-const QPT_UD: u32 = 4;
-const QPT_DRIVER: u32 = 0xff;
-const INIT_ATTR_PD: u32 = 1 << 0;
-const INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
-const WITH_RDMA_WRITE: u64 = 1 << 0;
-const WITH_RDMA_WRITE_WITH_IMM: u64 = 1 << 1;
-const WITH_SEND: u64 = 1 << 2;
-const WITH_SEND_WITH_IMM: u64 = 1 << 3;
-const WITH_RDMA_READ: u64 = 1 << 4;
-const CAP_RDMA_READ: u32 = 1 << 0;
-const CAP_RDMA_WRITE: u32 = 1 << 3;
-const CAP_UNSOLICITED_WRITE_RECV: u32 = 1 << 4;
-const EFADV_QP_FLAGS_UNSOLICITED_WRITE_RECV: u16 = 1 << 0;
-const EFADV_QP_FLAGS_INLINE_WRITE: u16 = 1 << 1;
-const EFADV_WR_EX_WITH_PROCESSING_HINTS: u64 = 1 << 0;
-const EFADV_QP_DRIVER_TYPE_SRD: u32 = 0;
-
-// ibv_qp_attr_mask bits.
-const QP_STATE: c_int = 1 << 0;
-const QP_CUR_STATE: c_int = 1 << 1;
-const QP_PKEY_INDEX: c_int = 1 << 4;
-const QP_PORT: c_int = 1 << 5;
-const QP_QKEY: c_int = 1 << 6;
-const QP_RNR_RETRY: c_int = 1 << 11;
-const QP_SQ_PSN: c_int = 1 << 16;
-const QP_CAP: c_int = 1 << 19;
+const INIT_ATTR_PD: u32 = init_mask::IBV_QP_INIT_ATTR_PD.0;
+const INIT_ATTR_SEND_OPS_FLAGS: u32 = init_mask::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS.0;
 
 /// Creation shared by every QP entry point (model §3.1). `efa` is Some for SRD.
 unsafe fn create(
@@ -45,28 +22,18 @@ unsafe fn create(
     attr: &mut v::ibv_qp_init_attr_ex,
     efa: Option<&EfadvQpInitAttr>,
 ) -> *mut v::ibv_qp {
-    // SAFETY: ctx is ours (caller contract).
-    let sim_ctx = unsafe { SimContext::from_ibv(ctx) };
-    let caps = sim_ctx.device.profile.device_caps;
     let qp_type = match efa {
         Some(e) => {
             if e.driver_qp_type != EFADV_QP_DRIVER_TYPE_SRD {
                 return null_with(EOPNOTSUPP);
             }
-            let mut flags_ok = 0;
-            if caps & CAP_UNSOLICITED_WRITE_RECV != 0 {
-                flags_ok |= EFADV_QP_FLAGS_UNSOLICITED_WRITE_RECV;
-            }
-            if caps & CAP_RDMA_WRITE != 0 {
-                flags_ok |= EFADV_QP_FLAGS_INLINE_WRITE;
-            }
-            if e.flags & !flags_ok != 0 || e.wr_flags & !EFADV_WR_EX_WITH_PROCESSING_HINTS != 0 {
+            if e.wr_flags & !EFADV_WR_EX_WITH_PROCESSING_HINTS != 0 {
                 return null_with(EOPNOTSUPP);
             }
             QpType::Srd
         }
         None => {
-            if attr.qp_type != QPT_UD {
+            if attr.qp_type != IBV_QPT_UD {
                 return null_with(EOPNOTSUPP);
             }
             QpType::Ud
@@ -79,20 +46,6 @@ unsafe fn create(
         return null_with(EINVAL);
     }
     let is_ex = attr.comp_mask & INIT_ATTR_SEND_OPS_FLAGS != 0;
-    if is_ex {
-        let mut ok = WITH_SEND | WITH_SEND_WITH_IMM;
-        if qp_type == QpType::Srd {
-            if caps & CAP_RDMA_READ != 0 {
-                ok |= WITH_RDMA_READ;
-            }
-            if caps & CAP_RDMA_WRITE != 0 {
-                ok |= WITH_RDMA_WRITE | WITH_RDMA_WRITE_WITH_IMM;
-            }
-        }
-        if attr.send_ops_flags & !ok != 0 {
-            return null_with(EOPNOTSUPP);
-        }
-    }
     if attr.send_cq.is_null() || attr.recv_cq.is_null() || !attr.srq.is_null() {
         return null_with(EINVAL);
     }
@@ -141,9 +94,9 @@ unsafe fn create(
     b.qp_base.handle = model.qpn();
     b.qp_base.state = 0; // RESET
     b.qp_base.qp_type = if qp_type == QpType::Srd {
-        QPT_DRIVER
+        IBV_QPT_DRIVER
     } else {
-        QPT_UD
+        IBV_QPT_UD
     };
     if is_ex {
         post::fill_wr_ops(b, attr.send_ops_flags);
@@ -163,16 +116,6 @@ unsafe fn create(
         recv_cq,
         is_ex,
         sq_sig_all: attr.sq_sig_all != 0,
-        inline_write: efa_flags & EFADV_QP_FLAGS_INLINE_WRITE != 0,
-        caps: granted,
-        session: UnsafeCell::new(Session {
-            // Grows to the largest session seen, then never again: no
-            // allocation on the steady-state post path, no SQ-sized buffer up front.
-            staged: Vec::with_capacity((granted.max_send_wr as usize).min(STAGING_START)),
-            cur: None,
-            err: 0,
-        }),
-        sq_lock: SessionLock::new(),
     });
     qp as *mut v::ibv_qp
 }
@@ -262,7 +205,7 @@ unsafe extern "C" fn efadv_create_qp_ex(
     }
     // SAFETY: attr is a caller struct.
     let attr = unsafe { &mut *attr };
-    if attr.qp_type != QPT_DRIVER {
+    if attr.qp_type != IBV_QPT_DRIVER {
         return null_with(EINVAL);
     }
     // SAFETY: efa_attr holds inlen bytes.
@@ -284,7 +227,7 @@ unsafe extern "C" fn efadv_create_driver_qp(
     }
     // SAFETY: attr is a caller struct; pd is ours.
     unsafe {
-        if (*attr).qp_type != QPT_DRIVER {
+        if (*attr).qp_type != IBV_QPT_DRIVER {
             return null_with(EINVAL);
         }
         let mut ex = ex_from_legacy(pd, &*attr);
@@ -343,7 +286,7 @@ unsafe extern "C" fn modify_qp(
         if let Err(e) = sim.model.modify(&m) {
             return e;
         }
-        if mask & QP_STATE != 0 {
+        if mask as u32 & mask_bit::IBV_QP_STATE.0 != 0 {
             (*qp).state = a.qp_state;
         }
     }
@@ -360,12 +303,16 @@ unsafe extern "C" fn query_qp(
     if qp.is_null() || attr.is_null() {
         return EINVAL;
     }
-    let supported =
-        QP_STATE | QP_PKEY_INDEX | QP_PORT | QP_QKEY | QP_SQ_PSN | QP_CAP | QP_RNR_RETRY;
-    if mask & !supported != 0 {
+    let supported = mask_bit::IBV_QP_STATE.0
+        | mask_bit::IBV_QP_PKEY_INDEX.0
+        | mask_bit::IBV_QP_PORT.0
+        | mask_bit::IBV_QP_QKEY.0
+        | mask_bit::IBV_QP_SQ_PSN.0
+        | mask_bit::IBV_QP_CAP.0
+        | mask_bit::IBV_QP_RNR_RETRY.0;
+    if mask as u32 & !supported != 0 {
         return EOPNOTSUPP;
     }
-    let _ = QP_CUR_STATE;
     // SAFETY: qp is ours; attr/init are caller structs.
     unsafe {
         let sim = SimQp::from_ibv(qp);

@@ -141,5 +141,3 @@ export!("IBVERBS_1.18", ibv_read_err_comp_cntr => int_eopnotsupp);
 export!("IBVERBS_1.18", ibv_qp_attach_comp_cntr => int_eopnotsupp);
 export!("EFA_1.7", efadv_create_comp_cntr => null_eopnotsupp);
 // Ring access for direct data path consumers: rings are not emulated (README).
-export!("EFA_1.4", efadv_query_qp_wqs => int_eopnotsupp);
-export!("EFA_1.4", efadv_query_cq => int_eopnotsupp);

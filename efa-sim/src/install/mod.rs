@@ -154,7 +154,8 @@ impl<'a> Lookup<'a> {
                 .map(PathBuf::from)
         };
         let mut lookup = Lookup::new(exe, embedded);
-        lookup.override_path = var(OVERRIDE_VAR);
+        // EFA_SIM_LIB, like every EFA_SIM_* variable, is read in `crate::config`.
+        lookup.override_path = crate::config::library_override().map(PathBuf::from);
         // XDG: a relative $XDG_CACHE_HOME is invalid and ignored.
         let xdg = var("XDG_CACHE_HOME").filter(|p| p.is_absolute());
         let user_cache = xdg.or_else(|| var("HOME").map(|h| h.join(".cache")));

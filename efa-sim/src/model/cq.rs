@@ -1,21 +1,62 @@
-//! Completion queues: a preallocated ring of completions, peek/retire, and a
-//! one-shot notifier per arm.
+//! Completion queues. The device writes 32-byte completions into the CQ ring with the
+//! phase bit of the current lap; the provider's [`CqPoller`] reads them. The CQ doorbell
+//! carries the consumer index (written by the provider after every poll that consumed
+//! entries, as libefa does when the CQ has a doorbell) and the arm bit.
+//!
+//! Choices where the hardware is unconfirmed (model §3.6):
+//! * The device never overwrites a completion the consumer has not polled: one that
+//!   finds the ring full (by the consumer index of the doorbell) waits inside the device
+//!   and is written as soon as the consumer index frees a slot (counted in
+//!   [`crate::model::Stats::cq_overflows`]). A direct consumer that never writes the
+//!   doorbell therefore sees at most one ring of completions.
+//! * Arming (`ibv_req_notify_cq`, or a doorbell write with the arm bit) fires the
+//!   notifier once, at the next completion, or at once if completions are waiting.
 
-use super::*;
+use super::runtime::stats::bump;
+use super::runtime::Runtime;
+use super::{profile, Completion, Errno, Qp};
+use crate::provider::poll::CqPoller;
+use crate::ring::cqe::{self, Cqe};
+use crate::ring::{Cursor, Layout, Ring};
+use efa_sys::io::{REGS_CQ_DB_ARM_MASK, REGS_CQ_DB_CONSUMER_INDEX_MASK};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
-/// Which queue slot a completion frees when retired.
-pub(crate) enum Slot {
-    /// None (unsolicited write-with-imm).
-    None,
-    /// One SQ slot of this QP.
-    Sq(Arc<Qp>),
-    /// One RQ slot of this QP.
-    Rq(Arc<Qp>),
+#[derive(Clone, Copy, Debug, Default)]
+/// Extended CQ options (efadv_create_cq wc_flags).
+pub struct CqOptions {
+    /// EFADV_WC_EX_WITH_SGID requested.
+    pub with_sgid: bool,
+    /// EFADV_WC_EX_WITH_IS_UNSOLICITED requested.
+    pub with_unsolicited: bool,
 }
 
-pub(crate) struct CqEntry {
-    pub c: Completion,
-    pub slot: Slot,
+/// The device's producer state.
+struct Producer {
+    at: Cursor,
+    /// Completions waiting for room, oldest first (allocates only on overflow).
+    waiting: VecDeque<Cqe>,
+}
+
+type Notifier = Arc<dyn Fn() + Send + Sync>;
+
+/// Completion queue.
+pub struct Cq {
+    pub(crate) rt: Arc<Runtime>,
+    depth: u32,
+    opts: CqOptions,
+    ring: Ring,
+    prod: Mutex<Producer>,
+    /// `prod.waiting.len()`, readable without the lock.
+    waiting: AtomicU32,
+    armed: AtomicBool,
+    /// The doorbell value the device last acted on (the watcher compares against it).
+    seen_db: AtomicU32,
+    notifier: Mutex<Option<Notifier>>,
+    users: AtomicU32,
+    dead: AtomicBool,
+    poller: CqPoller,
 }
 
 impl Cq {
@@ -40,20 +81,35 @@ impl Cq {
             return Err(libc::ENOMEM);
         }
         let granted = depth.max(1).next_power_of_two();
+        let ring = match Ring::new(granted, cqe::SIZE) {
+            Ok(r) => r,
+            Err(e) => {
+                rt.cq_count.fetch_sub(1, Ordering::AcqRel);
+                return Err(e);
+            }
+        };
         let cq = Arc::new(Cq {
             rt,
             depth: granted,
             opts,
-            ring: Mutex::new(VecDeque::with_capacity(granted as usize)),
+            ring,
+            prod: Mutex::new(Producer {
+                // The first lap carries phase 1: zeroed memory holds no completion.
+                at: Cursor { count: 0, phase: 1 },
+                waiting: VecDeque::new(),
+            }),
+            waiting: AtomicU32::new(0),
             armed: AtomicBool::new(false),
+            seen_db: AtomicU32::new(0),
             notifier: Mutex::new(None),
             users: AtomicU32::new(0),
             dead: AtomicBool::new(false),
+            poller: CqPoller::new(),
         });
         Ok((cq, granted))
     }
 
-    /// Granted depth.
+    /// Granted depth (ring entries).
     pub fn depth(&self) -> u32 {
         self.depth
     }
@@ -63,34 +119,58 @@ impl Cq {
         self.opts
     }
 
+    /// The raw completion ring (`efadv_query_cq`). From now on the device also notices
+    /// doorbell writes it is not told about (see [`crate::model::watcher`]).
+    pub fn ring_layout(self: &Arc<Self>) -> Layout {
+        self.rt.watcher.watch_cq(&self.rt, self);
+        self.ring.layout(self.depth)
+    }
+
+    /// The ring.
+    pub(crate) fn ring(&self) -> &Ring {
+        &self.ring
+    }
+
+    /// The provider's consumer of this CQ.
+    pub(crate) fn poller(&self) -> &CqPoller {
+        &self.poller
+    }
+
     /// Oldest unretired completion, or None. Does not retire it.
     pub fn peek(&self) -> Option<Completion> {
-        self.ring
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .front()
-            .map(|e| e.c)
+        self.poller.lock();
+        // SAFETY: the poll lock is held; this is the poller's CQ.
+        let c = unsafe {
+            match self.poller.current() {
+                Some(c) => Some(*c),
+                None => self.poller.next(self).copied(),
+            }
+        };
+        self.poller.unlock();
+        c
     }
 
     /// Retires the completion returned by the last `peek` (frees its SQ/RQ slot).
     pub fn retire(&self) {
-        let entry = self
-            .ring
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop_front();
-        if let Some(e) = entry {
-            match e.slot {
-                Slot::None => {}
-                Slot::Sq(qp) => release(&qp.sq_inflight),
-                Slot::Rq(qp) => release(&qp.rq_inflight),
+        self.poller.lock();
+        // SAFETY: the poll lock is held; this is the poller's CQ.
+        unsafe {
+            if self.poller.current().is_some() {
+                self.poller.retire();
+                self.poller.ring_doorbell(self);
             }
         }
+        self.poller.unlock();
     }
 
-    /// Completions waiting (not yet retired).
+    /// Completions waiting (not yet retired), including any waiting inside the device
+    /// for room in the ring.
     pub fn len(&self) -> usize {
-        self.ring.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.poller.lock();
+        // SAFETY: the poll lock is held; this is the poller's CQ.
+        let n = unsafe { self.poller.waiting(self) };
+        self.poller.unlock();
+        n + self.waiting.load(Ordering::Acquire) as usize
     }
 
     /// Whether no completion is waiting.
@@ -98,14 +178,11 @@ impl Cq {
         self.len() == 0
     }
 
-    /// Arms a one-shot notification (ibv_req_notify_cq with solicited_only = 0).
-    /// If completions are already waiting the notifier fires at once, so an
-    /// arm-then-poll consumer never misses one.
+    /// Arms a one-shot notification (ibv_req_notify_cq with solicited_only = 0): the
+    /// provider writes the CQ doorbell with the arm bit. If completions are already
+    /// waiting the notifier fires at once, so an arm-then-poll consumer never misses one.
     pub fn arm(&self) {
-        self.armed.store(true, Ordering::Release);
-        if !self.is_empty() {
-            self.notify();
-        }
+        self.poller.arm(self);
     }
 
     /// Called (from any thread) once per arm when a completion is added.
@@ -120,20 +197,112 @@ impl Cq {
         }
         if !self.dead.swap(true, Ordering::AcqRel) {
             self.rt.cq_count.fetch_sub(1, Ordering::AcqRel);
-            self.ring.lock().unwrap_or_else(|e| e.into_inner()).clear();
         }
         Ok(())
     }
 
-    /// Adds a completion. The ring holds `depth` entries without allocating;
-    /// beyond that it grows (hardware behaviour on overflow is undefined; we
-    /// keep every completion rather than lose one).
-    pub(crate) fn push(&self, c: Completion, slot: Slot) {
-        self.ring
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back(CqEntry { c, slot });
+    pub(crate) fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn add_user(&self) {
+        self.users.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn release_user(&self) {
+        self.users.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// The consumer index the doorbell last reported.
+    fn consumer_index(&self) -> u16 {
+        (self.ring.doorbell().read() & REGS_CQ_DB_CONSUMER_INDEX_MASK) as u16
+    }
+
+    /// Writes a completion into the next slot (the caller holds the producer lock and
+    /// checked there is room): every byte but the flags, then the flags with the phase.
+    fn write(&self, p: &mut Producer, e: &Cqe) {
+        let bytes = e.encode(p.at.phase);
+        let mut hidden = bytes;
+        hidden[cqe::FLAGS] ^= efa_sys::io::CDESC_COMMON_PHASE_MASK;
+        let slot = u32::from(p.at.count);
+        self.ring.write_slot(slot, &hidden);
+        self.ring.write_byte(slot, cqe::FLAGS, bytes[cqe::FLAGS]);
+        p.at.advance(self.depth);
+    }
+
+    /// The device adds a completion (or keeps it until the ring has room).
+    pub(crate) fn push(&self, e: &Cqe) {
+        {
+            let mut p = self.prod.lock().unwrap_or_else(|e| e.into_inner());
+            let used = u32::from(p.at.count.wrapping_sub(self.consumer_index()));
+            if !p.waiting.is_empty() || used >= self.depth {
+                p.waiting.push_back(*e);
+                self.waiting
+                    .store(p.waiting.len() as u32, Ordering::Release);
+                bump(&self.rt.stats.cq_overflows);
+                return;
+            }
+            self.write(&mut p, e);
+        }
         self.notify();
+    }
+
+    /// The consumer index moved (the provider polled, or the watcher saw a doorbell
+    /// write): completions waiting for room go into the ring.
+    pub(crate) fn consumer_moved(&self) {
+        // Pairs with `push`: the consumer index is written before this load, `waiting`
+        // before push reads the index again.
+        core::sync::atomic::fence(Ordering::SeqCst);
+        if self.waiting.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let wrote = {
+            let mut p = self.prod.lock().unwrap_or_else(|e| e.into_inner());
+            let mut wrote = false;
+            while let Some(e) = p.waiting.front().copied() {
+                let used = u32::from(p.at.count.wrapping_sub(self.consumer_index()));
+                if used >= self.depth {
+                    break;
+                }
+                p.waiting.pop_front();
+                self.write(&mut p, &e);
+                wrote = true;
+            }
+            self.waiting
+                .store(p.waiting.len() as u32, Ordering::Release);
+            wrote
+        };
+        if wrote {
+            self.notify();
+        }
+    }
+
+    /// The doorbell was written with the arm bit.
+    pub(crate) fn armed_by_doorbell(&self) {
+        self.seen_db
+            .store(self.ring.doorbell().read(), Ordering::Release);
+        self.armed.store(true, Ordering::Release);
+        let pending = {
+            let p = self.prod.lock().unwrap_or_else(|e| e.into_inner());
+            p.at.count != self.consumer_index() || !p.waiting.is_empty()
+        };
+        if pending {
+            self.notify();
+        }
+    }
+
+    /// Acts on a doorbell write the device did not see through the provider (the
+    /// watcher calls this for CQs whose ring was handed out). Returns whether it changed.
+    pub(crate) fn doorbell_written(&self) -> bool {
+        let db = self.ring.doorbell().read();
+        if self.seen_db.swap(db, Ordering::AcqRel) == db {
+            return false;
+        }
+        self.consumer_moved();
+        if db & REGS_CQ_DB_ARM_MASK != 0 {
+            self.armed_by_doorbell();
+        }
+        true
     }
 
     fn notify(&self) {
@@ -149,15 +318,14 @@ impl Cq {
         }
     }
 
-    /// Removes every waiting completion of QP `qpn` (QP destroy purges them).
-    pub(crate) fn purge_qp(&self, qpn: u32) {
-        self.ring
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|e| e.c.qp_num != qpn);
+    /// The live QP `qpn` if it is attached to this CQ (as receive CQ for `recv`
+    /// completions, else as send CQ). The pointer stays valid while the caller holds
+    /// this CQ's poll lock: QP destruction takes the poll locks of its CQs first.
+    pub(crate) fn attached_qp(&self, qpn: u32, recv: bool) -> Option<*const Qp> {
+        self.rt.with_qp(qpn, |qp| {
+            let qp = qp?;
+            let cq = if recv { qp.recv_cq() } else { qp.send_cq() };
+            core::ptr::eq(Arc::as_ptr(cq), self).then_some(qp as *const Qp)
+        })
     }
-}
-
-fn release(counter: &AtomicU32) {
-    let _ = counter.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1));
 }

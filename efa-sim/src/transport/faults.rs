@@ -2,9 +2,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Parsed fault configuration plus its random stream.
-#[derive(Debug, Default)]
-pub struct Faults {
+/// The fault configuration (`EFA_SIM_FAULTS`), as parsed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FaultSpec {
     /// Probability a datagram is dropped.
     pub loss: f64,
     /// Probability a datagram is sent twice.
@@ -17,21 +17,17 @@ pub struct Faults {
     /// `kill_after`-th datagram (0 = never), so a test can kill a peer in the
     /// middle of a transfer, at a reproducible point.
     pub kill_after: u64,
-    sent: AtomicU64,
-    state: AtomicU64,
-    active: bool,
+    /// Seed of the random stream.
+    pub seed: u64,
 }
 
-impl Faults {
-    /// No faults.
-    pub fn none() -> Faults {
-        Faults::default()
-    }
-
-    /// Parses `seed=42,reorder=0.2,delay_us=50,loss=0.05,dup=0.05`.
-    pub fn parse(text: &str) -> Result<Faults, String> {
-        let mut f = Faults::default();
-        let mut seed = 0x5eed_u64;
+impl FaultSpec {
+    /// Parses `seed=42,reorder=0.2,delay_us=50,loss=0.05,dup=0.05,kill_after=N`.
+    pub fn parse(text: &str) -> Result<FaultSpec, String> {
+        let mut f = FaultSpec {
+            seed: 0x5eed,
+            ..FaultSpec::default()
+        };
         for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let (k, v) = item
                 .split_once('=')
@@ -43,28 +39,18 @@ impl Faults {
                     .filter(|p| (0.0..=1.0).contains(p))
                     .ok_or_else(|| format!("{k}: `{v}` is not a probability 0..=1"))
             };
+            let num = |v: &str| -> Result<u64, String> {
+                v.trim()
+                    .parse()
+                    .map_err(|_| format!("{}: `{v}` is not a number", k.trim()))
+            };
             match k.trim() {
-                "seed" => {
-                    seed = v
-                        .trim()
-                        .parse()
-                        .map_err(|_| format!("seed: `{v}` is not a number"))?
-                }
+                "seed" => f.seed = num(v)?,
                 "loss" => f.loss = prob(v)?,
                 "dup" => f.dup = prob(v)?,
                 "reorder" => f.reorder = prob(v)?,
-                "delay_us" => {
-                    f.delay_us = v
-                        .trim()
-                        .parse()
-                        .map_err(|_| format!("delay_us: `{v}` is not a number"))?
-                }
-                "kill_after" => {
-                    f.kill_after = v
-                        .trim()
-                        .parse()
-                        .map_err(|_| format!("kill_after: `{v}` is not a number"))?
-                }
+                "delay_us" => f.delay_us = num(v)?,
+                "kill_after" => f.kill_after = num(v)?,
                 other => {
                     return Err(format!(
                         "unknown fault `{other}` (seed, loss, dup, reorder, delay_us, kill_after)"
@@ -72,19 +58,42 @@ impl Faults {
                 }
             }
         }
-        f.state = AtomicU64::new(seed);
-        f.active =
-            f.loss > 0.0 || f.dup > 0.0 || f.reorder > 0.0 || f.delay_us > 0 || f.kill_after > 0;
         Ok(f)
     }
 
-    /// From `EFA_SIM_FAULTS` (unset = none).
-    pub fn from_env() -> Result<Faults, String> {
-        match std::env::var("EFA_SIM_FAULTS") {
-            Ok(v) if !v.trim().is_empty() => {
-                Faults::parse(&v).map_err(|m| format!("EFA_SIM_FAULTS: {m}"))
-            }
-            _ => Ok(Faults::none()),
+    /// Whether any fault is configured.
+    pub fn active(&self) -> bool {
+        self.loss > 0.0
+            || self.dup > 0.0
+            || self.reorder > 0.0
+            || self.delay_us > 0
+            || self.kill_after > 0
+    }
+}
+
+/// One endpoint's faults: the configuration plus its random stream and datagram count.
+#[derive(Debug, Default)]
+pub struct Faults {
+    /// The configuration.
+    pub spec: FaultSpec,
+    sent: AtomicU64,
+    state: AtomicU64,
+    active: bool,
+}
+
+impl Faults {
+    /// No faults.
+    pub fn none() -> Faults {
+        Faults::default()
+    }
+
+    /// Faults as `spec` configures them, the random stream seeded from it.
+    pub fn new(spec: &FaultSpec) -> Faults {
+        Faults {
+            spec: spec.clone(),
+            sent: AtomicU64::new(0),
+            state: AtomicU64::new(spec.seed),
+            active: spec.active(),
         }
     }
 
@@ -96,7 +105,8 @@ impl Faults {
     /// Counts one outgoing datagram; the `kill_after`-th kills this process
     /// (SIGKILL: no unwinding, no goodbye, like a crash or `kill -9`).
     pub fn count_send(&self) {
-        if self.kill_after > 0 && self.sent.fetch_add(1, Ordering::Relaxed) + 1 >= self.kill_after {
+        let kill = self.spec.kill_after;
+        if kill > 0 && self.sent.fetch_add(1, Ordering::Relaxed) + 1 >= kill {
             // SAFETY: kill(2) on our own pid; it does not return for SIGKILL.
             unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
         }
@@ -125,16 +135,16 @@ mod tests {
 
     #[test]
     fn parse_and_roll() {
-        let f = Faults::parse("seed=1,loss=0.5").unwrap();
+        let f = Faults::new(&FaultSpec::parse("seed=1,loss=0.5").unwrap());
         assert!(f.active());
-        let hits = (0..10_000).filter(|_| f.roll(f.loss)).count();
+        let hits = (0..10_000).filter(|_| f.roll(f.spec.loss)).count();
         assert!((4000..6000).contains(&hits), "{hits}");
-        assert!(Faults::parse("loss=2").is_err());
-        assert!(Faults::parse("chaos=1").unwrap_err().contains("chaos"));
-        assert!(!Faults::parse("").unwrap().active());
-        let k = Faults::parse("kill_after=3").unwrap();
+        assert!(FaultSpec::parse("loss=2").is_err());
+        assert!(FaultSpec::parse("chaos=1").unwrap_err().contains("chaos"));
+        assert!(!FaultSpec::parse("").unwrap().active());
+        let k = FaultSpec::parse("kill_after=3").unwrap();
         assert!(k.active() && k.kill_after == 3 && k.loss == 0.0);
-        assert!(Faults::parse("kill_after=x")
+        assert!(FaultSpec::parse("kill_after=x")
             .unwrap_err()
             .contains("kill_after"));
     }

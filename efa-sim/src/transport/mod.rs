@@ -5,7 +5,8 @@
 //!
 //! A GID names `(IPv4 address, device index)` (see [`crate::model::gid_for`]).
 //! Every process claims a *slot* `0..128` (an `flock`ed file
-//! `slot-<N>` under `EFA_SIM_LOCK_DIR`, default `/tmp/efa-sim-<uid>`), so
+//! `slot-<N>` under the lock directory, `EFA_SIM_LOCK_DIR`, default
+//! `/tmp/efa-sim-<uid>`; see [`slots`]), so
 //! QPNs are unique per device across the processes of one host:
 //! `QPN = slot << 9 | index` with `index` in `1..=511` (never 0, fits 16 bits).
 //! The UDP port of `(device, slot)` is
@@ -19,13 +20,13 @@
 //! Next to `slot-<N>` the holder keeps `slot-<N>.owner` (mode 0600, replaced
 //! atomically by rename): its pid, the start time of that pid
 //! (`/proc/<pid>/stat`), its pid namespace and every address it has bound.
-//! A responder reads it ([`read_owner`]) to prove that a request naming
+//! A responder reads it ([`Endpoint::read_owner`]) to prove that a request naming
 //! process memory really comes from the process it names (see
 //! `crate::model::runtime`, "Trust model").
 //!
 //! # Faults
 //!
-//! `EFA_SIM_FAULTS=seed=42,reorder=0.2,delay_us=50,loss=0.05,dup=0.05`
+//! `EFA_SIM_FAULTS=seed=42,reorder=0.2,delay_us=50,loss=0.05,dup=0.05` ([`FaultSpec`])
 //! (every key optional): each outgoing datagram is dropped with
 //! probability `loss`, sent twice with probability `dup`, held back for a
 //! random 0..=1 ms (so later datagrams overtake it) with probability
@@ -37,204 +38,33 @@
 //! within the bounded peer timeout of `crate::model::runtime`).
 
 pub mod faults;
+pub mod slots;
 pub mod wire;
 
-use std::io;
+use crate::config::Config;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::sync::{Mutex, OnceLock};
+use std::path::PathBuf;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-pub use faults::Faults;
+pub use faults::{FaultSpec, Faults};
+pub use slots::{own_pid_namespace, process_start_time, SlotOwner};
 
 /// Slots (processes per host).
 pub const SLOTS: u32 = 128;
 /// Bits of the QPN that index a QP within its process.
 pub const QP_INDEX_BITS: u32 = 9;
 
-/// First UDP port (`EFA_SIM_PORT_BASE`, default 47000).
-pub fn port_base() -> u16 {
-    static BASE: OnceLock<u16> = OnceLock::new();
-    *BASE.get_or_init(|| {
-        std::env::var("EFA_SIM_PORT_BASE")
-            .ok()
-            .and_then(|v| v.trim().parse::<u16>().ok())
-            .filter(|b| (*b as u32) + 64 * SLOTS < 65536)
-            .unwrap_or(47000)
-    })
-}
-
-/// UDP port of `(device, slot)`.
-pub fn port_for(device: u32, slot: u32) -> Option<u16> {
-    let p = port_base() as u32 + device * SLOTS + slot;
+/// UDP port of `(device, slot)` above `base`.
+pub fn port_for(base: u16, device: u32, slot: u32) -> Option<u16> {
+    let p = base as u32 + device * SLOTS + slot;
     u16::try_from(p).ok()
 }
 
 /// The slot a QPN belongs to.
 pub fn slot_of_qpn(qpn: u32) -> u32 {
     (qpn >> QP_INDEX_BITS) & (SLOTS - 1)
-}
-
-/// UDP address of QP `qpn` on device `(ip, device)`.
-pub fn addr_of(ip: Ipv4Addr, device: u32, qpn: u32) -> Option<SocketAddrV4> {
-    Some(SocketAddrV4::new(ip, port_for(device, slot_of_qpn(qpn))?))
-}
-
-/// The slot lock directory (`EFA_SIM_LOCK_DIR`, default `/tmp/efa-sim-<uid>`).
-pub fn lock_dir() -> &'static str {
-    static DIR: OnceLock<String> = OnceLock::new();
-    DIR.get_or_init(|| {
-        // SAFETY: getuid has no preconditions and cannot fail.
-        let uid = unsafe { libc::getuid() };
-        std::env::var("EFA_SIM_LOCK_DIR").unwrap_or_else(|_| format!("/tmp/efa-sim-{uid}"))
-    })
-}
-
-/// This process's slot, claimed once with `flock` (held until exit).
-pub fn process_slot() -> Result<u32, String> {
-    static SLOT: OnceLock<Result<(u32, std::fs::File), String>> = OnceLock::new();
-    SLOT.get_or_init(claim_slot)
-        .as_ref()
-        .map(|(s, _)| *s)
-        .map_err(Clone::clone)
-}
-
-fn claim_slot() -> Result<(u32, std::fs::File), String> {
-    let dir = lock_dir();
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create lock dir {dir}: {e}"))?;
-    // Start at a pid-dependent slot so a slot (and its QPNs) is rarely reused
-    // right after its process died.
-    let first = std::process::id() % SLOTS;
-    for slot in (0..SLOTS).map(|i| (first + i) % SLOTS) {
-        let path = format!("{dir}/slot-{slot}");
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| format!("cannot open {path}: {e}"))?;
-        // SAFETY: flock on a valid, owned fd; non-blocking.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc == 0 {
-            // A record left by a dead holder must not survive into our tenure.
-            let _ = std::fs::remove_file(owner_path(slot));
-            return Ok((slot, file));
-        }
-    }
-    Err(format!("all {SLOTS} process slots under {dir} are in use"))
-}
-
-fn owner_path(slot: u32) -> String {
-    format!("{}/slot-{slot}.owner", lock_dir())
-}
-
-/// What a slot's owner record says.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SlotOwner {
-    /// The slot.
-    pub slot: u32,
-    /// Pid of the holder (in its pid namespace).
-    pub pid: u32,
-    /// Start time of that pid (field 22 of `/proc/<pid>/stat`).
-    pub start: u64,
-    /// Inode of the holder's pid namespace.
-    pub pidns: u64,
-    /// Every address the holder has bound.
-    pub bound: Vec<SocketAddrV4>,
-}
-
-/// Start time (clock ticks after boot) of process `pid`, from `/proc`.
-pub fn process_start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name, which ends at the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // Field 3 (state) is the first one after ')'; start time is field 22.
-    rest.split_whitespace().nth(19)?.parse().ok()
-}
-
-/// Inode of this process's pid namespace.
-pub fn own_pid_namespace() -> Option<u64> {
-    use std::os::unix::fs::MetadataExt;
-    static NS: OnceLock<Option<u64>> = OnceLock::new();
-    *NS.get_or_init(|| std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino()))
-}
-
-/// Addresses this process has bound (all slots' endpoints).
-static BOUND: Mutex<Vec<SocketAddrV4>> = Mutex::new(Vec::new());
-
-/// Rewrites this process's owner record (write to a private file, rename).
-fn publish_owner(slot: u32) -> io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let pid = std::process::id();
-    let start = process_start_time(pid).ok_or(io::ErrorKind::NotFound)?;
-    let pidns = own_pid_namespace().ok_or(io::ErrorKind::NotFound)?;
-    let bound = BOUND.lock().unwrap_or_else(|e| e.into_inner());
-    let list: Vec<String> = bound.iter().map(|a| a.to_string()).collect();
-    let text = format!(
-        "efa-sim-owner slot={slot} pid={pid} start={start} pidns={pidns} bound={} end\n",
-        list.join(",")
-    );
-    let path = owner_path(slot);
-    let tmp = format!("{path}.{pid}.tmp");
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(text.as_bytes())?;
-    drop(f);
-    std::fs::rename(&tmp, &path)
-}
-
-/// The owner record of `slot`, if one exists that this user wrote (owned by
-/// our effective uid, writable by nobody else) and parses completely.
-pub fn read_owner(slot: u32) -> Option<SlotOwner> {
-    use std::io::Read;
-    use std::os::unix::fs::MetadataExt;
-    let mut f = std::fs::File::open(owner_path(slot)).ok()?;
-    let meta = f.metadata().ok()?;
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
-    if !meta.is_file() || meta.uid() != euid || meta.mode() & 0o022 != 0 || meta.len() > 8192 {
-        return None;
-    }
-    let mut text = String::new();
-    f.read_to_string(&mut text).ok()?;
-    parse_owner(&text)
-}
-
-fn parse_owner(text: &str) -> Option<SlotOwner> {
-    let line = text.strip_suffix(" end\n")?;
-    let mut words = line.split(' ');
-    if words.next()? != "efa-sim-owner" {
-        return None;
-    }
-    let mut field = |key: &str| -> Option<&str> { words.next()?.strip_prefix(key) };
-    let slot = field("slot=")?.parse().ok()?;
-    let pid = field("pid=")?.parse().ok()?;
-    let start = field("start=")?.parse().ok()?;
-    let pidns = field("pidns=")?.parse().ok()?;
-    let bound = field("bound=")?;
-    let bound = if bound.is_empty() {
-        Vec::new()
-    } else {
-        bound
-            .split(',')
-            .map(|a| a.parse().ok())
-            .collect::<Option<Vec<SocketAddrV4>>>()?
-    };
-    if words.next().is_some() {
-        return None;
-    }
-    Some(SlotOwner {
-        slot,
-        pid,
-        start,
-        pidns,
-        bound,
-    })
 }
 
 struct Delayed {
@@ -248,15 +78,19 @@ pub struct Endpoint {
     sock: UdpSocket,
     /// Local address the socket is bound to.
     pub local: SocketAddrV4,
+    port_base: u16,
+    slot: u32,
+    lock_dir: PathBuf,
     faults: Faults,
     delayed: Mutex<Vec<Delayed>>,
 }
 
 impl Endpoint {
-    /// Binds the endpoint of `device` for this process's slot.
-    pub fn bind(ip: Ipv4Addr, device: u32, faults: Faults) -> Result<Endpoint, String> {
-        let slot = process_slot()?;
-        let port = port_for(device, slot).ok_or("port out of range")?;
+    /// Binds the endpoint of `device` at `ip` for this process's slot under the
+    /// configured lock directory.
+    pub fn bind(ip: Ipv4Addr, device: u32, config: &Config) -> Result<Endpoint, String> {
+        let slot = slots::process_slot(&config.lock_dir)?;
+        let port = port_for(config.port_base, device, slot).ok_or("port out of range")?;
         let local = SocketAddrV4::new(ip, port);
         let sock = UdpSocket::bind(local).map_err(|e| format!("cannot bind {local}: {e}"))?;
         // Deep socket buffers keep bursts of a full send window from being
@@ -283,21 +117,39 @@ impl Endpoint {
                 }
             }
         }
-        // Peers may trust process_vm_* requests from this address only once
-        // our record names it (a failure just keeps them on the datagram path).
-        BOUND.lock().unwrap_or_else(|e| e.into_inner()).push(local);
-        let _ = publish_owner(slot);
+        slots::publish_bound(&config.lock_dir, local);
         Ok(Endpoint {
             sock,
             local,
-            faults,
+            port_base: config.port_base,
+            slot,
+            lock_dir: config.lock_dir.clone(),
+            faults: Faults::new(&config.faults),
             delayed: Mutex::new(Vec::new()),
         })
     }
 
     /// The slot this endpoint's process holds.
     pub fn slot(&self) -> u32 {
-        (self.local.port() as u32 - port_base() as u32) % SLOTS
+        self.slot
+    }
+
+    /// UDP address of QP `qpn` on device `(ip, device)` (same port layout as ours).
+    pub fn addr_of(&self, ip: Ipv4Addr, device: u32, qpn: u32) -> Option<SocketAddrV4> {
+        Some(SocketAddrV4::new(
+            ip,
+            port_for(self.port_base, device, slot_of_qpn(qpn))?,
+        ))
+    }
+
+    /// The owner record of `slot` in this endpoint's lock directory.
+    pub fn read_owner(&self, slot: u32) -> Option<SlotOwner> {
+        slots::read_owner(&self.lock_dir, slot)
+    }
+
+    /// Whether datagrams of this endpoint are subject to faults.
+    pub fn faulty(&self) -> bool {
+        self.faults.active()
     }
 
     /// Sends one datagram, applying the configured faults. Errors are
@@ -308,16 +160,16 @@ impl Endpoint {
             return;
         }
         self.faults.count_send();
-        if self.faults.roll(self.faults.loss) {
+        if self.faults.roll(self.faults.spec.loss) {
             return;
         }
-        let copies = if self.faults.roll(self.faults.dup) {
+        let copies = if self.faults.roll(self.faults.spec.dup) {
             2
         } else {
             1
         };
-        let mut delay = Duration::from_micros(self.faults.delay_us);
-        if self.faults.roll(self.faults.reorder) {
+        let mut delay = Duration::from_micros(self.faults.spec.delay_us);
+        if self.faults.roll(self.faults.spec.reorder) {
             delay += Duration::from_micros(self.faults.next() % 1000);
         }
         for _ in 0..copies {
@@ -377,7 +229,7 @@ impl Endpoint {
         &self,
         bufs: &mut [Vec<u8>],
         out: &mut Vec<(usize, SocketAddrV4)>,
-    ) -> io::Result<()> {
+    ) -> std::io::Result<()> {
         out.clear();
         let n = bufs.len().min(64);
         // SAFETY: zeroed sockaddr_in/iovec/mmsghdr are valid initial values.
@@ -408,7 +260,7 @@ impl Endpoint {
             )
         };
         if got < 0 {
-            return Err(io::Error::last_os_error());
+            return Err(std::io::Error::last_os_error());
         }
         for i in 0..got as usize {
             let a = &addrs[i];
@@ -419,48 +271,5 @@ impl Endpoint {
             ));
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn owner_record_round_trip_and_rejects() {
-        let ok = "efa-sim-owner slot=5 pid=42 start=99 pidns=7 bound=127.0.0.1:47005,10.0.0.1:47133 end\n";
-        let o = parse_owner(ok).unwrap();
-        assert_eq!((o.slot, o.pid, o.start, o.pidns), (5, 42, 99, 7));
-        assert_eq!(
-            o.bound,
-            vec![
-                "127.0.0.1:47005".parse().unwrap(),
-                "10.0.0.1:47133".parse().unwrap()
-            ]
-        );
-        assert_eq!(
-            parse_owner("efa-sim-owner slot=5 pid=42 start=99 pidns=7 bound= end\n")
-                .unwrap()
-                .bound,
-            vec![]
-        );
-        // Truncated, extended or garbled records prove nothing.
-        assert!(parse_owner(&ok[..ok.len() - 5]).is_none());
-        assert!(parse_owner("efa-sim-owner slot=5 pid=4x start=99 pidns=7 bound= end\n").is_none());
-        assert!(
-            parse_owner("efa-sim-owner slot=5 pid=42 start=99 pidns=7 bound= x end\n").is_none()
-        );
-        assert!(
-            parse_owner("efa-sim-owner slot=5 pid=42 start=99 pidns=7 bound=1.2.3.4 end\n")
-                .is_none()
-        );
-    }
-
-    #[test]
-    fn start_time_of_this_process_is_stable() {
-        let pid = std::process::id();
-        let a = process_start_time(pid).unwrap();
-        assert_eq!(process_start_time(pid), Some(a));
-        assert!(own_pid_namespace().is_some());
     }
 }

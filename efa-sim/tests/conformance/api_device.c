@@ -233,9 +233,26 @@ static void check_efadv(struct ibv_context *ctx)
 	CHECK_EQ(ma.ic_id_validity, 0);
 	CHECK_EQ(ma.comp_mask, 0);
 	CHECK_EQ(efadv_query_mr(mr, &ma, 12), EINVAL);
-	struct ibv_cq *cq = ibv_create_cq(ctx, 8, NULL, NULL, 0);
-	char attr[64] = { 0 };
-	CHECK_EQ(efadv_query_cq(cq, attr, sizeof(attr)), EOPNOTSUPP); /* rings are not emulated */
+	/* The CQ ring (efadv_cq_attr of rdma-core 59+: comp_mask@0 buffer@8 entry_size@16
+	 * num_entries@20 doorbell@24): 32-byte entries, the granted depth; inlen must cover
+	 * num_entries, and the doorbell is written only when covered. */
+	struct ibv_cq *cq = ibv_create_cq(ctx, 5, NULL, NULL, 0);
+	CHECK_PTR(cq);
+	struct { uint64_t comp_mask; void *buffer; uint32_t entry_size, num_entries; void *doorbell; } ca;
+	memset(&ca, 0x55, sizeof(ca));
+	CHECK_EQ(efadv_query_cq(cq, &ca, 20), EINVAL);
+	CHECK_EQ(efadv_query_cq(cq, &ca, 24), 0);
+	CHECK_EQ(ca.comp_mask, 0);
+	CHECK(ca.buffer != NULL, "ring buffer");
+	CHECK_EQ(ca.entry_size, 32);
+	CHECK_EQ(ca.num_entries, (uint32_t)cq->cqe);
+	CHECK_EQ(ca.num_entries, 8);
+	CHECK(ca.doorbell == (void *)0x5555555555555555ULL, "doorbell untouched for inlen 24");
+	CHECK_EQ(efadv_query_cq(cq, &ca, sizeof(ca)), 0);
+	CHECK(ca.doorbell != NULL && ((uintptr_t)ca.doorbell & 3) == 0, "doorbell");
+	/* Nothing was ever completed: every slot's phase bit is still 0. */
+	for (uint32_t i = 0; i < ca.num_entries; i++)
+		CHECK_EQ(((volatile uint8_t *)ca.buffer)[i * 32 + 3] & 1, 0);
 	CHECK_EQ(ibv_destroy_cq(cq), 0);
 	CHECK_EQ(ibv_dereg_mr(mr), 0);
 	CHECK_EQ(ibv_dealloc_pd(pd), 0);

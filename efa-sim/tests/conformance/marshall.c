@@ -137,7 +137,13 @@ int main(void)
 	CHECK_PTR(dm);
 	CHECK_EQ(dm->length, 8192);
 	CHECK(dm->lkey < (1u << 24), "lkey 24 bits");
-	CHECK_NULL_ERRNO(ibv_reg_dmabuf_mr(a.pd, 0, 8192, 0, fd, IBV_ACCESS_REMOTE_ATOMIC), EOPNOTSUPP);
+	/* The kernel's order: remote atomic without local write is EINVAL (RDMA core), with it
+	 * EOPNOTSUPP (the EFA driver has no atomics); zero length is EINVAL. */
+	CHECK_NULL_ERRNO(ibv_reg_dmabuf_mr(a.pd, 0, 8192, 0, fd, IBV_ACCESS_REMOTE_ATOMIC), EINVAL);
+	CHECK_NULL_ERRNO(ibv_reg_dmabuf_mr(a.pd, 0, 8192, 0, fd,
+					   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC),
+			 EOPNOTSUPP);
+	CHECK_NULL_ERRNO(ibv_reg_dmabuf_mr(a.pd, 0, 0, 0, fd, IBV_ACCESS_LOCAL_WRITE), EINVAL);
 	CHECK_EQ(ibv_dereg_mr(dm), 0);
 	close(fd);
 

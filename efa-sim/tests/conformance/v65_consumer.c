@@ -4,6 +4,7 @@
  * system libraries (v44) lack are resolved with dlsym, as such a consumer would. */
 #include <dlfcn.h>
 #include <errno.h>
+#include <stddef.h>
 #include <infiniband/efadv.h>
 #include <infiniband/verbs.h>
 #include <stdio.h>
@@ -124,7 +125,35 @@ int main(void)
 	CHECK(d > 0);
 	int (*query_cq)(struct ibv_cq *, struct efadv_cq_attr *, uint32_t) = sym("efadv_query_cq");
 	struct efadv_cq_attr cqa;
-	CHECK_EQ(query_cq(ibv_cq_ex_to_cq(cq), &cqa, sizeof(cqa)), EOPNOTSUPP);
+	memset(&cqa, 0xee, sizeof(cqa));
+	CHECK_EQ(query_cq(ibv_cq_ex_to_cq(cq), &cqa, sizeof(cqa)), 0);
+	CHECK_EQ(cqa.comp_mask, 0);
+	CHECK_EQ(cqa.entry_size, 32);
+	CHECK_EQ(cqa.num_entries, 16);
+	CHECK(cqa.buffer && cqa.doorbell);
+
+	/* The QP's rings: INLINE_WRITE makes 128-byte WQEs; max_batch is libefa's
+	 * max_tx_batch (16) * 64 / 128 = 8 WQEs, but never a whole SQ (8 slots): 7. RQ entries
+	 * are 16-byte
+	 * descriptors, one doorbell may cover all of them. inlen must cover max_batch. */
+	int (*query_wqs)(struct ibv_qp *, struct efadv_wq_attr *, struct efadv_wq_attr *, uint32_t) =
+		sym("efadv_query_qp_wqs");
+	struct efadv_wq_attr sq, rq;
+	CHECK_EQ(query_wqs(qp, &sq, &rq, offsetof(struct efadv_wq_attr, max_batch)), EINVAL);
+	memset(&sq, 0xee, sizeof(sq));
+	memset(&rq, 0xee, sizeof(rq));
+	CHECK_EQ(query_wqs(qp, &sq, &rq, sizeof(sq)), 0);
+	CHECK_EQ(sq.comp_mask, 0);
+	CHECK_EQ(sq.entry_size, 128);
+	CHECK_EQ(sq.num_entries, qa.cap.max_send_wr);
+	CHECK_EQ(sq.num_entries, 8);
+	CHECK_EQ(sq.max_batch, 7);
+	CHECK_EQ(sq.caps, 0);
+	CHECK(sq.buffer && sq.doorbell && sq.buffer != rq.buffer && sq.doorbell != rq.doorbell);
+	CHECK_EQ(rq.entry_size, 16);
+	CHECK_EQ(rq.num_entries, 8);
+	CHECK_EQ(rq.max_batch, rq.num_entries);
+	CHECK_EQ(rq.caps, 0);
 
 	CHECK_EQ(ibv_destroy_qp(qp), 0);
 	CHECK_EQ(ibv_destroy_cq(ibv_cq_ex_to_cq(cq)), 0);

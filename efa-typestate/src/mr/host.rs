@@ -261,7 +261,7 @@ impl<P, M: RegionMemory> Mr<P, M, Local> {
 
 impl<P, M: RegionMemory> Mr<P, M, RemoteWrite> {
     /// Registers `mem` so that peers may RDMA-write it (`REMOTE_WRITE` is added to
-    /// `access`). Needs memory that stays allocated if leaked
+    /// `access`, with the `LOCAL_WRITE` the kernel requires alongside it). Needs memory that stays allocated if leaked
     /// ([`InvalidInput::RemoteAccessNeedsOwnedMemory`] for borrows). The `Mr` gives
     /// access by copying only; [`close`](Self::close) ends the remote right and gives
     /// the memory back.

@@ -99,7 +99,9 @@ pub(crate) fn check_access(
     stays_allocated: bool,
 ) -> Result<AccessFlags> {
     let access = if peer_writable {
-        access | AccessFlags::REMOTE_WRITE
+        // The kernel refuses REMOTE_WRITE without LOCAL_WRITE (EINVAL); memory peers may
+        // write at any time loses nothing by also being locally writable.
+        access | AccessFlags::REMOTE_WRITE | AccessFlags::LOCAL_WRITE
     } else if access.contains(AccessFlags::REMOTE_WRITE) {
         return Err(crate::error::InvalidInput::RemoteWriteOnLocalMr.into());
     } else {
@@ -254,6 +256,10 @@ mod tests {
         );
         assert_eq!(
             check_access(lw, true, true),
+            Ok(lw | AccessFlags::REMOTE_WRITE)
+        );
+        assert_eq!(
+            check_access(AccessFlags::empty(), true, true),
             Ok(lw | AccessFlags::REMOTE_WRITE)
         );
     }

@@ -1,18 +1,10 @@
-//! Device profiles: the default limits of a software EFA device and the
-//! `EFA_SIM_PROFILE` override syntax (documented on [`crate::model`]).
+//! The `EFA_SIM_PROFILE` syntax (see [`super`]): `key=value` items, `caps` edits, files,
+//! per-device items.
 
-use super::Profile;
-
-/// `EFADV_DEVICE_ATTR_CAPS_RDMA_READ`.
-pub const CAP_RDMA_READ: u32 = 0x01;
-/// `EFADV_DEVICE_ATTR_CAPS_RNR_RETRY`.
-pub const CAP_RNR_RETRY: u32 = 0x02;
-/// `EFADV_DEVICE_ATTR_CAPS_CQ_WITH_SGID`.
-pub const CAP_CQ_WITH_SGID: u32 = 0x04;
-/// `EFADV_DEVICE_ATTR_CAPS_RDMA_WRITE`.
-pub const CAP_RDMA_WRITE: u32 = 0x08;
-/// `EFADV_DEVICE_ATTR_CAPS_UNSOLICITED_WRITE_RECV`.
-pub const CAP_UNSOLICITED_WRITE_RECV: u32 = 0x10;
+use super::{
+    validate, Profile, CAP_CQ_WITH_SGID, CAP_RDMA_READ, CAP_RDMA_WRITE, CAP_RNR_RETRY,
+    CAP_UNSOLICITED_WRITE_RECV, PROFILE_KEYS,
+};
 
 /// Names accepted in `caps=` lists.
 const CAP_NAMES: &[(&str, u32)] = &[
@@ -21,80 +13,6 @@ const CAP_NAMES: &[(&str, u32)] = &[
     ("cq_with_sgid", CAP_CQ_WITH_SGID),
     ("rdma_write", CAP_RDMA_WRITE),
     ("unsolicited_write_recv", CAP_UNSOLICITED_WRITE_RECV),
-];
-
-impl Default for Profile {
-    fn default() -> Self {
-        Profile {
-            vendor_id: 0x1d0f,
-            vendor_part_id: 0xefa2,
-            hw_ver: 0xefa2,
-            fw_ver: concat!("efa-sim ", env!("CARGO_PKG_VERSION")).to_string(),
-            node_guid: 0,
-            device_caps: CAP_RDMA_READ
-                | CAP_RNR_RETRY
-                | CAP_CQ_WITH_SGID
-                | CAP_RDMA_WRITE
-                | CAP_UNSOLICITED_WRITE_RECV,
-            cq_notifications: true,
-            max_sq_wr: 4096,
-            max_rq_wr: 32768,
-            max_sq_sge: 2,
-            max_rq_sge: 2,
-            max_sge_rd: 1,
-            inline_buf_size: 32,
-            inline_buf_size_ex: 32,
-            max_rdma_size: 1 << 30,
-            mtu_bytes: 8192,
-            max_qp: 511,
-            max_cq: 1024,
-            max_cqe: 1 << 16,
-            max_mr: 1 << 16,
-            max_pd: 256,
-            max_ah: 1024,
-            max_mr_size: 1 << 40,
-            page_size_cap: 0xffff_f000,
-            // 4096 64-byte WQEs (or 2048 wide ones).
-            max_llq_size: 4096 * 64,
-            min_sq_wr: 8,
-            link_gbps: 100,
-            num_comp_vectors: 1,
-            read_completes_as_send: true,
-        }
-    }
-}
-
-/// Every key `EFA_SIM_PROFILE` accepts (one per `Profile` field).
-pub const PROFILE_KEYS: &[&str] = &[
-    "vendor_id",
-    "vendor_part_id",
-    "hw_ver",
-    "fw_ver",
-    "node_guid",
-    "caps",
-    "cq_notifications",
-    "max_sq_wr",
-    "max_rq_wr",
-    "max_sq_sge",
-    "max_rq_sge",
-    "max_sge_rd",
-    "inline_buf_size",
-    "inline_buf_size_ex",
-    "max_rdma_size",
-    "mtu_bytes",
-    "max_qp",
-    "max_cq",
-    "max_cqe",
-    "max_mr",
-    "max_pd",
-    "max_ah",
-    "max_mr_size",
-    "page_size_cap",
-    "max_llq_size",
-    "min_sq_wr",
-    "link_gbps",
-    "num_comp_vectors",
-    "read_completes_as_send",
 ];
 
 fn parse_u64(key: &str, v: &str) -> Result<u64, String> {
@@ -207,6 +125,7 @@ pub fn apply(p: &mut Profile, key: &str, value: &str) -> Result<(), String> {
         "max_mr_size" => p.max_mr_size = parse_num(key, v)?,
         "page_size_cap" => p.page_size_cap = parse_num(key, v)?,
         "max_llq_size" => p.max_llq_size = parse_num(key, v)?,
+        "max_tx_batch" => p.max_tx_batch = parse_num(key, v)?,
         "min_sq_wr" => p.min_sq_wr = parse_num(key, v)?,
         "link_gbps" => p.link_gbps = parse_num(key, v)?,
         "num_comp_vectors" => p.num_comp_vectors = parse_num(key, v)?,
@@ -231,38 +150,6 @@ pub fn parse_read_opcode(v: &str) -> Result<bool, String> {
             "read opcode `{other}` must be `send` or `rdma_read`"
         )),
     }
-}
-
-/// Checks the invariants the model relies on.
-pub fn validate(p: &Profile) -> Result<(), String> {
-    let e = |m: &str| Err(m.to_string());
-    if p.max_sq_sge as usize > super::MAX_SEND_SGE || p.max_sq_sge == 0 {
-        return e("max_sq_sge must be 1..=16");
-    }
-    if p.max_rq_sge as usize > super::MAX_RECV_SGE || p.max_rq_sge == 0 {
-        return e("max_rq_sge must be 1..=16");
-    }
-    if p.inline_buf_size as usize > super::MAX_INLINE
-        || p.inline_buf_size_ex as usize > super::MAX_INLINE
-    {
-        return e("inline_buf_size(_ex) must be <= 80");
-    }
-    if p.mtu_bytes == 0 || p.mtu_bytes > super::MAX_MTU_BYTES {
-        return Err(format!("mtu_bytes must be 1..={}", super::MAX_MTU_BYTES));
-    }
-    if p.max_llq_size < 64 || p.max_sq_wr == 0 || p.max_rq_wr == 0 || p.max_cqe == 0 {
-        return e("max_llq_size >= 64, max_sq_wr, max_rq_wr and max_cqe > 0 required");
-    }
-    if p.max_qp == 0 || p.max_qp > super::MAX_QPS_PER_PROCESS {
-        return Err(format!(
-            "max_qp must be 1..={} (QPNs are 16-bit)",
-            super::MAX_QPS_PER_PROCESS
-        ));
-    }
-    if p.num_comp_vectors == 0 {
-        return e("num_comp_vectors must be >= 1");
-    }
-    Ok(())
 }
 
 /// Parsed `EFA_SIM_PROFILE`: overrides for all devices, then per device.

@@ -1,0 +1,252 @@
+//! One configuration value for the whole software device: every `EFA_SIM_*` environment
+//! variable is read here, once, into a [`Config`] that the devices, their runtimes and
+//! the transport receive. A test builds a `Config` (or edits [`Config::default`]) instead
+//! of re-running itself with another environment.
+//!
+//! | Variable | Field | Default |
+//! |---|---|---|
+//! | `EFA_SIM_DEVICES=N` | [`Config::profiles`]`.len()` (≤ [`MAX_DEVICES`]) | 2 |
+//! | `EFA_SIM_PROFILE` | [`Config::profiles`] (inline `key=value,...` list or a file, see [`crate::model::profile`]) | [`Profile::default`] |
+//! | `EFA_SIM_READ_OPCODE=send\|rdma_read` | `read_completes_as_send` of every profile | `send` |
+//! | `EFA_SIM_ADDR=a.b.c.d` | [`Config::addr`] | 127.0.0.1 |
+//! | `EFA_SIM_PORT_BASE` | [`Config::port_base`] | 47000 |
+//! | `EFA_SIM_LOCK_DIR` | [`Config::lock_dir`] | `/tmp/efa-sim-<uid>` |
+//! | `EFA_SIM_FAULTS` | [`Config::faults`] (see [`crate::transport`]) | none |
+//! | `EFA_SIM_NO_PROCESS_VM=1` | [`Config::no_process_vm`] | off |
+//! | `EFA_SIM_DIRECT=0` | [`Config::direct`] | on |
+//! | `EFA_SIM_TRACE=1` | [`Config::trace`] | off |
+//! | `EFA_SIM_LIB` | [`library_override`] (the CLI only) | — |
+//!
+//! Empty values count as unset. Any malformed value is an error naming the variable; the
+//! library then reports zero devices (see [`crate::model::Sim`]), it never falls back to
+//! a default silently.
+
+use crate::model::{profile, Profile};
+use crate::transport::faults::FaultSpec;
+use crate::transport::SLOTS;
+use std::ffi::OsString;
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+
+/// Most devices `EFA_SIM_DEVICES` may ask for.
+pub const MAX_DEVICES: u32 = 64;
+/// Devices when `EFA_SIM_DEVICES` is unset.
+pub const DEFAULT_DEVICES: u32 = 2;
+/// UDP port base when `EFA_SIM_PORT_BASE` is unset.
+pub const DEFAULT_PORT_BASE: u16 = 47000;
+
+/// Everything that configures the software devices of a process.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// One profile per device `efa_0..efa_{N-1}`.
+    pub profiles: Vec<Profile>,
+    /// IPv4 address the devices bind to (encoded in their GIDs).
+    pub addr: Ipv4Addr,
+    /// First UDP port: device `d` of slot `s` uses `port_base + d * SLOTS + s`.
+    pub port_base: u16,
+    /// Directory of the per-host process-slot locks and owner records.
+    pub lock_dir: PathBuf,
+    /// Fault injection on every datagram the devices send.
+    pub faults: FaultSpec,
+    /// As RDMA responder, never copy with `process_vm_readv/writev` (bulk RDMA moves in
+    /// datagram chunks, as between hosts).
+    pub no_process_vm: bool,
+    /// Same-process requests may execute in the posting call (only without faults).
+    pub direct: bool,
+    /// Print a line on stderr for every WR that times out.
+    pub trace: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            profiles: vec![Profile::default(); DEFAULT_DEVICES as usize],
+            addr: Ipv4Addr::LOCALHOST,
+            port_base: DEFAULT_PORT_BASE,
+            lock_dir: default_lock_dir(),
+            faults: FaultSpec::default(),
+            no_process_vm: false,
+            direct: true,
+            trace: false,
+        }
+    }
+}
+
+/// `/tmp/efa-sim-<uid>`.
+fn default_lock_dir() -> PathBuf {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    PathBuf::from(format!("/tmp/efa-sim-{uid}"))
+}
+
+impl Config {
+    /// Reads every `EFA_SIM_*` variable of this process's environment.
+    pub fn from_env() -> Result<Config, String> {
+        Config::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// Builds a configuration from `var(name)` (the environment's values, or a test's).
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
+        let get = |k: &str| var(k).filter(|v| !v.trim().is_empty());
+        let mut c = Config::default();
+        let count = match get("EFA_SIM_DEVICES") {
+            None => DEFAULT_DEVICES,
+            Some(v) => v
+                .trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|n| *n <= MAX_DEVICES)
+                .ok_or_else(|| {
+                    format!("EFA_SIM_DEVICES=`{v}` must be a number 0..={MAX_DEVICES}")
+                })?,
+        };
+        let overrides = match get("EFA_SIM_PROFILE") {
+            None => profile::Overrides::default(),
+            Some(v) => profile::Overrides::from_env_value(&v)
+                .map_err(|m| format!("EFA_SIM_PROFILE: {m}"))?,
+        };
+        if let Some(max) = overrides.max_device() {
+            if max >= count {
+                return Err(format!(
+                    "EFA_SIM_PROFILE names efa_{max} but only {count} devices exist"
+                ));
+            }
+        }
+        let mut base = Profile::default();
+        if let Some(v) = get("EFA_SIM_READ_OPCODE") {
+            base.read_completes_as_send =
+                profile::parse_read_opcode(&v).map_err(|m| format!("EFA_SIM_READ_OPCODE: {m}"))?;
+        }
+        c.profiles = (0..count)
+            .map(|i| {
+                overrides
+                    .profile_for(i, &base)
+                    .map_err(|m| format!("EFA_SIM_PROFILE: {m}"))
+            })
+            .collect::<Result<_, _>>()?;
+        if let Some(a) = get("EFA_SIM_ADDR") {
+            c.addr = a
+                .trim()
+                .parse()
+                .map_err(|_| format!("EFA_SIM_ADDR=`{a}` is not an IPv4 address"))?;
+        }
+        if let Some(p) = get("EFA_SIM_PORT_BASE") {
+            c.port_base = p
+                .trim()
+                .parse::<u16>()
+                .ok()
+                .filter(|b| u32::from(*b) + MAX_DEVICES * SLOTS <= 65536)
+                .ok_or_else(|| {
+                    format!(
+                        "EFA_SIM_PORT_BASE=`{p}` must be a port with room for {MAX_DEVICES} x {SLOTS} ports above it"
+                    )
+                })?;
+        }
+        if let Some(d) = get("EFA_SIM_LOCK_DIR") {
+            c.lock_dir = PathBuf::from(d);
+        }
+        if let Some(f) = get("EFA_SIM_FAULTS") {
+            c.faults = FaultSpec::parse(&f).map_err(|m| format!("EFA_SIM_FAULTS: {m}"))?;
+        }
+        c.no_process_vm = flag(get("EFA_SIM_NO_PROCESS_VM"), "EFA_SIM_NO_PROCESS_VM", false)?;
+        c.direct = flag(get("EFA_SIM_DIRECT"), "EFA_SIM_DIRECT", true)?;
+        c.trace = flag(get("EFA_SIM_TRACE"), "EFA_SIM_TRACE", false)?;
+        Ok(c)
+    }
+
+    /// Number of devices.
+    pub fn devices(&self) -> u32 {
+        self.profiles.len() as u32
+    }
+
+    /// Whether same-process requests may skip the datagram path: on unless disabled or
+    /// faults are injected (faults only act on datagrams).
+    pub fn direct_path(&self) -> bool {
+        self.direct && !self.faults.active()
+    }
+}
+
+/// `0`/`1` switches (also `off`/`on`, `false`/`true`, `no`/`yes`).
+fn flag(v: Option<String>, name: &str, default: bool) -> Result<bool, String> {
+    match v.as_deref().map(str::trim) {
+        None => Ok(default),
+        Some("1" | "on" | "true" | "yes") => Ok(true),
+        Some("0" | "off" | "false" | "no") => Ok(false),
+        Some(other) => Err(format!("{name}=`{other}` must be 0 or 1")),
+    }
+}
+
+/// `EFA_SIM_LIB`: which `libefa_sim.so` the `efa-sim` CLI runs programs on.
+pub fn library_override() -> Option<OsString> {
+    std::env::var_os(crate::install::OVERRIDE_VAR).filter(|v| !v.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn vars(list: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = list
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn defaults_when_nothing_is_set() {
+        let c = Config::from_vars(vars(&[])).unwrap();
+        assert_eq!(c.devices(), 2);
+        assert_eq!(c.addr, Ipv4Addr::LOCALHOST);
+        assert_eq!(c.port_base, 47000);
+        assert!(c.direct_path() && !c.no_process_vm && !c.trace);
+        assert!(c.profiles[0].read_completes_as_send);
+    }
+
+    #[test]
+    fn every_variable_is_read_and_checked() {
+        let c = Config::from_vars(vars(&[
+            ("EFA_SIM_DEVICES", "3"),
+            ("EFA_SIM_PROFILE", "efa_2.max_rdma_size=7"),
+            ("EFA_SIM_READ_OPCODE", "rdma_read"),
+            ("EFA_SIM_ADDR", "10.0.0.2"),
+            ("EFA_SIM_PORT_BASE", "20000"),
+            ("EFA_SIM_LOCK_DIR", "/tmp/x"),
+            ("EFA_SIM_FAULTS", "loss=0.5"),
+            ("EFA_SIM_NO_PROCESS_VM", "1"),
+            ("EFA_SIM_DIRECT", "0"),
+            ("EFA_SIM_TRACE", "1"),
+        ]))
+        .unwrap();
+        assert_eq!(c.devices(), 3);
+        assert_eq!(c.profiles[2].max_rdma_size, 7);
+        assert_ne!(c.profiles[1].max_rdma_size, 7);
+        assert!(!c.profiles[0].read_completes_as_send);
+        assert_eq!(c.addr, Ipv4Addr::new(10, 0, 0, 2));
+        assert_eq!(c.port_base, 20000);
+        assert_eq!(c.lock_dir, PathBuf::from("/tmp/x"));
+        assert!(c.faults.active() && c.no_process_vm && c.trace && !c.direct);
+        // Faults alone also turn the direct path off.
+        let f = Config::from_vars(vars(&[("EFA_SIM_FAULTS", "dup=0.1")])).unwrap();
+        assert!(f.direct && !f.direct_path());
+    }
+
+    #[test]
+    fn malformed_values_name_their_variable() {
+        for (k, v) in [
+            ("EFA_SIM_DEVICES", "x"),
+            ("EFA_SIM_DEVICES", "65"),
+            ("EFA_SIM_READ_OPCODE", "maybe"),
+            ("EFA_SIM_ADDR", "::1"),
+            ("EFA_SIM_PORT_BASE", "65000"),
+            ("EFA_SIM_FAULTS", "loss=2"),
+            ("EFA_SIM_DIRECT", "sometimes"),
+        ] {
+            let e = Config::from_vars(vars(&[(k, v)])).unwrap_err();
+            assert!(e.contains(k), "{k}={v}: {e}");
+        }
+        let e = Config::from_vars(vars(&[("EFA_SIM_PROFILE", "efa_5.max_qp=3")])).unwrap_err();
+        assert!(e.contains("efa_5"), "{e}");
+    }
+}

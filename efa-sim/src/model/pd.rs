@@ -1,0 +1,203 @@
+//! Protection domains: they own MRs, AHs and QPs (EBUSY while any exists) and keep the
+//! device's address book (GID → AH number, model §3.7).
+
+use super::mr::{check_access, AccessFlags, DmaBuf, Mr};
+use super::runtime::Runtime;
+use super::{Ah, Errno, Gid, Qp, QpCaps, QpInit};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Page size of the registration range checks (the kernel pins whole pages).
+const PAGE: usize = 4096;
+
+/// Protection domain.
+pub struct Pd {
+    pub(crate) rt: Arc<Runtime>,
+    number: u16,
+    users: AtomicU32,
+    dead: AtomicBool,
+    /// (GID → (AH number, handles)) of this PD: the device's address book.
+    ahs: Mutex<HashMap<Gid, (u16, u32)>>,
+}
+
+impl Pd {
+    /// `ibv_alloc_pd`; ENOMEM beyond `max_pd`.
+    pub(crate) fn alloc(rt: Arc<Runtime>) -> Result<Arc<Pd>, Errno> {
+        let n = rt.pd_count.fetch_add(1, Ordering::AcqRel);
+        if n >= rt.profile.max_pd {
+            rt.pd_count.fetch_sub(1, Ordering::AcqRel);
+            return Err(libc::ENOMEM);
+        }
+        let number = (rt.next_pd.fetch_add(1, Ordering::Relaxed) & 0xffff) as u16;
+        Ok(Arc::new(Pd {
+            rt,
+            number,
+            users: AtomicU32::new(0),
+            dead: AtomicBool::new(false),
+            ahs: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// The device PD number.
+    pub fn number(&self) -> u16 {
+        self.number
+    }
+
+    pub(crate) fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn add_user(&self) {
+        self.users.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn release_user(&self) {
+        self.users.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    fn add_mr(
+        self: &Arc<Self>,
+        host: usize,
+        len: usize,
+        iova: u64,
+        access: AccessFlags,
+        dmabuf: Option<DmaBuf>,
+    ) -> Result<Arc<Mr>, Errno> {
+        if self.is_dead() {
+            return Err(libc::EINVAL);
+        }
+        if len as u64 > self.rt.profile.max_mr_size || iova.checked_add(len as u64).is_none() {
+            return Err(libc::EINVAL);
+        }
+        let mr = self.rt.insert_mr(|key| {
+            Arc::new(Mr::new(self.clone(), key, host, len, iova, access, dmabuf))
+        })?;
+        self.add_user();
+        Ok(mr)
+    }
+
+    /// Host memory `[addr, addr+len)` addressed by the peer as `[iova, iova+len)`.
+    /// Besides the access rules (`check_access`): EINVAL for a zero length, a NULL
+    /// address, or a range (or its page-rounded end) that wraps, as the kernel's
+    /// `ib_umem_get` answers.
+    ///
+    /// # Safety
+    /// `[addr, addr+len)` must stay valid, readable and (if any write access is
+    /// granted) writable memory until [`Mr::dereg`] returns; peers and the device
+    /// read and write it at any time in between (like DMA).
+    pub unsafe fn reg_mr(
+        self: &Arc<Self>,
+        addr: usize,
+        len: usize,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Result<Arc<Mr>, Errno> {
+        let access = check_access(access, self.rt.profile.device_caps)?;
+        let wraps = addr
+            .checked_add(len)
+            .and_then(|end| end.checked_next_multiple_of(PAGE))
+            .is_none();
+        if len == 0 || addr == 0 || wraps {
+            return Err(libc::EINVAL);
+        }
+        self.add_mr(addr, len, iova, access, None)
+    }
+
+    /// dma-buf registration: records fd/offset/len/iova. The model mmaps
+    /// `[offset, offset+len)` of the fd (shared, read/write); if that fails the MR
+    /// still registers but every data-path access to it fails (local side:
+    /// status 5 LOC_PROT, remote side: status 7 REM_ACCESS). Zero lengths, negative fds
+    /// and ranges that wrap are EINVAL.
+    pub fn reg_dmabuf_mr(
+        self: &Arc<Self>,
+        offset: u64,
+        len: usize,
+        iova: u64,
+        fd: i32,
+        access: AccessFlags,
+    ) -> Result<Arc<Mr>, Errno> {
+        let access = check_access(access, self.rt.profile.device_caps)?;
+        if fd < 0 || len == 0 || offset.checked_add(len as u64).is_none() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: mmap of a caller-owned fd into fresh address space; no existing
+        // memory is touched; failure is reported as MAP_FAILED.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                offset as libc::off_t,
+            )
+        };
+        let host = if p == libc::MAP_FAILED { 0 } else { p as usize };
+        let mapped = host != 0;
+        self.add_mr(host, len, iova, access, Some(DmaBuf { fd, offset, mapped }))
+    }
+
+    /// Same (PD, GID) gives the same AH number (model §3.7).
+    pub fn create_ah(self: &Arc<Self>, gid: &Gid) -> Result<Arc<Ah>, Errno> {
+        if self.is_dead() {
+            return Err(libc::EINVAL);
+        }
+        let mut ahs = self.ahs.lock().unwrap_or_else(|e| e.into_inner());
+        let number = match ahs.get_mut(gid) {
+            Some((n, uses)) => {
+                *uses += 1;
+                *n
+            }
+            None => {
+                let n = self.rt.alloc_ah(Arc::as_ptr(self) as usize, gid)?;
+                ahs.insert(*gid, (n, 1));
+                n
+            }
+        };
+        self.add_user();
+        Ok(Arc::new(Ah::new(Arc::downgrade(self), *gid, number)))
+    }
+
+    /// Drops one handle of `gid`'s AH; the device AH (and its number) goes with the
+    /// last one.
+    pub(crate) fn release_ah(&self, gid: &Gid) {
+        let mut ahs = self.ahs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((n, uses)) = ahs.get_mut(gid) {
+            *uses -= 1;
+            if *uses == 0 {
+                let n = *n;
+                ahs.remove(gid);
+                drop(ahs);
+                self.rt.free_ah(n);
+            }
+        }
+        self.release_user();
+    }
+
+    /// Creates a QP (model §3.1 checks); returns it in RESET with the granted caps.
+    pub fn create_qp(self: &Arc<Self>, init: &QpInit) -> Result<(Arc<Qp>, QpCaps), Errno> {
+        Qp::create(self, init)
+    }
+
+    /// EBUSY while MRs/AHs/QPs use it.
+    pub fn dealloc(&self) -> Result<(), Errno> {
+        if self.users.load(Ordering::Acquire) != 0 {
+            return Err(libc::EBUSY);
+        }
+        if !self.dead.swap(true, Ordering::AcqRel) {
+            self.rt.pd_count.fetch_sub(1, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+
+    /// The receiver-side AH number of `gid` in this PD, or 0xFFFF.
+    pub(crate) fn ah_number_of(&self, gid: &Gid) -> u16 {
+        self.ahs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(gid)
+            .map(|(n, _)| *n)
+            .unwrap_or(crate::ring::cqe::NO_AH)
+    }
+}

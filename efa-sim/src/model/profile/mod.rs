@@ -1,0 +1,234 @@
+//! Device profiles: the limits and capabilities of a software EFA device (model §2), their
+//! defaults and the `EFA_SIM_PROFILE` override syntax.
+//!
+//! `EFA_SIM_PROFILE` is an inline list if it contains `=`, otherwise the path of a file
+//! holding the list. List syntax: `key=value` items separated by `,`, `;` or newlines; `#`
+//! starts a comment; an item `efa_N.key=value` applies to device N only (after the global
+//! items). Numbers are decimal or `0x` hex; booleans `true/false/1/0/yes/no/on/off`.
+//! Example: `max_rdma_size=65536,caps=-rdma_write,max_sq_wr=16,efa_1.mtu_bytes=4096`.
+//! Keys: one per [`Profile`] field ([`PROFILE_KEYS`]); `caps` (alias `device_caps`) is a
+//! number, a `name|name` set, or `+name`/`-name` edits of the default (names `rdma_read`,
+//! `rnr_retry`, `cq_with_sgid`, `rdma_write`, `unsolicited_write_recv`); `read_opcode`
+//! (`send`/`rdma_read`) sets `read_completes_as_send`.
+
+mod overrides;
+
+use efa_sys::io::{TX_DESC_INLINE_MAX_SIZE_128, TX_DESC_NUM_BUFS};
+pub use overrides::{apply, parse_read_opcode, Overrides};
+
+/// Largest `mtu_bytes` (a SEND travels in one datagram).
+pub const MAX_MTU_BYTES: u32 = 60 * 1024;
+/// QPs one process can hold per device (QPN = process slot << 9 | index, index 1..=511).
+pub const MAX_QPS_PER_PROCESS: u32 = 511;
+/// Largest queue in entries: the 16-bit producer and consumer indices of the rings must
+/// tell a full ring from an empty one (and keep the phase parity across their wrap).
+pub const MAX_RING_ENTRIES: u32 = 1 << 15;
+/// Most MRs: an MR key is a 16-bit table slot plus an 8-bit generation (keys are 24 bits).
+pub const MAX_MRS: u32 = 1 << 16;
+/// Most receive SGEs: descriptors one receive WQE may span.
+pub const MAX_RQ_SGE: u16 = 16;
+
+/// Every limit and capability of one software device (model §2). Built from the
+/// defaults, then `EFA_SIM_PROFILE` / config file overrides.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    /// PCI vendor id (0x1d0f, Amazon).
+    pub vendor_id: u32,
+    /// PCI device id (0xefa0..0xefa4).
+    pub vendor_part_id: u32,
+    /// Hardware version (PCI subsystem id).
+    pub hw_ver: u32,
+    /// Firmware version string; must start with "efa-sim" (efa-sim-select relies on it).
+    pub fw_ver: String,
+    /// Node GUID (0 like older drivers).
+    pub node_guid: u64,
+    /// `EFADV_DEVICE_ATTR_CAPS_*` bits.
+    pub device_caps: u32,
+    /// Whether CQs can have a completion channel.
+    pub cq_notifications: bool,
+    /// Largest SQ depth (WQEs).
+    pub max_sq_wr: u32,
+    /// Largest RQ depth in buffer descriptors.
+    pub max_rq_wr: u32,
+    /// Most SGEs per send WR.
+    pub max_sq_sge: u16,
+    /// Most SGEs per receive WR.
+    pub max_rq_sge: u16,
+    /// Most SGEs per RDMA WR.
+    pub max_sge_rd: u32,
+    /// Inline bytes of a 64-byte WQE.
+    pub inline_buf_size: u16,
+    /// Inline bytes with wide (128-byte) WQEs.
+    pub inline_buf_size_ex: u16,
+    /// Largest RDMA read/write in bytes.
+    pub max_rdma_size: u32,
+    /// Port MTU in bytes (`max_msg_sz`): the largest SEND.
+    pub mtu_bytes: u32,
+    /// Most QPs (also capped at 511 per process).
+    pub max_qp: u32,
+    /// Most CQs.
+    pub max_cq: u32,
+    /// Largest CQ depth.
+    pub max_cqe: u32,
+    /// Most MRs.
+    pub max_mr: u32,
+    /// Most PDs.
+    pub max_pd: u32,
+    /// Most AHs.
+    pub max_ah: u32,
+    /// Largest MR.
+    pub max_mr_size: u64,
+    /// Supported page sizes bitmap.
+    pub page_size_cap: u64,
+    /// LLQ bytes per SQ: bounds SQ depth × WQE size.
+    pub max_llq_size: u32,
+    /// Most send-queue bytes per doorbell, in 64-byte units (the kernel's `max_tx_batch`;
+    /// the provider rings the doorbell every `max_tx_batch * 64 / wqe_size` WQEs); 0 = no
+    /// limit.
+    pub max_tx_batch: u16,
+    /// Smallest SQ depth granted.
+    pub min_sq_wr: u32,
+    /// Link speed in Gb/s.
+    pub link_gbps: u32,
+    /// Completion vectors.
+    pub num_comp_vectors: u32,
+    /// Report RDMA-read requester completions as IBV_WC_SEND (rdma-core fidelity) or RDMA_READ.
+    pub read_completes_as_send: bool,
+}
+
+/// `EFADV_DEVICE_ATTR_CAPS_RDMA_READ`.
+pub const CAP_RDMA_READ: u32 = efa_sys::efadv::EFADV_DEVICE_ATTR_CAPS_RDMA_READ;
+/// `EFADV_DEVICE_ATTR_CAPS_RNR_RETRY`.
+pub const CAP_RNR_RETRY: u32 = efa_sys::efadv::EFADV_DEVICE_ATTR_CAPS_RNR_RETRY;
+/// `EFADV_DEVICE_ATTR_CAPS_CQ_WITH_SGID`.
+pub const CAP_CQ_WITH_SGID: u32 = efa_sys::efadv::EFADV_DEVICE_ATTR_CAPS_CQ_WITH_SGID;
+/// `EFADV_DEVICE_ATTR_CAPS_RDMA_WRITE`.
+pub const CAP_RDMA_WRITE: u32 = efa_sys::efadv::EFADV_DEVICE_ATTR_CAPS_RDMA_WRITE;
+/// `EFADV_DEVICE_ATTR_CAPS_UNSOLICITED_WRITE_RECV`.
+pub const CAP_UNSOLICITED_WRITE_RECV: u32 =
+    efa_sys::efadv::EFADV_DEVICE_ATTR_CAPS_UNSOLICITED_WRITE_RECV;
+
+impl Default for Profile {
+    fn default() -> Self {
+        Profile {
+            vendor_id: 0x1d0f,
+            vendor_part_id: 0xefa2,
+            hw_ver: 0xefa2,
+            fw_ver: concat!("efa-sim ", env!("CARGO_PKG_VERSION")).to_string(),
+            node_guid: 0,
+            device_caps: CAP_RDMA_READ
+                | CAP_RNR_RETRY
+                | CAP_CQ_WITH_SGID
+                | CAP_RDMA_WRITE
+                | CAP_UNSOLICITED_WRITE_RECV,
+            cq_notifications: true,
+            max_sq_wr: 4096,
+            max_rq_wr: 32768,
+            max_sq_sge: 2,
+            max_rq_sge: 2,
+            max_sge_rd: 1,
+            inline_buf_size: 32,
+            inline_buf_size_ex: 32,
+            max_rdma_size: 1 << 30,
+            mtu_bytes: 8192,
+            max_qp: 511,
+            max_cq: 1024,
+            max_cqe: MAX_RING_ENTRIES,
+            max_mr: 1 << 16,
+            max_pd: 256,
+            max_ah: 1024,
+            max_mr_size: 1 << 40,
+            page_size_cap: 0xffff_f000,
+            // 4096 64-byte WQEs (or 2048 wide ones).
+            max_llq_size: 4096 * 64,
+            // 16 regular or 8 wide WQEs per doorbell.
+            max_tx_batch: 16,
+            min_sq_wr: 8,
+            link_gbps: 100,
+            num_comp_vectors: 1,
+            read_completes_as_send: true,
+        }
+    }
+}
+
+/// Every key `EFA_SIM_PROFILE` accepts (one per `Profile` field).
+pub const PROFILE_KEYS: &[&str] = &[
+    "vendor_id",
+    "vendor_part_id",
+    "hw_ver",
+    "fw_ver",
+    "node_guid",
+    "caps",
+    "cq_notifications",
+    "max_sq_wr",
+    "max_rq_wr",
+    "max_sq_sge",
+    "max_rq_sge",
+    "max_sge_rd",
+    "inline_buf_size",
+    "inline_buf_size_ex",
+    "max_rdma_size",
+    "mtu_bytes",
+    "max_qp",
+    "max_cq",
+    "max_cqe",
+    "max_mr",
+    "max_pd",
+    "max_ah",
+    "max_mr_size",
+    "page_size_cap",
+    "max_llq_size",
+    "max_tx_batch",
+    "min_sq_wr",
+    "link_gbps",
+    "num_comp_vectors",
+    "read_completes_as_send",
+];
+
+/// Checks the invariants the model relies on.
+pub fn validate(p: &Profile) -> Result<(), String> {
+    let e = |m: &str| Err(m.to_string());
+    if p.max_sq_sge as usize > TX_DESC_NUM_BUFS || p.max_sq_sge == 0 {
+        return Err(format!(
+            "max_sq_sge must be 1..={TX_DESC_NUM_BUFS} (buffer descriptors in a send WQE)"
+        ));
+    }
+    if p.max_rq_sge > MAX_RQ_SGE || p.max_rq_sge == 0 {
+        return Err(format!("max_rq_sge must be 1..={MAX_RQ_SGE}"));
+    }
+    if p.inline_buf_size as usize > TX_DESC_INLINE_MAX_SIZE_128
+        || p.inline_buf_size_ex as usize > TX_DESC_INLINE_MAX_SIZE_128
+    {
+        return Err(format!(
+            "inline_buf_size(_ex) must be <= {TX_DESC_INLINE_MAX_SIZE_128}"
+        ));
+    }
+    if p.max_sq_wr > MAX_RING_ENTRIES
+        || p.max_rq_wr > MAX_RING_ENTRIES
+        || p.max_cqe > MAX_RING_ENTRIES
+        || p.max_llq_size / 64 > MAX_RING_ENTRIES
+    {
+        return Err(format!(
+            "max_sq_wr, max_rq_wr, max_cqe and max_llq_size/64 must be <= {MAX_RING_ENTRIES} (16-bit ring indices)"
+        ));
+    }
+    if p.max_mr > MAX_MRS {
+        return Err(format!("max_mr must be <= {MAX_MRS}"));
+    }
+    if p.mtu_bytes == 0 || p.mtu_bytes > MAX_MTU_BYTES {
+        return Err(format!("mtu_bytes must be 1..={}", MAX_MTU_BYTES));
+    }
+    if p.max_llq_size < 64 || p.max_sq_wr == 0 || p.max_rq_wr == 0 || p.max_cqe == 0 {
+        return e("max_llq_size >= 64, max_sq_wr, max_rq_wr and max_cqe > 0 required");
+    }
+    if p.max_qp == 0 || p.max_qp > MAX_QPS_PER_PROCESS {
+        return Err(format!(
+            "max_qp must be 1..={} (QPNs are 16-bit)",
+            MAX_QPS_PER_PROCESS
+        ));
+    }
+    if p.num_comp_vectors == 0 {
+        return e("num_comp_vectors must be >= 1");
+    }
+    Ok(())
+}

@@ -1,0 +1,151 @@
+//! Bulk RDMA in chunks: when the responder cannot copy a bulk WR with `process_vm_*`
+//! (another host, no proof of the requester, `EFA_SIM_NO_PROCESS_VM=1`), the requester
+//! moves it as data-in-datagram requests of [`INLINE_RDMA`] bytes, [`CHUNK_WINDOW`] in
+//! flight, each acknowledged; a write with immediate ends with a data-less commit request
+//! that delivers the immediate once every chunk landed.
+
+use super::requester::{Origin, Outbox, Pending};
+use super::stats::bump;
+use super::{IdMap, Runtime, INLINE_RDMA, RTO};
+use crate::model::Qp;
+use crate::transport::wire::{self, Op};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Progress of a WR moved as data-in-datagram chunks.
+#[derive(Clone, Copy)]
+pub(crate) struct Chunking {
+    next_off: u64,
+    inflight: u32,
+    total: u64,
+}
+
+/// Chunks in flight per chunked WR.
+pub const CHUNK_WINDOW: u32 = 8;
+
+impl Runtime {
+    /// Removes request `id` with `status`. A plain WR yields its completion; a
+    /// chunk advances (or fails) its parent WR, queueing further chunks or the
+    /// write-with-imm commit in `to_send`.
+    pub(crate) fn settle(
+        &self,
+        pend: &mut IdMap<u64, Pending>,
+        id: u64,
+        status: u8,
+        to_send: &mut Outbox,
+    ) -> Option<(Arc<Qp>, Origin, u8)> {
+        let p = pend.remove(&id)?;
+        let Some(parent_id) = p.chunk_parent else {
+            return Some((p.qp, p.origin, status));
+        };
+        if status != 0 {
+            pend.retain(|_, c| c.chunk_parent != Some(parent_id));
+            let parent = pend.remove(&parent_id)?;
+            return Some((parent.qp, parent.origin, status));
+        }
+        let now = Instant::now();
+        let parent = pend.get_mut(&parent_id)?;
+        parent.last_heard = now;
+        let mut ch = parent.chunking?;
+        ch.inflight -= 1;
+        let mut next = None;
+        if ch.next_off < ch.total {
+            let len = (ch.total - ch.next_off).min(INLINE_RDMA as u64) as u32;
+            next = Some((ch.next_off, len));
+            ch.next_off += len as u64;
+            ch.inflight += 1;
+        }
+        parent.chunking = Some(ch);
+        if ch.inflight == 0 && next.is_none() {
+            if parent.spec.header.flags & wire::FLAG_IMM != 0 {
+                // All data landed: deliver the immediate with a commit request.
+                parent.spec.header.flags =
+                    (parent.spec.header.flags & !wire::FLAG_FAST) | wire::FLAG_COMMIT;
+                parent.spec.carries_data = false;
+                parent.chunking = None;
+                parent.next_tx = now + RTO;
+                to_send.push((parent.qp.pd().clone(), parent.spec.clone(), parent.dest));
+                return None;
+            }
+            let parent = pend.remove(&parent_id)?;
+            return Some((parent.qp, parent.origin, 0));
+        }
+        if let Some((off, len)) = next {
+            self.spawn_chunk(pend, parent_id, off, len, to_send);
+        }
+        None
+    }
+
+    /// Adds chunk `[off, off+len)` of WR `parent_id` as its own request.
+    fn spawn_chunk(
+        &self,
+        pend: &mut IdMap<u64, Pending>,
+        parent_id: u64,
+        off: u64,
+        len: u32,
+        to_send: &mut Outbox,
+    ) {
+        let Some(parent) = pend.get(&parent_id) else {
+            return;
+        };
+        let mut spec = parent.spec.clone();
+        spec.header.flags &= !(wire::FLAG_FAST | wire::FLAG_IMM | wire::FLAG_COMMIT);
+        spec.header.remote_addr = spec.header.remote_addr.wrapping_add(off);
+        spec.header.total_len = len;
+        spec.header.pid = 0;
+        spec.header.local_addr = 0;
+        spec.header.imm = 0;
+        if let Some(g) = spec.sges.first_mut() {
+            g.addr = g.addr.wrapping_add(off);
+            g.length = len;
+        }
+        spec.carries_data = spec.header.op == Op::Write;
+        let now = Instant::now();
+        let id = self.next_req.fetch_add(1, Ordering::Relaxed);
+        spec.header.req_id = id;
+        let chunk = Pending {
+            qp: parent.qp.clone(),
+            origin: parent.origin,
+            dest: parent.dest,
+            spec: spec.clone(),
+            next_tx: now + RTO,
+            last_heard: now,
+            rnr_left: parent.rnr_left,
+            chunk_parent: Some(parent_id),
+            chunking: None,
+        };
+        to_send.push((parent.qp.pd().clone(), spec, parent.dest));
+        pend.insert(id, chunk);
+    }
+
+    /// The responder could not copy with process_vm_*: move WR `id` in chunks.
+    pub(crate) fn start_chunking(
+        &self,
+        pend: &mut IdMap<u64, Pending>,
+        id: u64,
+        to_send: &mut Outbox,
+    ) {
+        let Some(p) = pend.get_mut(&id) else { return };
+        bump(&self.stats.chunked);
+        let total = p.spec.header.total_len as u64;
+        let mut ch = Chunking {
+            next_off: 0,
+            inflight: 0,
+            total,
+        };
+        // The parent itself is not retransmitted while its chunks move.
+        p.next_tx = Instant::now() + Duration::from_secs(3600);
+        let mut spans = arrayvec::ArrayVec::<(u64, u32), { CHUNK_WINDOW as usize }>::new();
+        while ch.next_off < total && ch.inflight < CHUNK_WINDOW {
+            let len = (total - ch.next_off).min(INLINE_RDMA as u64) as u32;
+            spans.push((ch.next_off, len));
+            ch.next_off += len as u64;
+            ch.inflight += 1;
+        }
+        p.chunking = Some(ch);
+        for (off, len) in spans {
+            self.spawn_chunk(pend, id, off, len, to_send);
+        }
+    }
+}

@@ -1,0 +1,302 @@
+//! The per-process runtime of one device: its UDP endpoint, object tables, the
+//! requester's outstanding WRs (retransmission, timeouts), the engine thread that
+//! executes incoming requests against local QPs and MRs (so one-sided RDMA progresses
+//! without the target polling), and the doorbell watcher.
+//!
+//! * `requester`: a WQE the device took from a send queue becomes a request;
+//!   `responses`: answers, retransmission, RNR retries, timeouts; `chunks`: bulk RDMA
+//!   moved in datagram chunks.
+//! * `responder`: executes a request against this device's QPs and MRs and writes the
+//!   receive completions.
+//! * `direct`: the same-process path (the posting thread executes on the target).
+//! * `trust`: when a responder may copy another process's memory.
+//! * `engine`: the thread that receives datagrams and runs the timers.
+//! * [`stats`], `tables`.
+//!
+//! # Protocol (SRD)
+//!
+//! Every send WQE becomes one request datagram with a per-endpoint `req_id`.
+//! The responder executes it once (duplicates are suppressed by
+//! `(requester address, epoch, req_id)`; reads are idempotent and simply
+//! re-executed) and answers with a response carrying the EFA status (and the
+//! data of a small RDMA read). The requester completes the WQE only on that
+//! response (SRD: success only after the responder acked). No response within
+//! [`RTO`] → retransmit. An RNR response is retried after [`RNR_DELAY`],
+//! `rnr_retry` times (7 = forever), then completes with status 10.
+//! Nothing heard for [`PEER_TIMEOUT`] → status 13 if that peer address ever
+//! answered this device, else 15. This bounds every WR towards a dead peer
+//! (killed process, destroyed QP's process, qkey mismatch) to ≈ 1 s.
+//!
+//! Bulk RDMA (> [`INLINE_RDMA`] bytes) between processes uses a fast path:
+//! the request names the requester's pid and buffer address (which the
+//! requester validated through its lkey) and the responder, after validating
+//! its own rkey/range, copies with `process_vm_readv`/`process_vm_writev`.
+//! If that fails (other host, EPERM, ESRCH; or `EFA_SIM_NO_PROCESS_VM=1` at
+//! the responder) the responder answers `STATUS_FALLBACK` (after validating
+//! the rkey and range) and the requester moves the WR as ordinary
+//! data-in-datagram requests of [`INLINE_RDMA`] bytes (8 in flight), each
+//! acknowledged; a write-with-imm ends with a data-less *commit* request that
+//! delivers the immediate once every chunk landed.
+//!
+//! # Choices where the hardware is unspecified (model §7)
+//!
+//! * Receive buffer too small for a SEND: sender status 11; the receiver gets
+//!   no completion and its receive WQE stays posted (at the head of the RQ).
+//! * Receive SGE with a bad lkey / no LOCAL_WRITE at the responder: the
+//!   receive completes with status 5 (WQE consumed), the sender with status 7.
+//! * Q_Key mismatch: the datagram is dropped and counted
+//!   ([`Stats::qkey_violations`]); the sender therefore times out: status 13
+//!   (or 15 if the peer never answered) after ≈ 1 s.
+//! * RDMA longer than `max_rdma_size`: status 6 at the requester, nothing sent.
+//! * Unknown peer (responder PD has no AH for the requester's GID): status 14
+//!   for RDMA read, write and write-with-imm.
+//! * Unsolicited write-with-imm: decided by the *responder* QP's
+//!   `EFADV_QP_FLAGS_UNSOLICITED_WRITE_RECV` flag alone.
+//! * UD: unreliable, no response, sender completes OK once sent; the receiver
+//!   drops the datagram (counted in [`Stats::ud_drops`]) when no receive is
+//!   posted or the buffer is too small; the first 40 bytes of the receive
+//!   buffer are left as they were (GRH area, content undefined).
+//! * The queue-format choices (malformed WQEs, stale phase bits, full CQs) are listed
+//!   in [`crate::model::send_queue`], [`crate::model::recv_queue`] and
+//!   [`crate::model::cq`].
+
+pub(crate) mod chunks;
+pub(crate) mod direct;
+pub(crate) mod engine;
+pub(crate) mod requester;
+pub(crate) mod responder;
+pub(crate) mod responses;
+pub mod stats;
+pub(crate) mod tables;
+pub(crate) mod trust;
+
+use crate::config::Config;
+use crate::model::{Device, Errno, Gid, Mr, Profile, Qp, MAX_QPS_PER_PROCESS};
+use crate::transport::{self, Endpoint};
+use requester::Pending;
+pub use stats::Stats;
+use stats::StatsInner;
+use std::collections::{HashMap, HashSet};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+use tables::{AhTable, MrTable};
+
+/// Retransmission timeout.
+pub const RTO: Duration = Duration::from_millis(10);
+/// Wait before retrying after an RNR response.
+pub const RNR_DELAY: Duration = Duration::from_millis(1);
+/// A WR whose peer stays silent this long completes with status 13/15.
+pub const PEER_TIMEOUT: Duration = Duration::from_millis(1000);
+/// RDMA up to this many bytes carries its data in the datagram.
+pub const INLINE_RDMA: usize = 16 * 1024;
+
+/// Multiply-shift hasher for the integer keys of the datagram path's tables (ids and
+/// addresses are not attacker-chosen in a way that matters: a flood of colliding
+/// keys only slows this device down).
+#[derive(Default, Clone, Copy)]
+pub(crate) struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ *b as u64).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(v as u64);
+    }
+    fn write_u16(&mut self, v: u16) {
+        self.write_u64(v as u64);
+    }
+}
+
+/// A HashMap with [`IdHasher`].
+pub(crate) type IdMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<IdHasher>>;
+
+/// Every runtime started in this process. Runtimes are never dropped (the engine thread
+/// holds one for ever), so references into this list stay valid for the process.
+static RUNTIMES: Mutex<Vec<Arc<Runtime>>> = Mutex::new(Vec::new());
+/// Bumped whenever a runtime starts (invalidates cached "not in this process" answers).
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// The device side of one device in this process.
+pub(crate) struct Runtime {
+    pub gid: Gid,
+    pub profile: Profile,
+    pub config: Arc<Config>,
+    pid: u32,
+    epoch: u64,
+    index: u32,
+    pub ep: Endpoint,
+    pub pd_count: AtomicU32,
+    pub next_pd: AtomicU32,
+    pub cq_count: AtomicU32,
+    pub next_qp_index: AtomicU32,
+    mrs: RwLock<MrTable>,
+    /// QPs by the low [`transport::QP_INDEX_BITS`] bits of their QPN.
+    pub qps: RwLock<Vec<Option<Arc<Qp>>>>,
+    /// Generation of each QP table slot (bumped per QP created there).
+    qp_gens: Box<[AtomicU16]>,
+    ahs: RwLock<AhTable>,
+    pending: Mutex<IdMap<u64, Pending>>,
+    next_req: AtomicU64,
+    low_water: AtomicU64,
+    heard: Mutex<HashSet<SocketAddrV4>>,
+    proofs: Mutex<IdMap<SocketAddrV4, trust::Proof>>,
+    pub stats: StatsInner,
+    pub(crate) watcher: crate::model::watcher::Watcher,
+}
+
+impl Runtime {
+    /// Binds the device's endpoint and starts its engine thread.
+    pub(crate) fn start(dev: &Arc<Device>) -> Result<Arc<Runtime>, String> {
+        let config = dev.config().clone();
+        let ep = Endpoint::bind(dev.addr, dev.index, &config)?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        let pid = std::process::id();
+        let rt = Arc::new(Runtime {
+            gid: dev.gid,
+            profile: dev.profile.clone(),
+            config,
+            pid,
+            epoch: now ^ ((pid as u64) << 32) ^ dev.index as u64,
+            index: dev.index,
+            ep,
+            pd_count: AtomicU32::new(0),
+            next_pd: AtomicU32::new(1),
+            cq_count: AtomicU32::new(0),
+            next_qp_index: AtomicU32::new(0),
+            mrs: RwLock::new(MrTable::default()),
+            qps: RwLock::new(vec![None; MAX_QPS_PER_PROCESS as usize + 1]),
+            qp_gens: (0..=MAX_QPS_PER_PROCESS)
+                .map(|_| AtomicU16::new(0))
+                .collect(),
+            ahs: RwLock::new(AhTable::default()),
+            pending: Mutex::new(IdMap::with_capacity_and_hasher(8192, Default::default())),
+            next_req: AtomicU64::new(1),
+            low_water: AtomicU64::new(1),
+            heard: Mutex::new(HashSet::new()),
+            proofs: Mutex::new(IdMap::default()),
+            stats: StatsInner::default(),
+            watcher: Default::default(),
+        });
+        RUNTIMES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(rt.clone());
+        GENERATION.fetch_add(1, Ordering::AcqRel);
+        let engine_rt = rt.clone();
+        std::thread::Builder::new()
+            .name(format!("efa-sim-{}", dev.name))
+            .spawn(move || engine::Engine::new(engine_rt).run())
+            .map_err(|e| format!("cannot spawn engine thread: {e}"))?;
+        Ok(rt)
+    }
+
+    /// Changes whenever a runtime starts in this process.
+    pub(crate) fn generation() -> u64 {
+        GENERATION.load(Ordering::Acquire)
+    }
+
+    /// The same-process runtime of device `dev` at `ip`, if there is one and it takes
+    /// direct requests.
+    pub(crate) fn find_local(ip: Ipv4Addr, dev: u32) -> Option<&'static Runtime> {
+        let rts = RUNTIMES.lock().unwrap_or_else(|e| e.into_inner());
+        let rt = rts
+            .iter()
+            .find(|rt| rt.index == dev && *rt.ep.local.ip() == ip && rt.config.direct_path())?;
+        // SAFETY: runtimes in RUNTIMES are never removed or dropped (see RUNTIMES), so the
+        // allocation outlives every caller.
+        Some(unsafe { &*Arc::as_ptr(rt) })
+    }
+
+    /// Every runtime of this process.
+    fn all() -> Vec<Arc<Runtime>> {
+        RUNTIMES.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The MR table (read lock: registrations and deregistrations wait for the holder).
+    #[inline]
+    pub(crate) fn mrs(&self) -> std::sync::RwLockReadGuard<'_, MrTable> {
+        self.mrs.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers the MR `make` builds for a fresh key.
+    pub(crate) fn insert_mr(&self, make: impl FnOnce(u32) -> Arc<Mr>) -> Result<Arc<Mr>, Errno> {
+        let mut mrs = self.mrs.write().unwrap_or_else(|e| e.into_inner());
+        mrs.insert(self.profile.max_mr as usize, make)
+    }
+
+    /// Deregisters the MR with `key`.
+    pub(crate) fn remove_mr(&self, key: u32) {
+        self.mrs
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+    }
+
+    /// The AH table.
+    #[inline]
+    pub(crate) fn ahs(&self) -> std::sync::RwLockReadGuard<'_, AhTable> {
+        self.ahs.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A new device AH of the PD at `pd` to `gid`.
+    pub(crate) fn alloc_ah(&self, pd: usize, gid: &Gid) -> Result<u16, Errno> {
+        self.ahs
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(self.profile.max_ah, pd, gid)
+    }
+
+    /// Destroys device AH `n`; send WRs still outstanding to it complete with FLUSHED.
+    pub(crate) fn free_ah(&self, n: u16) {
+        self.ahs
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(n);
+        self.flush_ah(n);
+    }
+
+    /// Claims the next generation of QP table slot `idx`.
+    pub(crate) fn next_qp_gen(&self, idx: usize) -> u16 {
+        self.qp_gens[idx]
+            .fetch_add(1, Ordering::AcqRel)
+            .wrapping_add(1)
+    }
+
+    /// The QP table slot of `qpn`, if `qpn` belongs to this process's slot.
+    #[inline]
+    pub(crate) fn qp_index(&self, qpn: u32) -> Option<usize> {
+        if transport::slot_of_qpn(qpn) != self.ep.slot() {
+            return None;
+        }
+        Some((qpn & ((1 << transport::QP_INDEX_BITS) - 1)) as usize)
+    }
+
+    /// Runs `f` on the live QP `qpn` under the QP table's read lock (QP destruction
+    /// waits for it), without touching its reference count.
+    #[inline]
+    pub(crate) fn with_qp<R>(&self, qpn: u32, f: impl FnOnce(Option<&Qp>) -> R) -> R {
+        let Some(idx) = self.qp_index(qpn) else {
+            return f(None);
+        };
+        let qps = self.qps.read().unwrap_or_else(|e| e.into_inner());
+        let qp = qps
+            .get(idx)
+            .and_then(|q| q.as_deref())
+            .filter(|q| q.qpn() == qpn && !q.is_dead());
+        f(qp)
+    }
+}

@@ -1,0 +1,399 @@
+//! The requester: a WQE the device took from a send queue becomes a request (executed at
+//! once on a same-process target, see [`super::direct`], or sent as a datagram), and
+//! its completion goes to the QP's send CQ when the responder's answer arrives (or the
+//! WR fails: RNR retries exhausted, peer silent, AH destroyed, QP flushed).
+
+use super::chunks::Chunking;
+use super::tables::MrTable;
+use super::{Runtime, INLINE_RDMA, RTO};
+use crate::model::mem;
+use crate::model::send_queue::Request;
+use crate::model::{Pd, Qp, QpType, SendOp, Sge, ACCESS_LOCAL_WRITE, MAX_INLINE, MAX_SEND_SGE};
+use crate::provider::send::op_type;
+use crate::ring::cqe::Cqe;
+use crate::transport::wire::{self, Header, Op};
+use efa_sys::vendor::comp_status as st;
+use std::cell::RefCell;
+use std::net::SocketAddrV4;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Status of an RNR answer.
+pub(crate) const STATUS_RNR: u8 = st::REMOTE_ERROR_RNR as u8;
+
+/// What a send completion needs to know about its WQE.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Origin {
+    /// Request id of the WQE.
+    pub req_id: u16,
+    /// Its op type.
+    pub op_type: u8,
+    /// It asked for a completion.
+    pub signaled: bool,
+    /// The AH number it was sent to.
+    pub ahn: u16,
+}
+
+impl Origin {
+    /// The origin of request `r`.
+    pub fn of(r: &Request) -> Origin {
+        Origin {
+            req_id: r.req_id,
+            op_type: op_type(r.op),
+            signaled: r.signaled,
+            ahn: r.ahn,
+        }
+    }
+}
+
+/// Writes the send completion of `o` with `status` (none for a successful unsignaled
+/// WQE: errors always complete, as in verbs).
+pub(crate) fn complete(qp: &Qp, o: &Origin, status: u8) {
+    if status != 0 || o.signaled {
+        qp.send_cq()
+            .push(&Cqe::send(qp.qpn() as u16, o.req_id, status, o.op_type));
+    }
+}
+
+/// What a request carries, kept so it can be rebuilt for retransmission.
+#[derive(Clone)]
+pub(crate) struct Spec {
+    pub header: Header,
+    /// Local segments (lkey, iova, len), re-validated at every use.
+    pub sges: arrayvec::ArrayVec<Sge, MAX_SEND_SGE>,
+    pub inline: arrayvec::ArrayVec<u8, MAX_INLINE>,
+    /// Whether the data travels in the datagram (SEND, small WRITE).
+    pub carries_data: bool,
+}
+
+/// A request waiting for its response.
+pub(crate) struct Pending {
+    pub qp: Arc<Qp>,
+    pub origin: Origin,
+    pub dest: SocketAddrV4,
+    pub spec: Spec,
+    pub next_tx: Instant,
+    pub last_heard: Instant,
+    pub rnr_left: u8,
+    /// This request is one chunk of the pending WR with that id.
+    pub chunk_parent: Option<u64>,
+    /// This WR is being moved in chunks (its fast path failed).
+    pub chunking: Option<Chunking>,
+}
+
+/// Requests to (re)send after a table update: (PD, spec, destination).
+pub(crate) type Outbox = Vec<(Arc<Pd>, Spec, SocketAddrV4)>;
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<u8>> = RefCell::new(vec![0u8; wire::MAX_DATAGRAM]);
+    /// Requests of one doorbell, bundled per destination.
+    static TX: RefCell<(bool, wire::BundleBuf)> = RefCell::new((false, wire::BundleBuf::default()));
+}
+
+impl Runtime {
+    /// Local range of `sge` inside a live MR of `pd` with `need` access.
+    #[inline]
+    pub(crate) fn local_range(mrs: &MrTable, pd: &Pd, sge: &Sge, need: u32) -> Option<usize> {
+        let mr = mrs.get(sge.lkey)?;
+        if !core::ptr::eq(Arc::as_ptr(&mr.pd), pd) {
+            return None;
+        }
+        mr.host_range(sge.addr, sge.length as u64, need)
+    }
+
+    /// Executes one WQE the device took from `qp`'s send queue.
+    pub(crate) fn start_send(&self, qp: &Qp, r: &Request) {
+        let o = Origin::of(r);
+        // The AH must be live and belong to the QP's PD.
+        let (endpoint, local) = {
+            let ahs = self.ahs();
+            match ahs.get(r.ahn) {
+                Some(e) if e.pd == Arc::as_ptr(qp.pd()) as usize => {
+                    let local = if self.config.direct_path() {
+                        e.local_runtime()
+                    } else {
+                        None
+                    };
+                    (e.endpoint, local)
+                }
+                _ => return complete(qp, &o, st::LOCAL_ERROR_INVALID_AH as u8),
+            }
+        };
+        let Some((ip, dev)) = endpoint else {
+            return complete(qp, &o, st::LOCAL_ERROR_INVALID_AH as u8);
+        };
+        let Some(dest) = self.ep.addr_of(ip, dev, r.dest_qpn) else {
+            return complete(qp, &o, st::LOCAL_ERROR_INVALID_AH as u8);
+        };
+        let total: u64 = if r.inline.is_empty() {
+            r.sges.iter().map(|g| g.length as u64).sum()
+        } else {
+            r.inline.len() as u64
+        };
+        let rdma = r.op != SendOp::Send && r.op != SendOp::SendImm;
+        if (!rdma && total > self.profile.mtu_bytes as u64)
+            || (rdma && total > self.profile.max_rdma_size as u64)
+        {
+            return complete(qp, &o, st::LOCAL_ERROR_BAD_LENGTH as u8);
+        }
+        let mut h = Header::new(
+            wire::KIND_REQ,
+            match r.op {
+                SendOp::Send | SendOp::SendImm => Op::Send,
+                SendOp::RdmaRead => Op::Read,
+                _ => Op::Write,
+            },
+        );
+        h.epoch = self.epoch;
+        h.src_gid = self.gid;
+        h.src_qpn = qp.qpn() as u16;
+        h.dst_qpn = r.dest_qpn as u16;
+        h.qkey = r.qkey;
+        h.total_len = total as u32;
+        if matches!(r.op, SendOp::SendImm | SendOp::RdmaWriteImm) {
+            h.flags |= wire::FLAG_IMM;
+            h.imm = r.imm;
+        }
+        if let Some((addr, rkey, _)) = r.remote {
+            h.remote_addr = addr;
+            h.rkey = rkey;
+        }
+        // Local keys: every SGE in a live MR of this PD (LOCAL_WRITE for a read target).
+        let need = if r.op == SendOp::RdmaRead {
+            ACCESS_LOCAL_WRITE
+        } else {
+            0
+        };
+        let bulk = rdma && total as usize > INLINE_RDMA;
+        let mut spec = Spec {
+            header: h,
+            sges: r.sges.iter().copied().collect(),
+            inline: r.inline.clone(),
+            carries_data: !bulk && r.op != SendOp::RdmaRead,
+        };
+        let mrs = self.mrs();
+        let mut first_host = 0usize;
+        for (i, g) in r.sges.iter().enumerate() {
+            match Self::local_range(&mrs, qp.pd(), g, need) {
+                Some(host) if i == 0 => first_host = host,
+                Some(_) => {}
+                None => {
+                    drop(mrs);
+                    return complete(qp, &o, st::LOCAL_ERROR_INVALID_LKEY as u8);
+                }
+            }
+        }
+        if bulk {
+            // One SGE (the WQE format holds one for RDMA); the peer copies from/to it.
+            spec.header.flags |= wire::FLAG_FAST;
+            spec.header.pid = self.pid;
+            spec.header.local_addr = first_host as u64;
+        }
+        // Direct only when the destination QPN lives in that same-process device (another
+        // process can serve the same GID: its QPNs carry its own slot).
+        let local = local.filter(|t| t.qp_index(r.dest_qpn).is_some());
+        match local {
+            Some(target) if qp.qp_type() != QpType::Ud => {
+                if self.try_direct(mrs, target, qp, &o, &spec, dest) {
+                    return;
+                }
+            }
+            _ => drop(mrs),
+        }
+        if qp.qp_type() == QpType::Ud {
+            spec.header.flags |= wire::FLAG_UD;
+            let sent = self.transmit(qp.pd(), &spec, dest);
+            let status = if sent {
+                0
+            } else {
+                st::LOCAL_ERROR_INVALID_LKEY as u8
+            };
+            return complete(qp, &o, status);
+        }
+        let Some(qp_arc) = qp.arc() else { return };
+        let now = Instant::now();
+        let req_id = {
+            // Allocate the id under the lock that publishes it, so the low
+            // watermark (computed under the same lock) never passes a live id.
+            let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let req_id = self.next_req.fetch_add(1, Ordering::Relaxed);
+            spec.header.req_id = req_id;
+            pend.insert(
+                req_id,
+                Pending {
+                    qp: qp_arc,
+                    origin: o,
+                    dest,
+                    spec: spec.clone(),
+                    next_tx: now + RTO,
+                    last_heard: now,
+                    rnr_left: qp.rnr_retry(),
+                    chunk_parent: None,
+                    chunking: None,
+                },
+            );
+            req_id
+        };
+        if !self.transmit(qp.pd(), &spec, dest) {
+            self.finish(req_id, st::LOCAL_ERROR_INVALID_LKEY as u8);
+        }
+    }
+
+    /// Builds and sends the datagram of `spec`; false if a local key went
+    /// away (MR deregistered while the WR was outstanding).
+    pub(crate) fn transmit(&self, pd: &Pd, spec: &Spec, dest: SocketAddrV4) -> bool {
+        SCRATCH.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            let mrs = self.mrs();
+            match self.build_packet(&mrs, pd, spec, &mut buf) {
+                Some(len) => {
+                    drop(mrs);
+                    self.emit(&buf[..len], dest);
+                    true
+                }
+                None => false,
+            }
+        })
+    }
+
+    /// Encodes `spec` (gathering its data from registered memory) into `buf`;
+    /// the packet length, or `None` if a local key went away.
+    pub(crate) fn build_packet(
+        &self,
+        mrs: &MrTable,
+        pd: &Pd,
+        spec: &Spec,
+        buf: &mut [u8],
+    ) -> Option<usize> {
+        let mut h = spec.header;
+        if h.flags & wire::FLAG_FAST != 0 {
+            // The peer will copy to/from this address: it must still be our
+            // registered memory at every (re)transmission.
+            let need = if h.op == Op::Read {
+                ACCESS_LOCAL_WRITE
+            } else {
+                0
+            };
+            h.local_addr = Self::local_range(mrs, pd, spec.sges.first()?, need)? as u64;
+        }
+        let mut len = wire::HEADER;
+        if spec.carries_data {
+            if !spec.inline.is_empty() {
+                buf[len..len + spec.inline.len()].copy_from_slice(&spec.inline);
+                len += spec.inline.len();
+            } else {
+                for g in &spec.sges {
+                    let host = Self::local_range(mrs, pd, g, 0)?;
+                    let l = g.length as usize;
+                    if len + l > wire::MAX_DATAGRAM {
+                        return None;
+                    }
+                    // SAFETY: host..host+l lies in a live MR (checked under the read lock
+                    // the caller holds).
+                    unsafe { mem::read_registered(host, &mut buf[len..len + l]) };
+                    len += l;
+                }
+            }
+        }
+        h.data_len = (len - wire::HEADER) as u32;
+        h.watermark = self.low_water.load(Ordering::Relaxed);
+        h.encode(buf);
+        Some(len)
+    }
+
+    /// Sends a packet now, or adds it to this thread's open batch bundle.
+    fn emit(&self, pkt: &[u8], dest: SocketAddrV4) {
+        TX.with(|tx| {
+            let mut tx = tx.borrow_mut();
+            let (active, bundle) = &mut *tx;
+            if !*active {
+                drop(tx);
+                self.ep.send(pkt, dest);
+                return;
+            }
+            if bundle.to.is_some_and(|to| to != dest) || !bundle.fits(pkt.len()) {
+                if let Some(to) = bundle.to {
+                    self.ep.send(bundle.datagram(), to);
+                }
+                bundle.clear();
+            }
+            bundle.push(dest, pkt);
+        })
+    }
+
+    /// Starts bundling this thread's requests (the WQEs of one doorbell).
+    pub(crate) fn begin_batch(&self) {
+        TX.with(|tx| tx.borrow_mut().0 = true);
+    }
+
+    /// Sends the open bundle and stops bundling.
+    pub(crate) fn end_batch(&self) {
+        TX.with(|tx| {
+            let mut tx = tx.borrow_mut();
+            let (active, bundle) = &mut *tx;
+            *active = false;
+            if let Some(to) = bundle.to {
+                self.ep.send(bundle.datagram(), to);
+            }
+            bundle.clear();
+        })
+    }
+
+    /// Completes pending request `req_id` with `status` (if still pending).
+    pub(crate) fn finish(&self, req_id: u64, status: u8) {
+        let mut to_send = Outbox::new();
+        let done = {
+            let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            self.settle(&mut pend, req_id, status, &mut to_send)
+        };
+        self.after_settle(done, to_send);
+    }
+
+    /// Writes the completion `settle` produced and sends the requests it queued.
+    pub(crate) fn after_settle(&self, done: Option<(Arc<Qp>, Origin, u8)>, to_send: Outbox) {
+        if let Some((qp, o, status)) = done {
+            complete(&qp, &o, status);
+        }
+        for (pd, spec, dest) in &to_send {
+            if !self.transmit(pd, spec, *dest) {
+                self.finish(spec.header.req_id, st::LOCAL_ERROR_INVALID_LKEY as u8);
+            }
+        }
+    }
+
+    /// Drops outstanding requests of QP `qpn` without completions.
+    pub(crate) fn purge_pending(&self, qpn: u32) {
+        let gone: Vec<Pending> = {
+            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let ids: Vec<u64> = p
+                .iter()
+                .filter(|(_, v)| v.qp.qpn() == qpn)
+                .map(|(k, _)| *k)
+                .collect();
+            ids.into_iter().filter_map(|k| p.remove(&k)).collect()
+        };
+        drop(gone);
+    }
+
+    /// Completes outstanding requests of QP `qpn` with `status`.
+    pub(crate) fn flush_pending(&self, qpn: u32, status: u8) {
+        self.flush_where(|p| p.qp.qpn() == qpn, status);
+    }
+
+    /// Completes outstanding requests sent to device AH `ahn` with FLUSHED.
+    pub(crate) fn flush_ah(&self, ahn: u16) {
+        self.flush_where(|p| p.origin.ahn == ahn, st::FLUSHED as u8);
+    }
+
+    fn flush_where(&self, f: impl Fn(&Pending) -> bool, status: u8) {
+        let gone: Vec<Pending> = {
+            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let ids: Vec<u64> = p.iter().filter(|(_, v)| f(v)).map(|(k, _)| *k).collect();
+            ids.into_iter().filter_map(|k| p.remove(&k)).collect()
+        };
+        for p in gone.into_iter().filter(|p| p.chunk_parent.is_none()) {
+            complete(&p.qp, &p.origin, status);
+        }
+    }
+}

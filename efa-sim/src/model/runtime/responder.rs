@@ -1,0 +1,322 @@
+//! The responder: executes a request against this device's QPs and MRs (from the engine
+//! thread for datagrams, or a same-process requester's thread) and writes the receive
+//! completions. Every access of local memory is checked against a live MR of the target
+//! QP's PD under the MR table's read lock (see [`super::trust`]).
+
+use super::requester::STATUS_RNR;
+use super::stats::bump;
+use super::Runtime;
+use crate::model::recv_queue::Head;
+use crate::model::{
+    mem, qp, Gid, Qp, QpState, QpType, Sge, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ,
+    ACCESS_REMOTE_WRITE,
+};
+use crate::ring::cqe::{Cqe, NO_AH};
+use crate::transport::wire::{self, Header, Op};
+use efa_sys::io::{queue_type, send_op_type};
+use efa_sys::vendor::comp_status as st;
+use std::net::SocketAddrV4;
+use std::sync::Arc;
+
+/// Bytes of a UD receive buffer left before the payload (GRH area).
+pub const UD_GRH: usize = 40;
+
+/// What the responder does with a request.
+pub(crate) enum Outcome {
+    /// Answer with this status.
+    Respond(u8),
+    /// Drop it silently (the requester times out).
+    Drop,
+}
+
+/// A QP state that accepts incoming requests.
+fn receiving(s: QpState) -> bool {
+    matches!(s, QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe)
+}
+
+impl Runtime {
+    /// The receiver-side AH number of the sender and, for an unknown sender on a CQ that
+    /// reports it, the sender's GID.
+    fn receiver_info(qp: &Qp, h: &Header) -> (u16, Option<Gid>) {
+        let slid = qp.pd().ah_number_of(&h.src_gid);
+        let sgid = (slid == NO_AH && qp.recv_cq().options().with_sgid).then_some(h.src_gid);
+        (slid, sgid)
+    }
+
+    /// A receive completion of `qp` for request `h`.
+    fn recv_cqe(qp: &Qp, h: &Header, req_id: u16, op_type: u8, imm: Option<u32>) -> Cqe {
+        let (slid, sgid) = Self::receiver_info(qp, h);
+        Cqe {
+            req_id,
+            status: 0,
+            q_type: queue_type::RECV,
+            op_type,
+            has_imm: imm.is_some(),
+            unsolicited: false,
+            qp_num: qp.qpn() as u16,
+            length: h.total_len,
+            ah: slid,
+            src_qp: h.src_qpn,
+            imm: imm.unwrap_or(0),
+            src_gid: sgid,
+        }
+    }
+
+    /// Executes one SRD request against this device's QPs and MRs. `out[HEADER..]`
+    /// receives the data of a small RDMA read. `from` is the datagram's source; `None`
+    /// for the same-process direct path, whose header this process built itself.
+    pub(crate) fn execute(
+        &self,
+        h: &Header,
+        data: &[u8],
+        from: Option<SocketAddrV4>,
+        out: &mut [u8],
+        resp_len: &mut usize,
+    ) -> Outcome {
+        self.with_qp(u32::from(h.dst_qpn), |qp| match qp {
+            Some(qp) if qp.qp_type() == QpType::Srd && receiving(qp.state()) => {
+                self.execute_on(qp, h, data, from, out, resp_len)
+            }
+            _ => Outcome::Respond(st::REMOTE_ERROR_BAD_DEST_QPN as u8),
+        })
+    }
+
+    fn execute_on(
+        &self,
+        qp: &Qp,
+        h: &Header,
+        data: &[u8],
+        from: Option<SocketAddrV4>,
+        out: &mut [u8],
+        resp_len: &mut usize,
+    ) -> Outcome {
+        if h.qkey != qp.qkey() {
+            bump(&self.stats.qkey_violations);
+            return Outcome::Drop;
+        }
+        let imm = (h.flags & wire::FLAG_IMM != 0).then_some(h.imm);
+        if h.op == Op::Send {
+            if data.len() != h.total_len as usize || h.flags & wire::FLAG_FAST != 0 {
+                bump(&self.stats.malformed);
+                return Outcome::Drop;
+            }
+            return self.deliver_send(qp, h, data, imm, 0);
+        }
+        if qp.pd().ah_number_of(&h.src_gid) == NO_AH {
+            return Outcome::Respond(st::REMOTE_ERROR_UNKNOWN_PEER as u8);
+        }
+        let len = h.total_len as usize;
+        let (need, write) = if h.op == Op::Write {
+            (ACCESS_REMOTE_WRITE, true)
+        } else {
+            (ACCESS_REMOTE_READ, false)
+        };
+        let fast = h.flags & wire::FLAG_FAST != 0;
+        let commit = h.flags & wire::FLAG_COMMIT != 0;
+        let inline_bad = if commit {
+            !data.is_empty() || !write || imm.is_none() || fast
+        } else if write {
+            data.len() != len
+        } else {
+            len > wire::MAX_DATA
+        };
+        if (!fast && inline_bad) || (!write && imm.is_some()) {
+            bump(&self.stats.malformed);
+            return Outcome::Drop;
+        }
+        // Solicited write-with-imm needs a posted receive (checked before any byte moves).
+        let unsolicited = qp.efa_flags() & qp::QP_FLAG_UNSOLICITED_WRITE_RECV != 0;
+        if imm.is_some() && !unsolicited && !qp.rq_dev().has_posted(self) {
+            return Outcome::Respond(STATUS_RNR);
+        }
+        // A same-process requester's buffer must be registered memory of this process
+        // (checked before taking our MR lock: the check reads every local MR table, ours
+        // included).
+        if fast && !commit && h.pid == self.pid && !self.config.no_process_vm {
+            let local_need = if write { 0 } else { ACCESS_LOCAL_WRITE };
+            if !Runtime::own_range_registered(h.local_addr, len as u64, local_need) {
+                bump(&self.stats.malformed);
+                return Outcome::Drop;
+            }
+        }
+        // process_vm_* only for the process that really sent this request (file I/O on
+        // first contact: before taking our MR lock).
+        let proven = !fast
+            || commit
+            || self.config.no_process_vm
+            || from.map_or(true, |f| self.requester_proven(h, f));
+        let mrs = self.mrs();
+        let target = mrs
+            .get(h.rkey)
+            .filter(|mr| Arc::ptr_eq(&mr.pd, qp.pd()))
+            .and_then(|mr| mr.host_range(h.remote_addr, len as u64, need));
+        let Some(host) = target else {
+            return Outcome::Respond(st::REMOTE_ERROR_BAD_ADDRESS as u8);
+        };
+        if commit {
+            // Chunked data already landed; only the immediate is left.
+        } else if fast {
+            if self.config.no_process_vm {
+                return Outcome::Respond(wire::STATUS_FALLBACK);
+            }
+            if !proven {
+                bump(&self.stats.unproven);
+                return Outcome::Respond(wire::STATUS_FALLBACK);
+            }
+            let r = if write {
+                // SAFETY: host..host+len is inside our live MR (read lock held).
+                unsafe { mem::pull_from_process(h.pid, h.local_addr, host, len) }
+            } else {
+                // SAFETY: as above.
+                unsafe { mem::push_to_process(h.pid, h.local_addr, host, len) }
+            };
+            if r.is_err() {
+                return Outcome::Respond(wire::STATUS_FALLBACK);
+            }
+            bump(&self.stats.process_vm);
+        } else if write {
+            // SAFETY: host..host+len is inside our live MR with REMOTE_WRITE (read lock held).
+            unsafe { mem::write_registered(host, data) };
+        } else {
+            // SAFETY: host..host+len is inside our live MR with REMOTE_READ (read lock held).
+            unsafe { mem::read_registered(host, &mut out[wire::HEADER..wire::HEADER + len]) };
+            *resp_len = len;
+        }
+        drop(mrs);
+        if let Some(imm) = imm {
+            let mut c = Self::recv_cqe(qp, h, 0, send_op_type::RDMA_WRITE, Some(imm));
+            if unsolicited {
+                c.unsolicited = true;
+                qp.recv_cq().push(&c);
+            } else {
+                let rq = qp.rq_dev();
+                let mut at = rq.lock();
+                match rq.head(self, &at) {
+                    Head::Wqe(w) => {
+                        *at = w.next;
+                        drop(at);
+                        c.req_id = w.req_id;
+                        qp.recv_cq().push(&c);
+                    }
+                    Head::Malformed(req_id, next) => {
+                        *at = next;
+                        drop(at);
+                        bump(&self.stats.bad_wqes);
+                        c.req_id = req_id;
+                        c.status = st::LOCAL_ERROR_QP_INTERNAL_ERROR as u8;
+                        qp.recv_cq().push(&c);
+                    }
+                    // Raced with a QP reset: the data landed, nobody to tell.
+                    Head::Empty => return Outcome::Respond(STATUS_RNR),
+                }
+            }
+        }
+        Outcome::Respond(st::OK as u8)
+    }
+
+    /// SEND into the head receive WQE: scatter, complete, answer. The first `skip` bytes
+    /// of the buffers (a UD receive's GRH area) are left untouched.
+    fn deliver_send(
+        &self,
+        qp: &Qp,
+        h: &Header,
+        data: &[u8],
+        imm: Option<u32>,
+        skip: usize,
+    ) -> Outcome {
+        let rq = qp.rq_dev();
+        let mut at = rq.lock();
+        let w = match rq.head(self, &at) {
+            Head::Empty => return Outcome::Respond(STATUS_RNR),
+            Head::Malformed(req_id, next) => {
+                *at = next;
+                drop(at);
+                bump(&self.stats.bad_wqes);
+                let mut c = Self::recv_cqe(qp, h, req_id, send_op_type::SEND, imm);
+                c.status = st::LOCAL_ERROR_QP_INTERNAL_ERROR as u8;
+                c.length = 0;
+                qp.recv_cq().push(&c);
+                return Outcome::Respond(st::REMOTE_ERROR_BAD_STATUS as u8);
+            }
+            Head::Wqe(w) => w,
+        };
+        let room: u64 = w.bufs.iter().map(|d| d.length as u64).sum();
+        if room < (skip + data.len()) as u64 {
+            return Outcome::Respond(st::REMOTE_ERROR_BAD_LENGTH as u8);
+        }
+        let mut ok = true;
+        {
+            let mrs = self.mrs();
+            let mut pos = 0usize; // position in the virtual stream skip + data
+            let end = skip + data.len();
+            for d in &w.bufs {
+                if pos >= end {
+                    break;
+                }
+                let take = (d.length as usize).min(end - pos);
+                let seg = Sge {
+                    addr: d.addr,
+                    length: take as u32,
+                    lkey: d.lkey,
+                };
+                let Some(host) = Runtime::local_range(&mrs, qp.pd(), &seg, ACCESS_LOCAL_WRITE)
+                else {
+                    ok = false;
+                    break;
+                };
+                // Part of this segment that holds payload bytes.
+                let from = pos.max(skip);
+                let to = pos + take;
+                if to > from {
+                    let src = &data[from - skip..to - skip];
+                    // SAFETY: host..host+take is in a live MR with LOCAL_WRITE (read lock held).
+                    unsafe { mem::write_registered(host + (from - pos), src) };
+                }
+                pos += take;
+            }
+        }
+        *at = w.next;
+        drop(at);
+        let mut c = Self::recv_cqe(qp, h, w.req_id, send_op_type::SEND, imm);
+        c.length = (skip + data.len()) as u32;
+        if !ok {
+            c.status = st::LOCAL_ERROR_INVALID_LKEY as u8;
+            c.length = 0;
+        }
+        qp.recv_cq().push(&c);
+        Outcome::Respond(if ok {
+            st::OK as u8
+        } else {
+            st::REMOTE_ERROR_BAD_ADDRESS as u8
+        })
+    }
+
+    /// A UD datagram: delivered into the head receive WQE after the GRH area, or dropped.
+    pub(crate) fn ud_receive(&self, h: &Header, data: &[u8]) {
+        let delivered = self.with_qp(u32::from(h.dst_qpn), |qp| {
+            let qp = match qp {
+                Some(qp)
+                    if qp.qp_type() == QpType::Ud
+                        && h.op == Op::Send
+                        && data.len() == h.total_len as usize
+                        && receiving(qp.state()) =>
+                {
+                    qp
+                }
+                _ => return false,
+            };
+            if h.qkey != qp.qkey() {
+                bump(&self.stats.qkey_violations);
+                return true; // counted as a Q_Key violation, not a UD drop
+            }
+            let imm = (h.flags & wire::FLAG_IMM != 0).then_some(h.imm);
+            matches!(
+                self.deliver_send(qp, h, data, imm, UD_GRH),
+                Outcome::Respond(s) if s == st::OK as u8
+            )
+        });
+        if !delivered {
+            bump(&self.stats.ud_drops);
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! The requester's side of the conversation after sending: responses (completing,
+//! retrying after RNR, falling back to chunks, landing small-read data), retransmission,
+//! and the peer timeouts that bound every WR.
+
+use super::requester::{Outbox, STATUS_RNR};
+use super::stats::bump;
+use super::{Runtime, PEER_TIMEOUT, RNR_DELAY, RTO};
+use crate::model::{mem, qp, ACCESS_LOCAL_WRITE};
+use crate::transport::wire::{self, Header, Op};
+use efa_sys::vendor::comp_status as st;
+use std::net::SocketAddrV4;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+impl Runtime {
+    /// A response from `from` to request `h.req_id`.
+    pub(crate) fn handle_response(&self, h: &Header, data: &[u8], from: SocketAddrV4) {
+        if h.epoch != self.epoch {
+            return;
+        }
+        let now = Instant::now();
+        let mut status = h.status;
+        let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(p) = pend.get_mut(&h.req_id) else {
+            return;
+        };
+        if p.dest != from {
+            return;
+        }
+        p.last_heard = now;
+        if status == STATUS_RNR {
+            if p.rnr_left > 0 {
+                if p.rnr_left != qp::RNR_RETRY_INFINITE {
+                    p.rnr_left -= 1;
+                }
+                p.next_tx = now + RNR_DELAY;
+                drop(pend);
+                self.mark_heard(from);
+                return;
+            }
+        } else if status == wire::STATUS_FALLBACK {
+            if p.spec.header.flags & wire::FLAG_FAST == 0 || p.chunking.is_some() {
+                return; // only a bulk request can fall back; ignore anything else
+            }
+            let mut to_send = Outbox::new();
+            self.start_chunking(&mut pend, h.req_id, &mut to_send);
+            drop(pend);
+            self.mark_heard(from);
+            self.after_settle(None, to_send);
+            return;
+        } else if p.chunking.is_some() {
+            return; // the parent of chunks gets no responses of its own
+        } else if status == 0
+            && p.spec.header.op == Op::Read
+            && p.spec.header.flags & wire::FLAG_FAST == 0
+        {
+            // Small read: the data came with the response.
+            if data.len() != p.spec.header.total_len as usize {
+                return; // malformed; keep waiting (retransmission re-reads)
+            }
+            let mrs = self.mrs();
+            let target = p
+                .spec
+                .sges
+                .first()
+                .and_then(|g| Self::local_range(&mrs, p.qp.pd(), g, ACCESS_LOCAL_WRITE));
+            match target {
+                // SAFETY: the range is inside a live MR with LOCAL_WRITE (read lock held).
+                Some(host) => unsafe { mem::write_registered(host, data) },
+                None if data.is_empty() => {}
+                None => status = st::LOCAL_ERROR_INVALID_LKEY as u8,
+            }
+        }
+        let mut to_send = Outbox::new();
+        let done = self.settle(&mut pend, h.req_id, status, &mut to_send);
+        drop(pend);
+        self.mark_heard(from);
+        self.after_settle(done, to_send);
+    }
+
+    /// Remembers that `from` answered this device (a later silence is status 13, not 15).
+    pub(crate) fn mark_heard(&self, from: SocketAddrV4) {
+        let mut heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
+        if !heard.contains(&from) {
+            heard.insert(from);
+        }
+    }
+
+    /// Retransmissions, RNR retries and peer timeouts; updates the watermark.
+    pub(crate) fn timers(&self) {
+        let now = Instant::now();
+        let mut resend = Outbox::new();
+        let mut expired: Vec<(u64, SocketAddrV4)> = Vec::new();
+        {
+            let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let mut low = self.next_req.load(Ordering::Relaxed);
+            for (id, p) in pend.iter_mut() {
+                low = low.min(*id);
+                if now.duration_since(p.last_heard) > PEER_TIMEOUT {
+                    if self.config.trace {
+                        eprintln!(
+                            "efa-sim trace: expire req {id} lw {} next_tx_in {:?} hdr_wm {}",
+                            self.low_water.load(Ordering::Relaxed),
+                            p.next_tx.checked_duration_since(now),
+                            p.spec.header.watermark
+                        );
+                    }
+                    expired.push((*id, p.dest));
+                } else if now >= p.next_tx {
+                    p.next_tx = now + RTO;
+                    resend.push((p.qp.pd().clone(), p.spec.clone(), p.dest));
+                }
+            }
+            self.low_water.store(low, Ordering::Relaxed);
+        }
+        for (pd, spec, dest) in &resend {
+            bump(&self.stats.retransmits);
+            if !self.transmit(pd, spec, *dest) {
+                self.finish(spec.header.req_id, st::LOCAL_ERROR_INVALID_LKEY as u8);
+            }
+        }
+        for (id, dest) in expired {
+            let answered = self
+                .heard
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&dest);
+            let status = if answered {
+                st::LOCAL_ERROR_UNRESP_REMOTE
+            } else {
+                st::LOCAL_ERROR_UNREACH_REMOTE
+            };
+            self.finish(id, status as u8);
+        }
+    }
+
+    /// Whether requests are outstanding (the engine then wakes up more often).
+    pub(crate) fn has_pending(&self) -> bool {
+        !self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+}

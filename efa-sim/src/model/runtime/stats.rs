@@ -1,0 +1,73 @@
+//! Counters of one device in one process ([`Stats`], read with
+//! [`crate::model::Device::stats`]).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+macro_rules! counters {
+    ($($(#[doc = $doc:literal])* $name:ident,)*) => {
+        /// Counters of one device in one process.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct Stats {
+            $($(#[doc = $doc])* pub $name: u64,)*
+        }
+
+        /// The live counters behind [`Stats`].
+        #[derive(Default)]
+        pub(crate) struct StatsInner {
+            $(pub(crate) $name: AtomicU64,)*
+        }
+
+        impl StatsInner {
+            /// A consistent-enough copy (each counter read once, relaxed).
+            pub(crate) fn snapshot(&self) -> Stats {
+                Stats { $($name: self.$name.load(Ordering::Relaxed),)* }
+            }
+        }
+    };
+}
+
+counters! {
+    /// Requests dropped because their Q_Key did not match the QP's.
+    qkey_violations,
+    /// Datagrams that were not well-formed efa-sim packets.
+    malformed,
+    /// Duplicate requests answered from the cache without re-executing.
+    duplicates,
+    /// Requests sent again after the retransmission timeout (10 ms).
+    retransmits,
+    /// RNR responses sent.
+    rnr_naks,
+    /// UD datagrams dropped (no receive posted, buffer too small, bad QP).
+    ud_drops,
+    /// Requests dropped as older than the requester's low watermark (late duplicates).
+    stale,
+    /// Bulk RDMA WRs moved in chunks because the responder could not use process_vm_*.
+    chunked,
+    /// WRs executed on a same-process device without datagrams.
+    direct,
+    /// Bulk RDMA copies this responder made with process_vm_readv/writev.
+    process_vm,
+    /// Bulk requests naming process memory whose sender was not proven to be
+    /// that process (see the trust model): answered with the chunk fallback.
+    unproven,
+    /// Send-queue doorbells that brought the device new WQEs.
+    sq_doorbells,
+    /// Of those, doorbells the watcher noticed (written by a consumer driving the rings
+    /// itself rather than through efa-sim's provider).
+    watched_doorbells,
+    /// Doorbell values claiming more new WQEs than the ring holds (ignored).
+    bad_doorbells,
+    /// Times the device found a WQE whose phase bit was not the current lap's (not yet
+    /// written, or left from an earlier lap) and stopped there.
+    stale_wqes,
+    /// Malformed WQEs and receive descriptors, completed with an error status.
+    bad_wqes,
+    /// Completions that found their CQ ring full and waited for the consumer.
+    cq_overflows,
+}
+
+/// Adds one to a counter.
+#[inline]
+pub(crate) fn bump(a: &AtomicU64) {
+    a.fetch_add(1, Ordering::Relaxed);
+}

@@ -1,0 +1,287 @@
+//! The device side of a send queue: the SQ ring and the device's consumer position. On
+//! a doorbell the device reads the WQEs between its position and the doorbell value,
+//! validates each, and hands it to the requester (`Runtime::start_send`). The
+//! consuming thread is whoever noticed the doorbell: the provider's posting thread
+//! (right after its doorbell write) or the doorbell watcher (a consumer that rings
+//! doorbells itself); one at a time, the other returns at once.
+//!
+//! Choices where the hardware is unconfirmed:
+//! * A WQE whose phase bit is not the current lap's has not been written yet (or is left
+//!   over from an earlier lap): the device stops there and looks again at the next
+//!   doorbell (counted in [`crate::model::Stats::stale_wqes`]).
+//! * A doorbell claiming more new WQEs than the ring holds is ignored
+//!   ([`crate::model::Stats::bad_doorbells`]).
+//! * Malformed WQEs complete with an error status (their request id, their op type):
+//!   2 (LOCAL_ERROR_QP_INTERNAL_ERROR) when the meta descriptor is not one (`META_DESC`,
+//!   `FIRST`, `LAST` missing, `META_EXTENSION` set) or a length field exceeds the WQE
+//!   format; 3 (LOCAL_ERROR_UNSUPPORTED_OP) for an unknown op type, RDMA on a UD QP or
+//!   without the device capability, an immediate on a read, inline data on a read or on
+//!   an RDMA write without `EFADV_QP_FLAGS_INLINE_WRITE`; 6 (LOCAL_ERROR_BAD_LENGTH) when
+//!   an RDMA WQE's remote length differs from its local data. Counted in
+//!   [`crate::model::Stats::bad_wqes`].
+//! * A WQE without `COMP_REQ` completes only on error (verbs' unsignaled semantics).
+//! * WQEs are executed in RTS and SQD; in ERR they complete with FLUSHED; in other
+//!   states they wait in the ring.
+
+use super::runtime::requester::{complete, Origin};
+use super::runtime::stats::bump;
+use super::runtime::Runtime;
+use super::{profile, Qp, QpState, QpType, SendOp, Sge, MAX_INLINE};
+use crate::ring::wqe::{WqeBuf, DATA, RDMA_LOCAL};
+use crate::ring::{Cursor, Ring};
+use arrayvec::ArrayVec;
+use efa_sys::io::{
+    send_op_type, TX_DESC_INLINE_MAX_SIZE, TX_DESC_INLINE_MAX_SIZE_128, TX_DESC_NUM_BUFS,
+    TX_DESC_NUM_RDMA_BUFS, TX_DESC_SIZE_128, TX_META_DESC_COMP_REQ_MASK, TX_META_DESC_FIRST_MASK,
+    TX_META_DESC_HAS_IMM_MASK, TX_META_DESC_INLINE_MSG_MASK, TX_META_DESC_LAST_MASK,
+    TX_META_DESC_META_DESC_MASK, TX_META_DESC_META_EXTENSION_MASK, TX_META_DESC_OP_TYPE_MASK,
+    TX_META_DESC_PHASE_MASK,
+};
+use efa_sys::vendor::comp_status as st;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Mutex;
+
+/// A WQE as the device executes it.
+#[derive(Clone, Debug)]
+pub(crate) struct Request {
+    /// Request id (echoed in the completion).
+    pub req_id: u16,
+    /// Operation.
+    pub op: SendOp,
+    /// Immediate data, host order (SEND_IMM, WRITE_IMM).
+    pub imm: u32,
+    /// Destination QPN.
+    pub dest_qpn: u32,
+    /// Destination AH number.
+    pub ahn: u16,
+    /// Destination Q_Key.
+    pub qkey: u32,
+    /// Local buffers.
+    pub sges: ArrayVec<Sge, TX_DESC_NUM_BUFS>,
+    /// Inline data (instead of buffers).
+    pub inline: ArrayVec<u8, MAX_INLINE>,
+    /// RDMA remote memory: (address, rkey, length).
+    pub remote: Option<(u64, u32, u32)>,
+    /// A completion was requested.
+    pub signaled: bool,
+}
+
+struct Consumer {
+    at: Cursor,
+    /// Where the device last stopped at a stale WQE (counted once per stall).
+    stalled: Option<u16>,
+}
+
+/// The device side of a send queue.
+pub(crate) struct DeviceSq {
+    ring: Ring,
+    at: Mutex<Consumer>,
+    /// Mirror of the consumer position for lock-free "anything new?" checks.
+    consumed: AtomicU16,
+}
+
+impl DeviceSq {
+    /// A queue over `ring`.
+    pub fn new(ring: Ring) -> DeviceSq {
+        DeviceSq {
+            ring,
+            at: Mutex::new(Consumer {
+                at: Cursor::default(),
+                stalled: None,
+            }),
+            consumed: AtomicU16::new(0),
+        }
+    }
+
+    /// The ring (the provider and direct consumers write it).
+    pub fn ring(&self) -> &Ring {
+        &self.ring
+    }
+
+    /// Whether the doorbell announces WQEs the device has not consumed.
+    pub fn has_news(&self) -> bool {
+        self.ring.doorbell().read() as u16 != self.consumed.load(Ordering::Acquire)
+    }
+
+    /// Moving to RESET: consumer position 0 (the phase carries on, as the provider's
+    /// does), doorbell 0.
+    pub fn reset(&self) {
+        let mut c = self.at.lock().unwrap_or_else(|e| e.into_inner());
+        c.at.count = 0;
+        c.stalled = None;
+        self.ring.doorbell().write(0);
+        self.consumed.store(0, Ordering::Release);
+    }
+
+    /// Consumes the WQEs the doorbell announces. Returns whether it consumed any.
+    pub fn process(&self, rt: &Runtime, qp: &Qp) -> bool {
+        let mut any = false;
+        loop {
+            let Ok(mut c) = self.at.try_lock() else {
+                return any; // another thread is consuming; it looks again when done
+            };
+            let state = qp.state();
+            if !matches!(state, QpState::Rts | QpState::Sqd | QpState::Err) {
+                return any;
+            }
+            let db = self.ring.doorbell().read() as u16;
+            let entries = self.ring.entries();
+            let new = u32::from(db.wrapping_sub(c.at.count));
+            if new == 0 {
+                return any;
+            }
+            if new > entries {
+                if c.stalled != Some(db) {
+                    bump(&rt.stats.bad_doorbells);
+                    c.stalled = Some(db);
+                }
+                return any;
+            }
+            let mut consumed = 0u32;
+            rt.begin_batch();
+            let mut raw = WqeBuf::default();
+            let size = self.ring.entry_size();
+            while c.at.count != db {
+                self.ring
+                    .read_slot(u32::from(c.at.count), &mut raw.0[..size]);
+                if raw.ctrl2() & TX_META_DESC_PHASE_MASK != c.at.phase {
+                    if c.stalled != Some(c.at.count) {
+                        bump(&rt.stats.stale_wqes);
+                        c.stalled = Some(c.at.count);
+                    }
+                    break;
+                }
+                c.at.advance(entries);
+                c.stalled = None;
+                consumed += 1;
+                self.consumed.store(c.at.count, Ordering::Release);
+                match decode(&raw, size, qp) {
+                    Ok(r) if state == QpState::Err => {
+                        complete(qp, &Origin::of(&r), st::FLUSHED as u8)
+                    }
+                    Ok(r) => rt.start_send(qp, &r),
+                    Err((bad, status)) => {
+                        bump(&rt.stats.bad_wqes);
+                        complete(qp, &bad, status);
+                    }
+                }
+            }
+            rt.end_batch();
+            if consumed > 0 {
+                any = true;
+                bump(&rt.stats.sq_doorbells);
+            }
+            drop(c);
+            // A doorbell rung while we held the position found it busy: look again.
+            if self.ring.doorbell().read() as u16 == db {
+                return any;
+            }
+        }
+    }
+}
+
+/// The operation of a well-formed meta descriptor, or the status it completes with.
+fn check(w: &WqeBuf, size: usize, qp: &Qp) -> Result<SendOp, u8> {
+    let (c1, c2) = (w.ctrl1(), w.ctrl2());
+    let internal = st::LOCAL_ERROR_QP_INTERNAL_ERROR as u8;
+    let unsupported = st::LOCAL_ERROR_UNSUPPORTED_OP as u8;
+    if c1 & TX_META_DESC_META_DESC_MASK == 0
+        || c1 & TX_META_DESC_META_EXTENSION_MASK != 0
+        || c2 & TX_META_DESC_FIRST_MASK == 0
+        || c2 & TX_META_DESC_LAST_MASK == 0
+    {
+        return Err(internal);
+    }
+    let imm = c1 & TX_META_DESC_HAS_IMM_MASK != 0;
+    let inline = c1 & TX_META_DESC_INLINE_MSG_MASK != 0;
+    let caps = qp.pd().rt.profile.device_caps;
+    let srd = qp.qp_type() == QpType::Srd;
+    let wide = size == TX_DESC_SIZE_128;
+    let op = match c1 & TX_META_DESC_OP_TYPE_MASK {
+        send_op_type::SEND if imm => SendOp::SendImm,
+        send_op_type::SEND => SendOp::Send,
+        send_op_type::RDMA_READ if imm || inline => return Err(unsupported),
+        send_op_type::RDMA_READ => SendOp::RdmaRead,
+        send_op_type::RDMA_WRITE if imm => SendOp::RdmaWriteImm,
+        send_op_type::RDMA_WRITE => SendOp::RdmaWrite,
+        _ => return Err(unsupported),
+    };
+    match op {
+        SendOp::RdmaRead if !srd || caps & profile::CAP_RDMA_READ == 0 => Err(unsupported),
+        SendOp::RdmaWrite | SendOp::RdmaWriteImm
+            if !srd
+                || caps & profile::CAP_RDMA_WRITE == 0
+                || (inline && (!wide || qp.efa_flags() & super::qp::QP_FLAG_INLINE_WRITE == 0)) =>
+        {
+            Err(unsupported)
+        }
+        _ => Ok(op),
+    }
+}
+
+/// Decodes and validates one WQE of `qp` (`size` bytes of `w`); on error, what its
+/// completion needs and its status.
+fn decode(w: &WqeBuf, size: usize, qp: &Qp) -> Result<Request, (Origin, u8)> {
+    let signaled = w.ctrl2() & TX_META_DESC_COMP_REQ_MASK != 0;
+    // An unknown op type is reported as the nearest known one (the CQE field has 3 bits).
+    let op_type = (w.ctrl1() & TX_META_DESC_OP_TYPE_MASK).min(send_op_type::RDMA_WRITE);
+    let fail = |status: u32| {
+        let o = Origin {
+            req_id: w.req_id(),
+            op_type,
+            signaled,
+            ahn: w.ah(),
+        };
+        (o, status as u8)
+    };
+    let op = check(w, size, qp).map_err(|s| fail(u32::from(s)))?;
+    let rdma = !matches!(op, SendOp::Send | SendOp::SendImm);
+    let inline = w.ctrl1() & TX_META_DESC_INLINE_MSG_MASK != 0;
+    let len = usize::from(w.length());
+    let mut r = Request {
+        req_id: w.req_id(),
+        op,
+        imm: w.imm(),
+        dest_qpn: u32::from(w.dest_qp()),
+        ahn: w.ah(),
+        qkey: w.qkey(),
+        sges: ArrayVec::new(),
+        inline: ArrayVec::new(),
+        remote: None,
+        signaled,
+    };
+    let local_len = if inline {
+        let (at, room) = match (rdma, size == TX_DESC_SIZE_128) {
+            (true, _) => (RDMA_LOCAL, TX_DESC_INLINE_MAX_SIZE_128),
+            (false, true) => (DATA, TX_DESC_INLINE_MAX_SIZE_128),
+            (false, false) => (DATA, TX_DESC_INLINE_MAX_SIZE),
+        };
+        if len > room {
+            return Err(fail(st::LOCAL_ERROR_QP_INTERNAL_ERROR));
+        }
+        let _ = r.inline.try_extend_from_slice(&w.0[at..at + len]);
+        len as u64
+    } else {
+        let max = if rdma {
+            TX_DESC_NUM_RDMA_BUFS
+        } else {
+            TX_DESC_NUM_BUFS
+        };
+        if len > max {
+            return Err(fail(st::LOCAL_ERROR_QP_INTERNAL_ERROR));
+        }
+        for i in 0..len {
+            let (addr, lkey, length) = if rdma { w.rdma_local() } else { w.buf(i) };
+            r.sges.push(Sge { addr, length, lkey });
+        }
+        r.sges.iter().map(|g| u64::from(g.length)).sum()
+    };
+    if rdma {
+        let (addr, rkey, rlen) = w.remote();
+        if u64::from(rlen) != local_len {
+            return Err(fail(st::LOCAL_ERROR_BAD_LENGTH));
+        }
+        r.remote = Some((addr, rkey, rlen));
+    }
+    Ok(r)
+}

@@ -1,0 +1,265 @@
+//! A CQ's consumer, provider side (libefa's `efa_cq` polling): reads the next slot of the
+//! CQ ring while its phase bit matches the current lap, decodes it into a
+//! [`Completion`], and frees the SQ/RQ slot of the WR when the completion is retired
+//! (`next_poll`, `end_poll`, or within `ibv_poll_cq`). After a poll that consumed entries
+//! the consumer index goes to the CQ doorbell, which lets the device write completions
+//! that were waiting for room.
+//!
+//! Completions of a QP that no longer exists, of another incarnation (the request id's
+//! generation), or of a QP not attached to this CQ are dropped as they are read (libefa
+//! reports them as EINVAL, which consumers ignore; efa-sim purges them).
+
+use super::SpinLock;
+use crate::model::{Completion, CompletionKind, Cq, Qp};
+use crate::ring::cqe::{self, Cqe};
+use crate::ring::Cursor;
+use core::cell::UnsafeCell;
+use efa_sys::io::{send_op_type, REGS_CQ_DB_ARM_MASK, REGS_CQ_DB_CMD_SN_SHIFT};
+
+/// Which work queue slot a retired completion frees.
+#[derive(Clone, Copy)]
+enum Owner {
+    None,
+    Sq(*const Qp),
+    Rq(*const Qp),
+}
+
+/// The completion under the cursor and what retiring it frees.
+#[derive(Clone, Copy)]
+struct Current {
+    c: Completion,
+    req_id: u16,
+    owner: Owner,
+}
+
+struct PollState {
+    ci: Cursor,
+    /// The consumer index last written to the doorbell.
+    told: u16,
+    cur: Option<Current>,
+    cmd_sn: u8,
+}
+
+/// A CQ's provider state: its poll lock and consumer position.
+pub struct CqPoller {
+    lock: SpinLock,
+    st: UnsafeCell<PollState>,
+}
+
+// SAFETY: `st` is only touched with the poll lock held (callers promise it in the
+// `unsafe fn`s); the raw QP pointers it keeps are used under the same lock, which QP
+// destruction takes before a QP can go away (see `Qp::destroy`).
+unsafe impl Sync for CqPoller {}
+// SAFETY: as above.
+unsafe impl Send for CqPoller {}
+
+impl Default for CqPoller {
+    fn default() -> Self {
+        CqPoller::new()
+    }
+}
+
+impl CqPoller {
+    /// A consumer at slot 0, expecting phase 1 (the device's first lap).
+    pub fn new() -> CqPoller {
+        CqPoller {
+            lock: SpinLock::new(),
+            st: UnsafeCell::new(PollState {
+                ci: Cursor { count: 0, phase: 1 },
+                told: 0,
+                cur: None,
+                cmd_sn: 0,
+            }),
+        }
+    }
+
+    /// Takes the poll lock (a poll session).
+    #[inline]
+    pub fn lock(&self) {
+        self.lock.lock()
+    }
+
+    /// Releases the poll lock.
+    #[inline]
+    pub fn unlock(&self) {
+        self.lock.unlock()
+    }
+
+    /// # Safety
+    /// The caller holds the poll lock.
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn st(&self) -> &mut PollState {
+        // SAFETY: the caller holds the poll lock, so this is the only reference.
+        unsafe { &mut *self.st.get() }
+    }
+
+    /// The completion under the cursor.
+    ///
+    /// # Safety
+    /// The caller holds the poll lock.
+    #[inline]
+    pub unsafe fn current(&self) -> Option<&Completion> {
+        // SAFETY: forwarded.
+        unsafe { self.st() }.cur.as_ref().map(|c| &c.c)
+    }
+
+    /// Moves the cursor to the next completion of `cq` (None: the ring has none). The
+    /// previous one must have been retired.
+    ///
+    /// # Safety
+    /// The caller holds the poll lock; `cq` is the CQ this poller belongs to.
+    pub unsafe fn next(&self, cq: &Cq) -> Option<&Completion> {
+        // SAFETY: forwarded.
+        let st = unsafe { self.st() };
+        let ring = cq.ring();
+        let mut raw = [0u8; cqe::SIZE];
+        loop {
+            let slot = u32::from(st.ci.count);
+            if cqe::phase_of(ring.read_byte(slot, cqe::FLAGS)) != st.ci.phase {
+                st.cur = None;
+                return None;
+            }
+            ring.read_slot(slot, &mut raw);
+            st.ci.advance(ring.entries());
+            // In a long poll session, tell the device every quarter ring how far we got
+            // (it keeps completions that find the ring full by this index).
+            if u32::from(st.ci.count.wrapping_sub(st.told)) >= (ring.entries() / 4).max(1) {
+                st.told = st.ci.count;
+                ring.doorbell().write(db_value(st, false));
+            }
+            let e = Cqe::decode(&raw, cq.options().with_sgid);
+            if let Some(cur) = decode(cq, &e) {
+                st.cur = Some(cur);
+                return st.cur.as_ref().map(|c| &c.c);
+            }
+        }
+    }
+
+    /// Retires the completion under the cursor (frees its WR's slot).
+    ///
+    /// # Safety
+    /// The caller holds the poll lock.
+    pub unsafe fn retire(&self) {
+        // SAFETY: forwarded.
+        let st = unsafe { self.st() };
+        if let Some(cur) = st.cur.take() {
+            match cur.owner {
+                Owner::None => {}
+                // SAFETY: the QP was attached to this CQ when read and cannot be destroyed
+                // while the poll lock is held.
+                Owner::Sq(qp) => unsafe { &*qp }.sq_provider().retire(cur.req_id),
+                // SAFETY: as above.
+                Owner::Rq(qp) => unsafe { &*qp }.rq_provider().retire(cur.req_id),
+            }
+        }
+    }
+
+    /// Tells the device how far the consumer got (CQ doorbell, consumer index), which
+    /// may let it write completions waiting for room.
+    ///
+    /// # Safety
+    /// The caller holds the poll lock.
+    pub unsafe fn ring_doorbell(&self, cq: &Cq) {
+        // SAFETY: forwarded.
+        let st = unsafe { self.st() };
+        st.told = st.ci.count;
+        cq.ring().doorbell().write(db_value(st, false));
+        cq.consumer_moved();
+    }
+
+    /// Arms the CQ for one completion event (`ibv_req_notify_cq`): the doorbell with the
+    /// arm bit, then the device looks at it.
+    pub fn arm(&self, cq: &Cq) {
+        self.lock();
+        // SAFETY: the lock is held.
+        let st = unsafe { self.st() };
+        cq.ring().doorbell().write(db_value(st, true));
+        self.unlock();
+        cq.armed_by_doorbell();
+    }
+
+    /// Counts a delivered CQ event (`ibv_get_cq_event`): the doorbell's command sequence
+    /// number moves on, as libefa's `efa_cq_event` does.
+    pub fn event_delivered(&self) {
+        self.lock();
+        // SAFETY: the lock is held.
+        let st = unsafe { self.st() };
+        st.cmd_sn = st.cmd_sn.wrapping_add(1);
+        self.unlock();
+    }
+
+    /// Completions waiting: the one under the cursor plus the valid ones in the ring.
+    ///
+    /// # Safety
+    /// The caller holds the poll lock; `cq` is the CQ this poller belongs to.
+    pub unsafe fn waiting(&self, cq: &Cq) -> usize {
+        // SAFETY: forwarded.
+        let st = unsafe { self.st() };
+        let ring = cq.ring();
+        let mut n = usize::from(st.cur.is_some());
+        let mut at = st.ci;
+        let mut raw = [0u8; cqe::SIZE];
+        for _ in 0..ring.entries() {
+            let slot = u32::from(at.count);
+            if cqe::phase_of(ring.read_byte(slot, cqe::FLAGS)) != at.phase {
+                break;
+            }
+            ring.read_slot(slot, &mut raw);
+            at.advance(ring.entries());
+            if decode(cq, &Cqe::decode(&raw, cq.options().with_sgid)).is_some() {
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
+/// The CQ doorbell word: consumer index, command sequence number, arm bit.
+fn db_value(st: &PollState, arm: bool) -> u32 {
+    let mut v = u32::from(st.ci.count) | (u32::from(st.cmd_sn & 3) << REGS_CQ_DB_CMD_SN_SHIFT);
+    if arm {
+        v |= REGS_CQ_DB_ARM_MASK;
+    }
+    v
+}
+
+/// The completion `e` stands for, or None when it is stale (QP gone, another
+/// incarnation, not attached to `cq`).
+fn decode(cq: &Cq, e: &Cqe) -> Option<Current> {
+    let qp = cq.attached_qp(u32::from(e.qp_num), e.is_recv())?;
+    // SAFETY: `attached_qp` checked the QP is live and attached to this CQ; the caller
+    // holds the poll lock, which QP destruction takes first.
+    let q = unsafe { &*qp };
+    let (wr_id, owner) = if !e.is_recv() {
+        (q.sq_provider().wr_id(e.req_id)?, Owner::Sq(qp))
+    } else if e.unsolicited {
+        (0, Owner::None)
+    } else {
+        (q.rq_provider().wr_id(e.req_id)?, Owner::Rq(qp))
+    };
+    let kind = match (e.is_recv(), e.op_type) {
+        (false, send_op_type::RDMA_WRITE) => CompletionKind::RdmaWrite,
+        (false, send_op_type::RDMA_READ) => CompletionKind::RdmaRead,
+        (false, _) => CompletionKind::Send,
+        (true, send_op_type::RDMA_WRITE) => CompletionKind::RecvRdmaWithImm,
+        (true, _) => CompletionKind::Recv,
+    };
+    let recv = e.is_recv();
+    Some(Current {
+        c: Completion {
+            wr_id,
+            status: e.status,
+            kind,
+            byte_len: if recv { e.length } else { 0 },
+            imm_be: (recv && e.has_imm).then(|| e.imm.to_be()),
+            qp_num: u32::from(e.qp_num),
+            src_qp: if recv { u32::from(e.src_qp) } else { 0 },
+            slid: if recv { e.ah } else { cqe::NO_AH },
+            unsolicited: e.unsolicited,
+            sgid: e.src_gid,
+        },
+        req_id: e.req_id,
+        owner,
+    })
+}

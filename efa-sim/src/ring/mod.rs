@@ -1,0 +1,296 @@
+//! The hardware queues: rings in host memory in EFA's entry formats
+//! ([`efa_sys::io`]), each with a doorbell word. They are the one place the provider
+//! layer ([`crate::provider`], what libefa does) and the device ([`crate::model`]) meet:
+//! the provider writes send WQEs and receive descriptors and rings the queue's doorbell;
+//! the device reads them, and writes completions with a phase bit that the provider polls.
+//! Consumers that drive the rings themselves get the same memory from
+//! `efadv_query_qp_wqs` / `efadv_query_cq`.
+//!
+//! * [`Ring`]: page-aligned, zero-filled memory of `entries × entry_size` bytes plus a
+//!   doorbell on its own cache line; addresses stay valid until the queue is destroyed.
+//! * [`wqe`]: send WQEs (64 or 128 bytes: meta descriptor + buffers, inline data or an
+//!   RDMA request), [`rx`]: 16-byte receive descriptors, [`cqe`]: 32-byte completions
+//!   (16-byte send completions, extended receive completions).
+//!
+//! Ring memory is shared with code outside Rust's view (another thread of a C consumer
+//! writes WQEs while the device reads), so entries are only ever copied in and out with
+//! volatile accesses, and every field the device reads is validated before use.
+
+pub mod cqe;
+pub mod rx;
+pub mod wqe;
+
+use crate::model::Errno;
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicU32, Ordering};
+
+/// A doorbell register: one 32-bit word on its own cache line.
+#[repr(C, align(64))]
+pub struct Doorbell(AtomicU32);
+
+impl Doorbell {
+    /// The value last written (acquire: entries written before it are visible).
+    #[inline]
+    pub fn read(&self) -> u32 {
+        self.0.load(Ordering::Acquire)
+    }
+    /// Writes the register (release: entries written before become visible first).
+    #[inline]
+    pub fn write(&self, v: u32) {
+        self.0.store(v, Ordering::Release)
+    }
+    /// The address consumers write to.
+    pub fn as_ptr(&self) -> *mut u32 {
+        self.0.as_ptr()
+    }
+}
+
+/// Where a queue's ring and doorbell are, for consumers that drive it themselves
+/// (`efadv_query_qp_wqs`, `efadv_query_cq`). Valid until the queue is destroyed.
+#[derive(Clone, Copy, Debug)]
+pub struct Layout {
+    /// First entry (NULL for a queue without entries).
+    pub buffer: *mut u8,
+    /// Bytes per entry.
+    pub entry_size: u32,
+    /// Entries.
+    pub num_entries: u32,
+    /// The doorbell register.
+    pub doorbell: *mut u32,
+    /// Most entries per doorbell write.
+    pub max_batch: u32,
+}
+
+/// One queue's memory: `entries` slots of `entry_size` bytes (both powers of two, or no
+/// entries at all) and its doorbell.
+pub struct Ring {
+    mem: Option<NonNull<u8>>,
+    len: usize,
+    entry_size: usize,
+    entries: u32,
+    doorbell: Box<Doorbell>,
+}
+
+// SAFETY: the ring is plain memory accessed only through volatile copies and an atomic
+// doorbell; the mapping is owned by this value and unmapped only in Drop.
+unsafe impl Send for Ring {}
+// SAFETY: as above; concurrent access is the ring protocol itself (producer/consumer).
+unsafe impl Sync for Ring {}
+
+impl Ring {
+    /// Maps a zero-filled ring (ENOMEM if the mapping fails). `entries == 0` gives a ring
+    /// without memory (a QP without receive queue).
+    pub fn new(entries: u32, entry_size: usize) -> Result<Ring, Errno> {
+        debug_assert!(entries == 0 || entries.is_power_of_two());
+        let len = entries as usize * entry_size;
+        let mem = if len == 0 {
+            None
+        } else {
+            // SAFETY: a fresh anonymous private mapping; no existing memory is touched and
+            // failure is reported as MAP_FAILED.
+            let p = unsafe {
+                libc::mmap(
+                    core::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                return Err(libc::ENOMEM);
+            }
+            NonNull::new(p.cast::<u8>())
+        };
+        Ok(Ring {
+            mem,
+            len,
+            entry_size,
+            entries,
+            doorbell: Box::new(Doorbell(AtomicU32::new(0))),
+        })
+    }
+
+    /// The ring's layout for a direct consumer, allowing `max_batch` entries per doorbell.
+    pub fn layout(&self, max_batch: u32) -> Layout {
+        Layout {
+            buffer: self.as_ptr(),
+            entry_size: self.entry_size as u32,
+            num_entries: self.entries,
+            doorbell: self.doorbell.as_ptr(),
+            max_batch,
+        }
+    }
+
+    /// Number of slots.
+    #[inline]
+    pub fn entries(&self) -> u32 {
+        self.entries
+    }
+
+    /// Bytes per slot.
+    #[inline]
+    pub fn entry_size(&self) -> usize {
+        self.entry_size
+    }
+
+    /// The queue's doorbell.
+    #[inline]
+    pub fn doorbell(&self) -> &Doorbell {
+        &self.doorbell
+    }
+
+    /// Start of the ring (NULL without entries), as handed to direct consumers.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.mem.map_or(core::ptr::null_mut(), NonNull::as_ptr)
+    }
+
+    /// Start of slot `index` (taken modulo the ring size), or None without entries.
+    #[inline]
+    fn slot(&self, index: u32) -> Option<*mut u8> {
+        let base = self.mem?;
+        let i = (index & (self.entries - 1)) as usize;
+        // SAFETY: i < entries, so the slot lies inside the mapping of entries * entry_size.
+        Some(unsafe { base.as_ptr().add(i * self.entry_size) })
+    }
+
+    /// Copies `bytes` (at most one slot) into slot `index`.
+    #[inline]
+    pub fn write_slot(&self, index: u32, bytes: &[u8]) {
+        let Some(dst) = self.slot(index) else { return };
+        let n = bytes.len().min(self.entry_size);
+        // SAFETY: dst..dst+n is inside the mapping; `bytes` is a distinct Rust buffer.
+        // Volatile word copies: the memory is shared with code outside Rust's view.
+        unsafe { volatile_copy(bytes.as_ptr(), dst, n) };
+    }
+
+    /// Copies slot `index` (at most `out.len()` bytes) out of the ring.
+    #[inline]
+    pub fn read_slot(&self, index: u32, out: &mut [u8]) {
+        let Some(src) = self.slot(index) else {
+            out.fill(0);
+            return;
+        };
+        let n = out.len().min(self.entry_size);
+        // SAFETY: src..src+n is inside the mapping; `out` is a distinct Rust buffer.
+        unsafe { volatile_copy(src, out.as_mut_ptr(), n) };
+    }
+
+    /// Reads one byte of slot `index` at `offset` (a completion's flags byte), acquire:
+    /// the rest of the entry is read only after it.
+    #[inline]
+    pub fn read_byte(&self, index: u32, offset: usize) -> u8 {
+        let Some(p) = self.slot(index) else { return 0 };
+        // SAFETY: offset < entry_size (callers pass a field offset of the entry type), so
+        // the byte is inside the mapping; a volatile read of shared memory.
+        let b = unsafe { core::ptr::read_volatile(p.add(offset)) };
+        core::sync::atomic::fence(Ordering::Acquire);
+        b
+    }
+
+    /// Writes one byte of slot `index` at `offset` after the rest of the entry (release):
+    /// the phase bit that publishes a completion.
+    #[inline]
+    pub fn write_byte(&self, index: u32, offset: usize, value: u8) {
+        let Some(p) = self.slot(index) else { return };
+        core::sync::atomic::fence(Ordering::Release);
+        // SAFETY: offset < entry_size, inside the mapping; a volatile write of shared memory.
+        unsafe { core::ptr::write_volatile(p.add(offset), value) };
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        if let Some(p) = self.mem {
+            // SAFETY: exactly the mapping made in `new`; nothing references it any more.
+            unsafe { libc::munmap(p.as_ptr().cast(), self.len) };
+        }
+    }
+}
+
+/// Copies `n` bytes with volatile accesses, 8 bytes at a time where both sides allow.
+///
+/// # Safety
+/// `src..src+n` must be readable and `dst..dst+n` writable, and the ranges disjoint.
+#[inline]
+unsafe fn volatile_copy(src: *const u8, dst: *mut u8, n: usize) {
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: i + 8 <= n, inside both ranges (caller); unaligned accesses are allowed.
+        unsafe {
+            let w = core::ptr::read_volatile(src.add(i).cast::<[u8; 8]>());
+            core::ptr::write_volatile(dst.add(i).cast::<[u8; 8]>(), w);
+        }
+        i += 8;
+    }
+    while i < n {
+        // SAFETY: i < n, inside both ranges (caller).
+        unsafe { core::ptr::write_volatile(dst.add(i), core::ptr::read_volatile(src.add(i))) };
+        i += 1;
+    }
+}
+
+/// Producer/consumer position on a ring: a 16-bit counter as the doorbells carry it, and
+/// the phase of the current lap (toggled whenever the counter wraps to slot 0).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cursor {
+    /// Entries produced (or consumed) so far, modulo 2^16.
+    pub count: u16,
+    /// Phase bit of the current lap.
+    pub phase: u8,
+}
+
+impl Cursor {
+    /// Moves past one entry of a ring of `entries` slots.
+    #[inline]
+    pub fn advance(&mut self, entries: u32) {
+        self.count = self.count.wrapping_add(1);
+        if u32::from(self.count) & (entries - 1) == 0 {
+            self.phase ^= 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_wrap_and_copy_whole_entries() {
+        let r = Ring::new(4, 32).unwrap();
+        assert!(!r.as_ptr().is_null());
+        assert_eq!(r.as_ptr() as usize % 4096, 0, "page aligned");
+        r.write_slot(5, &[7u8; 32]);
+        let mut out = [0u8; 32];
+        r.read_slot(1, &mut out);
+        assert_eq!(out, [7u8; 32], "slot 5 of 4 is slot 1");
+        r.write_byte(1, 3, 0x81);
+        assert_eq!(r.read_byte(5, 3), 0x81);
+        r.doorbell().write(9);
+        assert_eq!(r.doorbell().read(), 9);
+        assert_eq!(r.doorbell().as_ptr() as usize % 64, 0);
+    }
+
+    #[test]
+    fn empty_ring_has_no_memory() {
+        let r = Ring::new(0, 16).unwrap();
+        assert!(r.as_ptr().is_null());
+        let mut out = [1u8; 16];
+        r.read_slot(0, &mut out);
+        assert_eq!(out, [0u8; 16]);
+    }
+
+    #[test]
+    fn cursor_phase_flips_per_lap() {
+        let mut c = Cursor::default();
+        for _ in 0..4 {
+            c.advance(4);
+        }
+        assert_eq!((c.count, c.phase), (4, 1));
+        for _ in 0..4 {
+            c.advance(4);
+        }
+        assert_eq!((c.count, c.phase), (8, 0));
+    }
+}

@@ -1,0 +1,81 @@
+/* Memory registration is refused as the kernel refuses it (RDMA core first, then the EFA
+ * driver), through every registration entry point: remote write or atomic without local
+ * write (EINVAL), access bits the core does not know (EINVAL), on-demand paging (EOPNOTSUPP:
+ * EFA has none), access the EFA driver does not support (EOPNOTSUPP), remote access the
+ * device lacks the capability for (EOPNOTSUPP; device 1 runs without RDMA caps), a zero
+ * length (EINVAL), and ranges that wrap around the address space (EINVAL). Optional-range
+ * bits are dropped. Run with EFA_SIM_PROFILE=efa_1.caps=-rdma_read-rdma_write. */
+#define _GNU_SOURCE
+#include "common.h"
+#include <sys/mman.h>
+
+#define LW IBV_ACCESS_LOCAL_WRITE
+
+static struct ibv_mr *reg_with(int how, struct ibv_pd *pd, void *buf, size_t len, int fd, int access)
+{
+	switch (how) {
+	case 0:
+		return ibv_reg_mr(pd, buf, len, access);
+	case 1:
+		return ibv_reg_mr_iova2(pd, buf, len, (uintptr_t)buf, access);
+	default:
+		return ibv_reg_dmabuf_mr(pd, 0, len, 0x10000, fd, access);
+	}
+}
+
+int main(void)
+{
+	g_test = "registration";
+	struct ibv_context *full = open_dev(0), *bare = open_dev(1);
+	struct ibv_pd *pd = ibv_alloc_pd(full), *bare_pd = ibv_alloc_pd(bare);
+	CHECK_PTR(pd);
+	CHECK_PTR(bare_pd);
+	static char buf[8192];
+	int fd = memfd_create("efa-sim-registration", 0);
+	CHECK(fd >= 0, "memfd");
+	CHECK_EQ(ftruncate(fd, 8192), 0);
+
+	for (int how = 0; how < 3; how++) {
+		/* RDMA core: remote write / remote atomic need local write. */
+		CHECK_NULL_ERRNO(reg_with(how, pd, buf, 64, fd, IBV_ACCESS_REMOTE_WRITE), EINVAL);
+		CHECK_NULL_ERRNO(reg_with(how, pd, buf, 64, fd, IBV_ACCESS_REMOTE_ATOMIC), EINVAL);
+		CHECK_NULL_ERRNO(reg_with(how, pd, buf, 64, fd, IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE),
+				 EINVAL);
+		/* Bits the core does not know. */
+		CHECK_NULL_ERRNO(reg_with(how, pd, buf, 64, fd, LW | (1 << 15)), EINVAL);
+		/* No on-demand paging on EFA. */
+		CHECK_NULL_ERRNO(reg_with(how, pd, buf, 64, fd, LW | IBV_ACCESS_ON_DEMAND), EOPNOTSUPP);
+		/* The EFA driver: atomics, MW bind, zero-based, huge pages are not supported. */
+		CHECK_NULL_ERRNO(reg_with(how, pd, buf, 64, fd, LW | IBV_ACCESS_REMOTE_ATOMIC), EOPNOTSUPP);
+		CHECK_NULL_ERRNO(reg_with(how, pd, buf, 64, fd, LW | IBV_ACCESS_MW_BIND), EOPNOTSUPP);
+		CHECK_NULL_ERRNO(reg_with(how, pd, buf, 64, fd, LW | IBV_ACCESS_ZERO_BASED), EOPNOTSUPP);
+		CHECK_NULL_ERRNO(reg_with(how, pd, buf, 64, fd, LW | IBV_ACCESS_HUGETLB), EOPNOTSUPP);
+		/* Remote access the device lacks the capability for. */
+		CHECK_NULL_ERRNO(reg_with(how, bare_pd, buf, 64, fd, IBV_ACCESS_REMOTE_READ), EOPNOTSUPP);
+		CHECK_NULL_ERRNO(reg_with(how, bare_pd, buf, 64, fd, LW | IBV_ACCESS_REMOTE_WRITE), EOPNOTSUPP);
+		/* Zero length. */
+		CHECK_NULL_ERRNO(reg_with(how, pd, buf, 0, fd, LW), EINVAL);
+		/* What the full device accepts, optional-range bits dropped. */
+		struct ibv_mr *ok = reg_with(how, pd, buf, 64, fd,
+					     LW | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE |
+					     IBV_ACCESS_RELAXED_ORDERING);
+		CHECK_PTR(ok);
+		CHECK_EQ(ibv_dereg_mr(ok), 0);
+		struct ibv_mr *local = reg_with(how, bare_pd, buf, 64, fd, LW);
+		CHECK_PTR(local);
+		CHECK_EQ(ibv_dereg_mr(local), 0);
+	}
+	/* Ranges that wrap: the end past the top of the address space, or its page rounding. */
+	CHECK_NULL_ERRNO(ibv_reg_mr(pd, (void *)(UINTPTR_MAX - 100), 4096, LW), EINVAL);
+	CHECK_NULL_ERRNO(ibv_reg_mr(pd, (void *)(UINTPTR_MAX - 4200), 4096, LW), EINVAL);
+	CHECK_NULL_ERRNO(ibv_reg_mr_iova2(pd, buf, 64, UINT64_MAX - 10, LW), EINVAL);
+	CHECK_NULL_ERRNO(ibv_reg_dmabuf_mr(pd, UINT64_MAX - 10, 64, 0, fd, LW), EINVAL);
+	close(fd);
+
+	CHECK_EQ(ibv_dealloc_pd(pd), 0);
+	CHECK_EQ(ibv_dealloc_pd(bare_pd), 0);
+	CHECK_EQ(ibv_close_device(full), 0);
+	CHECK_EQ(ibv_close_device(bare), 0);
+	done();
+	return 0;
+}
