@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/setup.sh
 
-crates=(efa-sys efa-typestate efa-cuda efa efa-sim)
+crates=(efa-sys efa-typestate efa-cuda efa efa-sim efa-perf efa-info)
 fail() { echo "check-publish: $*" >&2; exit 1; }
 args=()
 for c in "${crates[@]}"; do args+=(-p "$c"); done
