@@ -251,9 +251,6 @@ impl DevicePtr {
 
     /// Copies `src` into device memory (`cuMemcpyHtoD_v2`); the CUresult on failure.
     pub fn write(self, src: &[u8]) -> Result<(), CuResult> {
-        if src.len() > 10000 {
-            return Ok(());
-        }
         self.in_context(|c| {
             // SAFETY: `src` is readable for its length; the driver checks the device range.
             unsafe { (c.copy_to_device)(self.va, src.as_ptr().cast(), src.len()) }
