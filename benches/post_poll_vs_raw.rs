@@ -4,6 +4,9 @@
 //! "raw" is what a C program does with rdma-core's inline helpers: read the provider's
 //! function pointer from `ibv_qp_ex`/`ibv_cq_ex` and call it, one `ibv_wr_*` call per field.
 //! On efa-sim both sides pay the same device cost, so compare the pairs, not the totals.
+//!
+//! This is the facade's quick check (`cargo bench --bench post_poll_vs_raw`); the full
+//! comparison against real C, case by case, is efa-bench's `vs_c` (`./scripts/bench-vs-c.sh`).
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};

@@ -15,8 +15,9 @@
 //!    and verifies every byte and the checksum.
 //!
 //! Run with `cargo run -p efa --features cuda --example gpu_rdma -- --bytes 1000000`.
-//! In this workspace it runs on efa-sim and the software GPU; it needs efa-sim to move
-//! data through dma-buf registrations (issue 9, item 6), which it does not do yet.
+//! In this workspace it runs on efa-sim and the software GPU (CI runs it, and
+//! `tests/gpu_rdma.rs` checks its report); elsewhere use `efa-sim run --gpus 2 -- ...`, or
+//! a real GPU and EFA.
 use efa::cuda::{self, register, Device, DeviceAlloc, FlushScope, Flushed};
 use efa::*;
 use std::process::{Child, Command};

@@ -1,5 +1,5 @@
-//! The main job: real SRD traffic between two queue pairs, on two EFA devices when
-//! there are two (efa-sim provides two by default), else on one.
+//! Real SRD traffic between two queue pairs, on two EFA devices when there are two
+//! (efa-sim provides two by default), else on one.
 //!
 //! 1. Ping: `--messages` 64-byte SENDs from A to B, each carrying its sequence number
 //!    and a checksum that B verifies (SRD does not keep order, so B counts, not expects).
@@ -8,7 +8,8 @@
 //!    write-with-immediate; B checks every byte.
 //! 3. RDMA READ of the same range back into A (`Qp::read_all`); A checks every byte.
 //!
-//! Run with `./scripts/demo.sh` (or `cargo run --release --example srd_demo -- --help`).
+//! Run with `cargo run --release --example srd_demo -- [--messages N] [--bytes N]` (the
+//! README's main job is now `efa-perf local`, through `./scripts/demo.sh`).
 use efa::*;
 use std::time::{Duration, Instant};
 
@@ -119,7 +120,7 @@ fn main() {
 
 /// Runs the three phases; errors say what failed.
 pub fn run(args: &Args) -> DemoResult<Report> {
-    const NO_DEVICE: &str = "no EFA device found (on a machine without EFA, run ./scripts/demo.sh, which uses the software device)";
+    const NO_DEVICE: &str = "no EFA device found (on a machine without EFA, run it with cargo run --example srd_demo, which uses the software device)";
     let names: Vec<String> = match DeviceList::new() {
         Ok(list) => list.efa().map(|d| d.name().to_string()).collect(),
         Err(e) => return Err(format!("{NO_DEVICE}: {e}").into()),

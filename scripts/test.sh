@@ -5,5 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/setup.sh
 cargo test --workspace --locked "$@"
-# The facade's `cuda` feature: the GPUDirect example's tests (examples/gpu_rdma.rs).
+# The facade's `cuda` feature: the GPUDirect example's tests (examples/gpu_rdma.rs), and
+# the example itself, between two processes on efa-sim and the software GPU.
 cargo test -p efa --features cuda --locked --test gpu_rdma
+cargo run -p efa --features cuda --locked --example gpu_rdma -- --bytes 1000001

@@ -1,5 +1,6 @@
-//! The README's main job (`examples/srd_demo.rs`), run in-process with small sizes:
-//! it must move and verify its traffic on the selected device.
+//! The `srd_demo` example (`examples/srd_demo.rs`), run in-process with small sizes: it
+//! must move and verify its traffic on the selected device. (The README's main job,
+//! `efa-perf local`, is tested by efa-perf's own tests.)
 #[allow(dead_code)]
 #[path = "../examples/srd_demo.rs"]
 mod srd_demo;

@@ -12,7 +12,6 @@ fn args(list: &[&str]) -> Vec<String> {
 }
 
 #[test]
-#[ignore = "needs efa-sim's dma-buf data path (issue 9 item 6): efa-sim does not yet move data into software-GPU dma-buf registrations"]
 fn gpu_to_gpu_write_with_immediate_and_flush_between_two_processes() {
     // Unaligned, several chunks at the default max_rdma_size, plus the 64-byte tail.
     let a = gpu_rdma::parse_args(args(&["--bytes", "3000001", "--device", "1"])).unwrap();

@@ -29,15 +29,12 @@
 //!
 //! Two SRD queue pairs, one buffer on each of two GPUs; the first GPU's bytes are written
 //! into the second GPU's memory by the NIC, then flushed and read back with a copy.
-//! In this workspace it runs on efa-sim and the software GPU (`efa-sim-gpu`, two
-//! devices).
+//! In this workspace it runs as a doctest on efa-sim and the software GPU (`efa-sim-gpu`,
+//! two devices); efa-sim maps the software GPU's dma-buf at its CUDA address (with NVIDIA's
+//! driver, where the dma-buf cannot be mapped, it moves the bytes with the driver's copies:
+//! see efa-sim's README, "GPU memory").
 //!
-//! This example is compiled but not yet run: it waits for efa-sim to move data into
-//! and out of dma-buf registrations of the software GPU (issue 9, item 6; efa-sim today
-//! maps a dma-buf fd at the registration's offset, not at the software GPU's export
-//! base). Once that lands, `no_run` is removed and it runs as a doctest.
-//!
-//! ```no_run
+//! ```
 //! use efa_cuda::{register, DeviceAlloc, Device, FlushScope};
 //! use efa_typestate::{AccessFlags, Context, CompletionQueue, CqOptions, QpConfig, SendBatch};
 //! use std::time::Duration;

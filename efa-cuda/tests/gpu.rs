@@ -3,15 +3,23 @@
 //! `cargo test -p efa-cuda --test gpu -- --ignored --nocapture`
 //! (`EFA_CUDA_REAL_LIBRARY=/path/libcuda.so.1` if the driver is not on the default path),
 //! or from prepared binaries with `scripts/gpu-check.sh` (efa-cuda's README).
-//! Registration runs on efa-sim, which records a real NVIDIA dma-buf without mapping it.
+//! Registration and transfers run on efa-sim, which cannot map a real NVIDIA dma-buf (unless
+//! the driver reports `DMA_BUF_MMAP_SUPPORTED`) and moves its bytes with the driver's copies
+//! at the registered CUDA address instead (emulated DMA, see efa-sim's README): the same
+//! transfers as `tests/transfers*.rs` on real CUDA memory.
 //! Measured times are printed as `gpu-check: <what>: <microseconds> us` lines (printed,
 //! never asserted: speed claims come from benchmarks).
+
+mod support;
+#[path = "support/transfers.rs"]
+mod transfers;
 
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use efa_cuda::*;
 use efa_typestate::AccessFlags;
+use transfers::{Checks, Gpus, Mem};
 
 fn real_driver() -> &'static Driver {
     let candidates = [
@@ -225,4 +233,76 @@ fn gpu_registration_on_efa_sim() {
             });
         });
     });
+}
+
+/// The real GPUs of a run: device 0 to device 1 if there are two, else 0 to 0.
+fn real_gpus() -> Gpus {
+    let driver = real_driver();
+    let dst = if driver.device(1).is_ok() { 1 } else { 0 };
+    Gpus {
+        driver,
+        src: 0,
+        dst,
+    }
+}
+
+/// What registrations show on a real GPU: the path only (no software-GPU counters).
+fn real_checks(path: RegistrationPath) -> Checks {
+    Checks {
+        path,
+        maps_per_mr: None,
+        flushes: None,
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gpu_transfers_in_one_process_dmabuf() {
+    let gpus = real_gpus();
+    for mem in [Mem::Alloc, Mem::Vmm] {
+        let t = Instant::now();
+        transfers::in_process(&gpus, mem, &real_checks(RegistrationPath::DmaBuf));
+        report(
+            &format!("transfer matrix in one process, {mem:?}"),
+            t.elapsed(),
+            1,
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gpu_transfers_in_one_process_fallback() {
+    // efa-sim refuses dma-buf MRs (a kernel without them): registration takes the
+    // ibv_reg_mr path, which efa-sim serves as emulated nvidia_peermem.
+    support::in_child(
+        "gpu_transfers_in_one_process_fallback",
+        &[("EFA_SIM_PROFILE", "dmabuf_mr=0,max_rdma_size=65536")],
+        || {
+            let gpus = real_gpus();
+            for mem in [Mem::Alloc, Mem::Vmm] {
+                transfers::in_process(&gpus, mem, &real_checks(RegistrationPath::Peermem));
+            }
+        },
+    );
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gpu_transfers_between_two_processes() {
+    let gpus = real_gpus();
+    for mem in [Mem::Alloc, Mem::Vmm] {
+        transfers::target(
+            &gpus,
+            mem,
+            &real_checks(RegistrationPath::DmaBuf),
+            support::child("gpu_initiator_side"),
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU; the initiator of gpu_transfers_between_two_processes, started by it"]
+fn gpu_initiator_side() {
+    transfers::initiator_from_env(real_driver(), &real_checks(RegistrationPath::DmaBuf));
 }

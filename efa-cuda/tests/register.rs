@@ -1,10 +1,16 @@
 //! Registration of software-GPU memory with efa-sim: the dma-buf path for cuMemAlloc and
 //! multi-chunk VMM memory, the ibv_reg_mr fallback (by device address, no host view) when
-//! the driver refuses exports or is too old, both failing, and the typed rejections.
+//! the driver refuses exports, is too old, or the kernel refuses dma-buf MRs (efa-sim then
+//! emulates nvidia_peermem: the NIC reaches the memory through the driver's copies), both
+//! failing (also without nvidia_peermem: EFAULT), and the typed rejections.
 mod support;
 
 use efa_cuda::*;
-use efa_typestate::{AccessFlags, Context, DeviceCaps, Errno, Unsupported, Verb};
+use efa_typestate::{
+    AccessFlags, CompletionQueue, Context, CqOptions, DeviceCaps, Errno, MemoryRegion, Pd,
+    QpConfig, SendBatch, Unsupported, Verb,
+};
+use std::time::Duration;
 
 fn efa() -> Context {
     let ctx = Context::open_first_efa().expect("efa-sim device");
@@ -23,6 +29,40 @@ fn remote_access(ctx: &Context) -> AccessFlags {
         a |= AccessFlags::REMOTE_WRITE;
     }
     a
+}
+
+/// RDMA-writes 16 host bytes into `mr` at offset 8 through efa-sim and reads them back with
+/// the driver's copies: the registration reaches the memory (`mr` needs remote write).
+fn write_lands<P, M: DeviceMemory>(ctx: &Context, pd: &Pd<&Context>, mr: &GpuMr<P, M>) {
+    let cq = ctx.create_ext_cq(CqOptions::new(16)).unwrap();
+    let a = pd
+        .create_qp(&cq, &cq, &QpConfig::srd())
+        .unwrap()
+        .prepare(0x55, None)
+        .unwrap();
+    let b = pd
+        .create_qp(&cq, &cq, &QpConfig::srd())
+        .unwrap()
+        .prepare(0x66, None)
+        .unwrap();
+    let to_b = pd.connect(&b.endpoint()).unwrap();
+    let src = pd
+        .register(b"sixteen bytes!!!".to_vec(), AccessFlags::empty())
+        .unwrap();
+    let mut s = SendBatch::<1>::new(&a);
+    s.write(
+        1,
+        &to_b,
+        src.sge_all().unwrap(),
+        mr.remote().slice(8, 16).unwrap(),
+    )
+    .unwrap();
+    // SAFETY: `src` is not written until the completion is polled on the next line.
+    unsafe { a.post_send(&s) }.unwrap();
+    cq.wait(Duration::from_secs(10)).unwrap().result().unwrap();
+    let mut got = [0u8; 16];
+    mr.copy_to_host(8, &mut got).unwrap();
+    assert_eq!(&got, b"sixteen bytes!!!");
 }
 
 fn fd_open(fd: i32) -> bool {
@@ -108,31 +148,102 @@ fn refused_exports_fall_back_to_ibv_reg_mr_on_the_cuda_address() {
     let mem = DeviceAlloc::new(&dev, 4096).unwrap();
     let va = mem.device_ptr();
     support::control("dmabuf_export", 0);
-    let mr = register(&pd, mem, AccessFlags::LOCAL_WRITE);
+    let mr = register(&pd, mem, remote_access(&ctx));
     support::control("dmabuf_export", 1);
     let mr = mr.unwrap();
     assert_eq!(mr.path(), RegistrationPath::Peermem);
     assert_eq!((mr.export(), mr.dmabuf_fd()), (None, None));
     assert_eq!(mr.sge(0, 4096).unwrap().addr(), va);
     assert_eq!(mr.remote().addr(), va);
+    // efa-sim emulates nvidia_peermem: the NIC reaches the CUDA address.
+    write_lands(&ctx, &pd, &mr);
 }
 
 #[test]
 fn an_old_driver_without_export_falls_back_too() {
     let _serial = support::serial();
-    support::sim();
     let path = support::old_driver("register-no-export", &["cuMemGetHandleForAddressRange"]);
-    let old = Driver::open(path.to_str().unwrap()).unwrap();
-    let dev = old.device(0).unwrap();
-    let ctx = efa();
-    let pd = ctx.alloc_pd().unwrap();
-    let mr = register(
-        &pd,
-        DeviceAlloc::new(&dev, 100).unwrap(),
-        AccessFlags::LOCAL_WRITE,
-    )
-    .unwrap();
-    assert_eq!(mr.path(), RegistrationPath::Peermem);
+    // The old driver must be the process's libcuda.so.1 (the one efa-sim uses): a child
+    // process that loads it first.
+    let env = [(LIBRARY_ENV, path.to_str().unwrap())];
+    support::in_child("an_old_driver_without_export_falls_back_too", &env, || {
+        let old = Driver::get().unwrap();
+        assert_eq!(old.device(0).unwrap().dmabuf_supported(), Ok(false));
+        let dev = old.device(0).unwrap();
+        let ctx = efa();
+        let pd = ctx.alloc_pd().unwrap();
+        let mr = register(
+            &pd,
+            DeviceAlloc::new(&dev, 100).unwrap(),
+            remote_access(&ctx),
+        )
+        .unwrap();
+        assert_eq!(mr.path(), RegistrationPath::Peermem);
+        write_lands(&ctx, &pd, &mr);
+    });
+}
+
+#[test]
+fn a_kernel_without_dmabuf_mrs_makes_registration_fall_back() {
+    support::in_child(
+        "a_kernel_without_dmabuf_mrs_makes_registration_fall_back",
+        &[("EFA_SIM_PROFILE", "dmabuf_mr=0")],
+        || {
+            let dev = support::sim().device(0).unwrap();
+            let ctx = efa();
+            let pd = ctx.alloc_pd().unwrap();
+            let before = gpu_memory_fds();
+            let mr = register(
+                &pd,
+                DeviceAlloc::new(&dev, 8192).unwrap(),
+                remote_access(&ctx),
+            )
+            .unwrap();
+            // The export was made, refused by the kernel, and closed before the fallback.
+            assert_eq!(mr.path(), RegistrationPath::Peermem);
+            assert_eq!(
+                gpu_memory_fds(),
+                before,
+                "the refused export's fd was closed"
+            );
+            write_lands(&ctx, &pd, &mr);
+        },
+    );
+}
+
+#[test]
+fn without_nvidia_peermem_the_fallback_fails_with_efault() {
+    support::in_child(
+        "without_nvidia_peermem_the_fallback_fails_with_efault",
+        &[
+            ("EFA_SIM_PROFILE", "peermem=0"),
+            ("EFA_SIM_GPU_DMABUF", "0"),
+        ],
+        || {
+            let dev = support::sim().device(0).unwrap();
+            let ctx = efa();
+            let pd = ctx.alloc_pd().unwrap();
+            match register(
+                &pd,
+                DeviceAlloc::new(&dev, 4096).unwrap(),
+                AccessFlags::LOCAL_WRITE,
+            )
+            .unwrap_err()
+            {
+                Error::RegistrationFailed { dmabuf, fallback } => {
+                    assert_eq!(support::cu_code(&dmabuf), Some(801), "{dmabuf}");
+                    assert_eq!(
+                        *fallback,
+                        Error::Verbs(efa_typestate::Error::Verb {
+                            verb: Verb::RegMr,
+                            errno: Errno(libc::EFAULT)
+                        })
+                    );
+                }
+                other => panic!("expected RegistrationFailed, got {other:?}"),
+            }
+        },
+    );
 }
 
 #[test]

@@ -29,7 +29,8 @@ cu_fn! {
             return Err(NOT_SUPPORTED);
         }
         g.current_device()?;
-        let fd = g.memory().export(dptr, size as u64)?;
+        let flags = if g.dmabuf_mmap.load(Ordering::Relaxed) { 0 } else { DMABUF_NO_MMAP };
+        let fd = g.memory().export(dptr, size as u64, flags)?;
         // SAFETY: `handle` points to an int for this handle type (caller).
         unsafe { put(handle.cast::<c_int>(), fd) }
     }
@@ -64,6 +65,7 @@ cu_fn! {
         let key = unsafe { CStr::from_ptr(key) };
         match (key.to_bytes(), value) {
             (b"dmabuf_export", 0 | 1) => g.dmabuf_export.store(value == 1, Ordering::Relaxed),
+            (b"dmabuf_mmap", 0 | 1) => g.dmabuf_mmap.store(value == 1, Ordering::Relaxed),
             (b"rdma_writes_ordering", 0 | 100 | 200) => {
                 g.rdma_writes_ordering.store(value, Ordering::Relaxed)
             }

@@ -104,8 +104,14 @@ pub struct DmaBufInfo {
     pub base: u64,
     pub size: u64,
     pub device: i32,
-    pub reserved: i32,
+    /// [`DMABUF_NO_MMAP`] when the export refuses CPU mappings.
+    pub flags: i32,
 }
+
+/// `EfaSimGpuDmaBuf.flags` bit: the export refuses `mmap` (a driver without
+/// `CU_DEVICE_ATTRIBUTE_DMA_BUF_MMAP_SUPPORTED`); importers must move its bytes with the
+/// driver's copies.
+pub const DMABUF_NO_MMAP: i32 = 1;
 
 const _: () = {
     assert!(core::mem::size_of::<AllocationProp>() == 32);

@@ -50,8 +50,14 @@
 //! * `mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, base + off)` with `off` a
 //!   multiple of the host page maps dma-buf bytes `[off, off + n)`, coherent with the
 //!   driver's copies (same pages);
-//! * `efaSimGpuDmaBufInfo(fd, &info)` (below) gives base, size and device and checks that
-//!   `fd` is a live export of this library.
+//! * `efaSimGpuDmaBufInfo(fd, &info)` (below) gives base, size, device and flags and checks
+//!   that `fd` is a live export of this library.
+//!
+//! An export made while mmap is refused (`EFA_SIM_GPU_DMABUF_MMAP=0`, or the control
+//! `dmabuf_mmap` = 0) carries the flag `EFA_SIM_GPU_DMABUF_NO_MMAP` (1): it stands for an
+//! NVIDIA dma-buf of a driver without `CU_DEVICE_ATTRIBUTE_DMA_BUF_MMAP_SUPPORTED`, so
+//! efa-sim does not map it and moves its bytes with `cuMemcpyHtoD_v2`/`DtoH_v2` instead
+//! (its emulated DMA for real GPUs). The fd itself stays a mappable memfd.
 //!
 //! Unlike a kernel dma-buf, `fstatfs` shows tmpfs (not `DMA_BUF_MAGIC`) and
 //! `lseek(fd, 0, SEEK_END)` the whole file size. Freed memory that was exported is never
@@ -60,15 +66,17 @@
 //! # Test controls (not CUDA API)
 //! Environment, read by `cuInit`: `EFA_SIM_GPU_DEVICES` (default 2),
 //! `EFA_SIM_GPU_DRIVER_VERSION` (default 12080), `EFA_SIM_GPU_MEMORY_MIB` per device
-//! (default 4096), `EFA_SIM_GPU_DMABUF=0` (refuse exports, attribute 124 = 0).
+//! (default 4096), `EFA_SIM_GPU_DMABUF=0` (refuse exports, attribute 124 = 0),
+//! `EFA_SIM_GPU_DMABUF_MMAP=0` (exports refuse mmap, above).
 //! Extra C entry points:
 //! * `int efaSimGpuControl(const char *key, long long value)`: `"dmabuf_export"` (0/1),
-//!   `"rdma_writes_ordering"` (attribute 118: 0, 100, 200), `"flush_options"`
-//!   (attribute 117 bitmask); 0 on success, `CUDA_ERROR_INVALID_VALUE` otherwise.
+//!   `"dmabuf_mmap"` (0/1, for exports made afterwards), `"rdma_writes_ordering"`
+//!   (attribute 118: 0, 100, 200), `"flush_options"` (attribute 117 bitmask); 0 on
+//!   success, `CUDA_ERROR_INVALID_VALUE` otherwise.
 //! * `int efaSimGpuFlushCount(int device, unsigned long long *to_owner, unsigned long long
 //!   *to_all)`: flushes so far.
 //! * `int efaSimGpuDmaBufInfo(int fd, EfaSimGpuDmaBuf *out)`, `out` = `{ u64 base;
-//!   u64 size; i32 device; i32 reserved; }`: the export `fd` was returned for.
+//!   u64 size; i32 device; i32 flags; }`: the export `fd` was returned for.
 //!
 //! An old driver (entry points absent) is a copy of this library with names removed from
 //! its dynamic symbol table (see efa-cuda's tests).

@@ -23,6 +23,8 @@ pub struct Device {
 pub struct Gpu {
     pub devices: Vec<Device>,
     pub dmabuf_export: AtomicBool,
+    /// Whether new exports allow `mmap` (else their info carries `DMABUF_NO_MMAP`).
+    pub dmabuf_mmap: AtomicBool,
     pub rdma_writes_ordering: AtomicI64,
     pub flush_options: AtomicI64,
     mem: Mutex<Memory>,
@@ -60,6 +62,9 @@ pub fn init() -> CuResult {
                 .collect(),
             dmabuf_export: AtomicBool::new(
                 std::env::var("EFA_SIM_GPU_DMABUF").as_deref() != Ok("0"),
+            ),
+            dmabuf_mmap: AtomicBool::new(
+                std::env::var("EFA_SIM_GPU_DMABUF_MMAP").as_deref() != Ok("0"),
             ),
             rdma_writes_ordering: AtomicI64::new(0),
             flush_options: AtomicI64::new(1),

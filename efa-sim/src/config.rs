@@ -16,6 +16,7 @@
 //! | `EFA_SIM_DIRECT=0` | [`Config::direct`] | on |
 //! | `EFA_SIM_TRACE=1` | [`Config::trace`] | off |
 //! | `EFA_SIM_LIB` | [`library_override`] (the CLI only) | — |
+//! | `EFA_SIM_GPU_LIB` | [`gpu_library_override`] (the CLI's `--gpus` only) | — |
 //!
 //! Empty values count as unset. Any malformed value is an error naming the variable; the
 //! library then reports zero devices (see [`crate::model::Sim`]), it never falls back to
@@ -179,6 +180,12 @@ fn flag(v: Option<String>, name: &str, default: bool) -> Result<bool, String> {
 /// `EFA_SIM_LIB`: which `libefa_sim.so` the `efa-sim` CLI runs programs on.
 pub fn library_override() -> Option<OsString> {
     std::env::var_os(crate::install::OVERRIDE_VAR).filter(|v| !v.is_empty())
+}
+
+/// `EFA_SIM_GPU_LIB`: which `libefa_sim_gpu.so` (the software GPU) `efa-sim run --gpus N`
+/// puts on the library path as `libcuda.so.1`.
+pub fn gpu_library_override() -> Option<OsString> {
+    std::env::var_os("EFA_SIM_GPU_LIB").filter(|v| !v.is_empty())
 }
 
 #[cfg(test)]

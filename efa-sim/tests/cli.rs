@@ -6,8 +6,61 @@ fn efa_sim() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_efa-sim"));
     c.env_remove("EFA_SIM_PROFILE")
         .env_remove("EFA_SIM_DEVICES")
-        .env_remove("EFA_SIM_LIB");
+        .env_remove("EFA_SIM_LIB")
+        .env_remove("EFA_SIM_GPU_LIB")
+        .env_remove("EFA_SIM_GPU_DEVICES");
     c
+}
+
+/// Python that loads `libcuda.so.1` by name and prints `cuInit`, the device count and
+/// device 0's name.
+const CUDA_PROBE: &str = r#"
+import ctypes
+c = ctypes.CDLL("libcuda.so.1")
+n = ctypes.c_int(-1)
+name = ctypes.create_string_buffer(64)
+rc = c.cuInit(0)
+c.cuDeviceGetCount(ctypes.byref(n))
+c.cuDeviceGetName(name, 64, 0)
+print(rc, n.value, name.value.decode())
+"#;
+
+#[test]
+fn run_with_gpus_selects_the_software_gpu() {
+    // efa-sim's dev-dependency on efa-sim-gpu builds the library the CLI finds in deps/.
+    let out = efa_sim()
+        .args(["run", "--gpus", "3", "--", "python3", "-c", CUDA_PROBE])
+        .output()
+        .unwrap();
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{s}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(s.trim(), "0 3 efa-sim-gpu software GPU 0");
+    // `env --gpus` prints the same selection.
+    let env = efa_sim().args(["env", "--gpus", "2"]).output().unwrap();
+    let e = String::from_utf8_lossy(&env.stdout);
+    assert!(e.contains("export EFA_SIM_GPU_DEVICES='2'"), "{e}");
+    assert!(e.contains("efa-sim-gpu-lib"), "{e}");
+    // Bad counts are refused with the reason, nothing runs.
+    for bad in ["x", "65"] {
+        let out = efa_sim()
+            .args(["run", "--gpus", bad, "--", "true"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("--gpus needs a number"));
+    }
+    // A named library that does not exist is an error, not a silent fallback.
+    let out = efa_sim()
+        .args(["run", "--gpus", "1", "--", "true"])
+        .env("EFA_SIM_GPU_LIB", "/nonexistent/libefa_sim_gpu.so")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("EFA_SIM_GPU_LIB"));
 }
 
 #[test]

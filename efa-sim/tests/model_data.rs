@@ -683,7 +683,12 @@ fn dmabuf_mr_maps_the_fd_and_carries_data() {
     let mr =
         b.pd.reg_dmabuf_mr(4096, 4096, 0x10_0000, fd, ALL_ACCESS)
             .unwrap();
-    assert!(mr.dmabuf().unwrap().mapped);
+    assert_eq!(mr.memory(), MrMemory::Mapped);
+    let info = *mr.dmabuf().unwrap();
+    assert_eq!(
+        (info.offset, info.size, info.exporter),
+        (4096, 8192, Exporter::File)
+    );
     assert_eq!((mr.iova(), mr.len()), (0x10_0000, 4096));
     b.qp.post_recv(&recv(
         1,
@@ -706,31 +711,37 @@ fn dmabuf_mr_maps_the_fd_and_carries_data() {
     assert_eq!(n, 14);
     assert_eq!(&back, b"into a dma-buf");
     mr.dereg().unwrap();
-    // An fd that cannot be mapped registers, but its data path fails (5 locally).
+    // Past the file's end, or an iova in another place of its page than the offset: the
+    // kernel's EINVAL.
+    assert_eq!(
+        b.pd.reg_dmabuf_mr(4096, 4097, 0x10_0000, fd, ALL_ACCESS)
+            .err(),
+        Some(libc::EINVAL)
+    );
+    assert_eq!(
+        b.pd.reg_dmabuf_mr(4096, 64, 0x10_0008, fd, ALL_ACCESS)
+            .err(),
+        Some(libc::EINVAL)
+    );
+    // An fd that is no dma-buf (a pipe) is EINVAL, a closed one EBADF, as the kernel's
+    // dma_buf_get answers.
     let mut pipe = [0i32; 2];
     // SAFETY: valid out array.
     assert_eq!(unsafe { libc::pipe(pipe.as_mut_ptr()) }, 0);
-    let bad = a.pd.reg_dmabuf_mr(0, 64, 0, pipe[0], ALL_ACCESS).unwrap();
-    assert!(!bad.dmabuf().unwrap().mapped);
-    a.qp.post_send_batch(&[wr(
-        &ah,
-        b.qp.qpn(),
-        2,
-        SendOp::Send,
-        &[Sge {
-            addr: 0,
-            length: 8,
-            lkey: bad.lkey(),
-        }],
-    )])
-    .unwrap();
-    assert_eq!(next(&a.cq, 10).status, 5);
+    assert_eq!(
+        a.pd.reg_dmabuf_mr(0, 64, 0, pipe[0], ALL_ACCESS).err(),
+        Some(libc::EINVAL)
+    );
     // SAFETY: closing fds we own.
     unsafe {
         libc::close(fd);
         libc::close(pipe[0]);
         libc::close(pipe[1]);
     }
+    assert_eq!(
+        a.pd.reg_dmabuf_mr(0, 64, 0, fd, ALL_ACCESS).err(),
+        Some(libc::EBADF)
+    );
 }
 
 #[test]

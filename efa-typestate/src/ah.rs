@@ -77,17 +77,21 @@ impl<P> Ah<P> {
     }
 
     /// Device AH number (`efadv_query_ah`); the number receivers report as `slid`.
+    #[inline]
     pub fn number(&self) -> u16 {
         self.number
     }
     /// Destination GID.
+    #[inline]
     pub fn gid(&self) -> Gid {
         self.gid
     }
     /// The raw AH.
+    #[inline]
     pub fn as_ptr(&self) -> *mut ffi::ibv_ah {
         self.raw.as_ptr()
     }
+    #[inline]
     pub(crate) fn pd_id(&self) -> PdId {
         self.pd
     }
@@ -149,18 +153,22 @@ impl<P> Peer<P> {
         Peer::new(ah, info.qpn(), info.qkey())
     }
     /// The address handle.
+    #[inline]
     pub fn ah(&self) -> &Ah<P> {
         &self.ah
     }
     /// Remote QP number.
+    #[inline]
     pub fn qpn(&self) -> u32 {
         self.qpn
     }
     /// Remote qkey.
+    #[inline]
     pub fn qkey(&self) -> u32 {
         self.qkey
     }
     /// The endpoint info this peer was made from.
+    #[inline]
     pub fn endpoint(&self) -> EndpointInfo {
         EndpointInfo::from_parts(self.ah.gid, self.qpn, self.qkey)
     }

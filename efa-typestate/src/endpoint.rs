@@ -28,6 +28,7 @@ pub struct Gid(pub [u8; 16]);
 
 impl Gid {
     /// The raw bytes.
+    #[inline]
     pub const fn as_bytes(&self) -> &[u8; 16] {
         &self.0
     }
@@ -80,6 +81,7 @@ impl EndpointInfo {
     pub const WIRE_SIZE: usize = 24;
 
     /// Builds endpoint info; fails if `qpn` does not fit 24 bits.
+    #[inline]
     pub fn new(gid: Gid, qpn: u32, qkey: u32) -> Result<EndpointInfo> {
         if qpn > MAX_QPN {
             return Err(InvalidInput::QpnOutOfRange(qpn).into());
@@ -92,6 +94,7 @@ impl EndpointInfo {
     }
 
     /// From parts already known to be in range (QPN masked to 24 bits).
+    #[inline]
     pub(crate) fn from_parts(gid: Gid, qpn: u32, qkey: u32) -> EndpointInfo {
         EndpointInfo {
             gid,
@@ -101,6 +104,7 @@ impl EndpointInfo {
     }
 
     /// Parses the 24-byte wire format.
+    #[inline]
     pub fn parse(bytes: &[u8]) -> Result<EndpointInfo> {
         let info = EndpointInfo::read_from_bytes(bytes).map_err(|_| InvalidInput::WireLength {
             expected: 24,
@@ -111,6 +115,7 @@ impl EndpointInfo {
     }
 
     /// Checks the value ranges (useful after a zero-copy cast that bypassed [`parse`](Self::parse)).
+    #[inline]
     pub fn validate(&self) -> Result<()> {
         let qpn = self.qpn.get();
         if qpn > MAX_QPN {
@@ -120,6 +125,7 @@ impl EndpointInfo {
     }
 
     /// The wire bytes.
+    #[inline]
     pub fn to_bytes(&self) -> [u8; 24] {
         let mut out = [0u8; 24];
         out.copy_from_slice(self.as_bytes());
@@ -127,14 +133,17 @@ impl EndpointInfo {
     }
 
     /// The peer's GID.
+    #[inline]
     pub fn gid(&self) -> Gid {
         self.gid
     }
     /// The peer's QP number.
+    #[inline]
     pub fn qpn(&self) -> u32 {
         self.qpn.get()
     }
     /// The peer QP's qkey.
+    #[inline]
     pub fn qkey(&self) -> u32 {
         self.qkey.get()
     }

@@ -77,11 +77,13 @@ impl<C: Parent<Target = Context>> Pd<C> {
 
 impl<C> Pd<C> {
     /// The raw PD pointer.
+    #[inline]
     pub fn as_ptr(&self) -> *mut ffi::ibv_pd {
         self.raw.as_ptr()
     }
 
     /// This PD's identity.
+    #[inline]
     pub fn id(&self) -> PdId {
         PdId(self.raw.as_ptr() as usize)
     }

@@ -79,7 +79,8 @@ pub struct DmaBufInfo {
     pub base: u64,
     pub size: u64,
     pub device: i32,
-    pub reserved: i32,
+    /// Bit 0: the export refuses mmap.
+    pub flags: i32,
 }
 
 /// `efaSimGpuDmaBufInfo(fd)`: the export behind `fd`, or the CUresult.
@@ -128,4 +129,44 @@ pub fn cu_code(e: &efa_cuda::Error) -> Option<i32> {
         efa_cuda::Error::Cuda(c) => Some(c.code),
         _ => None,
     }
+}
+
+/// Runs `body` in a child process of this test binary (only `test_name`, with `env` added),
+/// so a test can have its own efa-sim or software-GPU configuration: the parent starts the
+/// child and fails with its output if it failed; the child runs `body`.
+pub fn in_child(test_name: &str, env: &[(&str, &str)], body: impl FnOnce()) {
+    const MARK: &str = "EFA_CUDA_TEST_CHILD";
+    if std::env::var(MARK).as_deref() == Ok(test_name) {
+        for (k, v) in env {
+            assert_eq!(std::env::var(k).as_deref(), Ok(*v), "child environment");
+        }
+        body();
+        return;
+    }
+    let out = child(test_name)
+        .env(MARK, test_name)
+        .envs(env.iter().copied())
+        .output()
+        .expect("start the child test process");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "child failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    assert!(stdout.contains("1 passed"), "child ran no test:\n{stdout}");
+}
+
+/// This test binary, set to run exactly `test_name` (ignored or not) on one thread.
+pub fn child(test_name: &str) -> std::process::Command {
+    let mut c = std::process::Command::new(std::env::current_exe().unwrap());
+    c.args([
+        test_name,
+        "--exact",
+        "--include-ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ]);
+    c
 }

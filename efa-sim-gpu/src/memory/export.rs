@@ -8,8 +8,8 @@ use crate::ffi::*;
 
 impl Memory {
     /// `cuMemGetHandleForAddressRange`: a new open file description of the memory file,
-    /// positioned at `va` (see the crate docs).
-    pub fn export(&mut self, va: u64, size: u64) -> CuResult<i32> {
+    /// positioned at `va` (see the crate docs); `flags` go into its [`DmaBufInfo`].
+    pub fn export(&mut self, va: u64, size: u64, flags: i32) -> CuResult<i32> {
         if size == 0 || va % self.page != 0 || size % self.page != 0 {
             return Err(INVALID_VALUE);
         }
@@ -35,7 +35,7 @@ impl Memory {
                 base: va,
                 size,
                 device,
-                reserved: 0,
+                flags,
             },
         );
         Ok(fd)

@@ -223,9 +223,10 @@ unsafe extern "C" fn reg_dmabuf_mr(
     }
     // SAFETY: pd is ours.
     let model = unsafe { &(*(pd as *mut SimPd)).model };
+    // rdma-core reports a dma-buf MR's `addr` as its offset into the dma-buf.
     make_mr(
         pd,
-        ptr::null_mut(),
+        offset as usize as *mut c_void,
         len,
         model.reg_dmabuf_mr(offset, len, iova, fd, access as u32),
     )

@@ -1,28 +1,34 @@
 //! `efa-sim`: run programs on the software EFA device.
 //!
-//! * `efa-sim run -- CMD [ARGS]` runs CMD with `LD_LIBRARY_PATH` selecting the stand-in
-//!   `libibverbs.so.1` / `libefa.so.1` (one shared object, `libefa_sim.so`).
-//! * `efa-sim env` prints the shell line that selects it.
+//! * `efa-sim run [--gpus N] -- CMD [ARGS]` runs CMD with `LD_LIBRARY_PATH` selecting the
+//!   stand-in `libibverbs.so.1` / `libefa.so.1` (one shared object, `libefa_sim.so`), and
+//!   with `--gpus N` also the software GPU (`libefa_sim_gpu.so` as `libcuda.so.1`, N
+//!   devices).
+//! * `efa-sim env [--gpus N]` prints the shell lines that select them.
 //! * `efa-sim info` shows the software devices and their attributes (from the model).
 
-use efa_sim::install;
 use efa_sim::model::{profile, Device, Sim};
-use efa_sim::sysfs;
+use efa_sim::{config, install, sysfs};
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 const USAGE: &str = "usage:
-  efa-sim run -- CMD [ARGS...]   run CMD on the software EFA device
-  efa-sim env                    print the shell line that selects the software device
-  efa-sim info                   show the software devices and their attributes
+  efa-sim run [--gpus N] -- CMD [ARGS...]   run CMD on the software EFA device
+  efa-sim env [--gpus N]                    print the shell lines that select it
+  efa-sim info                              show the software devices and their attributes
 
 run/env also point SYSFS_PATH (unless set) at a generated sysfs tree for the devices
-(libfabric's EFA provider reads it).
-environment: EFA_SIM_LIB=/path/to/libefa_sim.so overrides where the shared object is found;
+(libfabric's EFA provider reads it). --gpus N also selects the software GPU (efa-sim-gpu,
+a stand-in libcuda.so.1 for tests) with N devices.
+environment: EFA_SIM_LIB=/path/to/libefa_sim.so overrides where the shared object is found,
+EFA_SIM_GPU_LIB=/path/to/libefa_sim_gpu.so the software GPU's;
 EFA_SIM_DEVICES, EFA_SIM_PROFILE, EFA_SIM_ADDR, EFA_SIM_READ_OPCODE configure the device
 (see the efa-sim README).";
+
+/// Most software GPUs `--gpus` asks for (the software GPU's own limit).
+const MAX_GPUS: u32 = 64;
 
 /// The stand-in shared object: `$EFA_SIM_LIB`, the install layout next to this
 /// executable, or the copy this executable carries (see `efa_sim::install`).
@@ -69,8 +75,13 @@ fn selection_dir(so: &Path) -> Result<PathBuf, String> {
 }
 
 fn make_links(dir: &Path, so: &Path) -> std::io::Result<()> {
+    link_as(dir, so, &["libibverbs.so.1", "libefa.so.1"])
+}
+
+/// Symlinks `dir/<name>` → `so` for every name.
+fn link_as(dir: &Path, so: &Path, names: &[&str]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    for name in ["libibverbs.so.1", "libefa.so.1"] {
+    for name in names {
         let link = dir.join(name);
         if std::fs::read_link(&link).ok().as_deref() == Some(so) {
             continue;
@@ -82,6 +93,95 @@ fn make_links(dir: &Path, so: &Path) -> std::io::Result<()> {
         std::fs::rename(&tmp, &link)?;
     }
     Ok(())
+}
+
+/// The software GPU's library: `$EFA_SIM_GPU_LIB`, else `libefa_sim_gpu.so` next to
+/// efa-sim's library or this executable (or in their `deps/`, where cargo builds it as a
+/// dependency).
+fn find_gpu_library(sim_lib: &Path) -> Result<PathBuf, String> {
+    if let Some(p) = config::gpu_library_override() {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!("EFA_SIM_GPU_LIB={} is not a file", p.display()))
+        };
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot locate this executable: {e}"))?;
+    let dirs = [sim_lib.parent(), exe.parent()];
+    dirs.iter()
+        .flatten()
+        .flat_map(|d| {
+            [
+                d.join("libefa_sim_gpu.so"),
+                d.join("deps/libefa_sim_gpu.so"),
+            ]
+        })
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            "--gpus: no libefa_sim_gpu.so (the software GPU) next to efa-sim's library or \
+             this executable; build it with `cargo build -p efa-sim-gpu` or name it with \
+             EFA_SIM_GPU_LIB"
+                .to_string()
+        })
+}
+
+/// A directory holding a `libcuda.so.1` link to the software GPU `so`.
+fn gpu_selection_dir(so: &Path) -> Result<PathBuf, String> {
+    let dirs = [
+        so.parent()
+            .unwrap_or(Path::new("."))
+            .join("efa-sim-gpu-lib"),
+        install::runtime_dir().join(install::path_key(so)),
+    ];
+    let mut last_err = String::new();
+    for dir in dirs {
+        match link_as(&dir, so, &["libcuda.so.1"]) {
+            Ok(()) => return Ok(dir),
+            Err(e) => last_err = format!("{}: {e}", dir.display()),
+        }
+    }
+    Err(format!(
+        "cannot create the software GPU's library directory ({last_err})"
+    ))
+}
+
+/// `--gpus N` at the start of `args`: N and the rest.
+fn gpus_option(args: &[OsString]) -> Result<(Option<u32>, &[OsString]), String> {
+    match args.first().and_then(|a| a.to_str()) {
+        Some("--gpus") => {
+            let n = args
+                .get(1)
+                .and_then(|v| v.to_str())
+                .and_then(|v| v.parse::<u32>().ok())
+                .filter(|n| *n <= MAX_GPUS)
+                .ok_or_else(|| format!("--gpus needs a number of devices 0..={MAX_GPUS}"))?;
+            Ok((Some(n), &args[2..]))
+        }
+        _ => Ok((None, args)),
+    }
+}
+
+/// Environment variables for the child.
+type Vars = Vec<(&'static str, OsString)>;
+
+/// What a program needs in its environment to run on the software devices (and GPU): the
+/// directories to put first on `LD_LIBRARY_PATH`, and other variables.
+fn selection(gpus: Option<u32>) -> Result<(OsString, Vars), String> {
+    let sim_lib = find_library()?;
+    let dir = selection_dir(&sim_lib)?;
+    let mut path = OsString::from(&dir);
+    let mut vars = Vec::new();
+    if let Some(n) = gpus {
+        let gpu_dir = gpu_selection_dir(&find_gpu_library(&sim_lib)?)?;
+        path.push(":");
+        path.push(&gpu_dir);
+        vars.push(("EFA_SIM_GPU_DEVICES", OsString::from(n.to_string())));
+    }
+    if let Some(sysfs) = sysfs_path(&dir)? {
+        vars.push(("SYSFS_PATH", sysfs.into_os_string()));
+    }
+    Ok((path, vars))
 }
 
 /// `SYSFS_PATH` for the child: the caller's if set, else the generated sysfs tree of the
@@ -101,29 +201,22 @@ fn sysfs_path(dir: &Path) -> Result<Option<PathBuf>, String> {
         .map_err(|e| format!("cannot write the sysfs tree under {}: {e}", cache.display()))
 }
 
-fn library_path(dir: &Path) -> OsString {
-    let mut v = OsString::from(dir);
-    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|o| !o.is_empty()) {
-        v.push(":");
-        v.push(old);
-    }
-    v
-}
-
 fn cmd_run(args: &[OsString]) -> Result<ExitCode, String> {
+    let (gpus, args) = gpus_option(args)?;
     let args = match args.first() {
         Some(a) if a == "--" => &args[1..],
         _ => args,
     };
     let Some((program, rest)) = args.split_first() else {
-        return Err("run: no command given (efa-sim run -- CMD [ARGS])".into());
+        return Err("run: no command given (efa-sim run [--gpus N] -- CMD [ARGS])".into());
     };
-    let dir = selection_dir(&find_library()?)?;
-    let mut cmd = Command::new(program);
-    cmd.args(rest).env("LD_LIBRARY_PATH", library_path(&dir));
-    if let Some(sysfs) = sysfs_path(&dir)? {
-        cmd.env("SYSFS_PATH", sysfs);
+    let (mut path, vars) = selection(gpus)?;
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|o| !o.is_empty()) {
+        path.push(":");
+        path.push(old);
     }
+    let mut cmd = Command::new(program);
+    cmd.args(rest).env("LD_LIBRARY_PATH", path).envs(vars);
     let err = cmd.exec();
     Err(format!("cannot run {}: {err}", program.to_string_lossy()))
 }
@@ -132,17 +225,18 @@ fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
-fn cmd_env() -> Result<ExitCode, String> {
-    let dir = selection_dir(&find_library()?)?;
+fn cmd_env(args: &[OsString]) -> Result<ExitCode, String> {
+    let (gpus, rest) = gpus_option(args)?;
+    if !rest.is_empty() {
+        return Err(USAGE.to_string());
+    }
+    let (path, vars) = selection(gpus)?;
     println!(
         "export LD_LIBRARY_PATH={}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}",
-        shell_quote(&dir.to_string_lossy())
+        shell_quote(&path.to_string_lossy())
     );
-    if let Some(sysfs) = sysfs_path(&dir)? {
-        println!(
-            "export SYSFS_PATH={}",
-            shell_quote(&sysfs.to_string_lossy())
-        );
+    for (k, v) in vars {
+        println!("export {k}={}", shell_quote(&v.to_string_lossy()));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -210,6 +304,8 @@ fn print_device(d: &Device) {
         ("max_rdma_size", p.max_rdma_size.to_string()),
         ("max_llq_size", p.max_llq_size.to_string()),
         ("min_sq_wr", p.min_sq_wr.to_string()),
+        ("dmabuf_mr", p.dmabuf_mr.to_string()),
+        ("peermem", p.peermem.to_string()),
         ("num_comp_vectors", p.num_comp_vectors.to_string()),
         (
             "rdma_read_opcode",
@@ -258,7 +354,7 @@ fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     let result = match args.first().and_then(|a| a.to_str()) {
         Some("run") => cmd_run(&args[1..]),
-        Some("env") => cmd_env(),
+        Some("env") => cmd_env(&args[1..]),
         Some("info") => cmd_info(),
         Some("-h") | Some("--help") | Some("help") => {
             println!("{USAGE}");

@@ -1,39 +1,83 @@
 //! The only place the model touches registered memory. Every range passed
-//! here has been checked against a live MR (`Mr::host_range`), whose
+//! here has been checked against a live MR (`Mr::place`), whose
 //! registration (`Pd::reg_mr`, an `unsafe fn`) promised the memory stays
 //! valid until deregistration, inside the read section that validated it (so
-//! deregistration waits for the copy).
+//! deregistration waits for the copy). Registered bytes are either host memory (also a
+//! mapping of a dma-buf) or CUDA device memory moved with the driver's copies (see
+//! [`super::gpu`]): [`Place`] says which.
 //!
 //! One function per direction, for a memory backend to hook: [`read_registered`]
 //! (MR → device buffer), [`write_registered`] (device buffer → MR),
-//! [`copy_registered`] (MR → MR, the same-process path), and the cross-process pair
-//! [`pull_from_process`] / [`push_to_process`].
+//! [`copy_registered`] (host MR → host MR, the same-process path), and the cross-process
+//! pair [`pull_from_process`] / [`push_to_process`].
 
+use super::gpu::DevicePtr;
 use std::io;
 
-/// Copies `dst.len()` bytes from registered host memory at `src`.
-///
-/// # Safety
-/// `[src, src + dst.len())` must be readable memory of a live MR.
-pub unsafe fn read_registered(src: usize, dst: &mut [u8]) {
-    if dst.is_empty() {
-        return;
-    }
-    // SAFETY: the caller guarantees the source range; `dst` is a distinct Rust buffer.
-    unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst.as_mut_ptr(), dst.len()) }
+/// Where registered bytes are.
+#[derive(Clone, Copy)]
+pub(crate) enum Place {
+    /// A host address (host memory, or the model's mapping of a dma-buf).
+    Host(usize),
+    /// CUDA device memory (emulated DMA through the driver's copies).
+    Device(DevicePtr),
 }
 
-/// Copies `src` into registered host memory at `dst`.
+impl Place {
+    /// `n` bytes further.
+    pub fn add(self, n: usize) -> Place {
+        match self {
+            Place::Host(h) => Place::Host(h + n),
+            Place::Device(d) => Place::Device(d.add(n)),
+        }
+    }
+
+    /// The host address, if the bytes have one (what `process_vm_*` can reach).
+    pub fn host(self) -> Option<usize> {
+        match self {
+            Place::Host(h) => Some(h),
+            Place::Device(_) => None,
+        }
+    }
+}
+
+/// A device copy failed (the driver's `CUresult`); no host memory was touched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CopyFailed(pub i32);
+
+/// Copies `dst.len()` bytes from registered memory at `src`.
 ///
 /// # Safety
-/// `[dst, dst + src.len())` must be writable memory of a live MR.
-pub unsafe fn write_registered(dst: usize, src: &[u8]) {
-    if src.is_empty() {
-        return;
+/// `src` must be the start of `dst.len()` readable bytes of a live MR.
+pub unsafe fn read_registered(src: Place, dst: &mut [u8]) -> Result<(), CopyFailed> {
+    if dst.is_empty() {
+        return Ok(());
     }
-    // SAFETY: the caller guarantees the destination range; `src` is a distinct Rust buffer
-    // (or another registered range: copy() tolerates overlap).
-    unsafe { std::ptr::copy(src.as_ptr(), dst as *mut u8, src.len()) }
+    match src {
+        // SAFETY: the caller guarantees the source range; `dst` is a distinct Rust buffer.
+        Place::Host(h) => unsafe {
+            std::ptr::copy_nonoverlapping(h as *const u8, dst.as_mut_ptr(), dst.len());
+        },
+        Place::Device(d) => d.read(dst).map_err(CopyFailed)?,
+    }
+    Ok(())
+}
+
+/// Copies `src` into registered memory at `dst`.
+///
+/// # Safety
+/// `dst` must be the start of `src.len()` writable bytes of a live MR.
+pub unsafe fn write_registered(dst: Place, src: &[u8]) -> Result<(), CopyFailed> {
+    if src.is_empty() {
+        return Ok(());
+    }
+    match dst {
+        // SAFETY: the caller guarantees the destination range; `src` is a distinct Rust
+        // buffer (or another registered range: copy() tolerates overlap).
+        Place::Host(h) => unsafe { std::ptr::copy(src.as_ptr(), h as *mut u8, src.len()) },
+        Place::Device(d) => d.write(src).map_err(CopyFailed)?,
+    }
+    Ok(())
 }
 
 /// Copies `len` bytes between two registered ranges of this process (the same-process
@@ -48,6 +92,26 @@ pub unsafe fn copy_registered(dst: usize, src: usize, len: usize) {
     // SAFETY: both ranges are live registered memory (caller); copy() tolerates overlap
     // (an MR registered twice, or a write onto its own source).
     unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) }
+}
+
+/// Copies `len` registered bytes at `src` (host or device memory) into registered host
+/// memory at `dst` (the same-process path's read answer).
+///
+/// # Safety
+/// `[dst, dst+len)` must be writable host memory of a live MR and `src` the start of `len`
+/// readable bytes of a live MR.
+pub unsafe fn copy_to_host(dst: usize, src: Place, len: usize) -> Result<(), CopyFailed> {
+    match src {
+        // SAFETY: forwarded contract.
+        Place::Host(h) => unsafe { copy_registered(dst, h, len) },
+        Place::Device(d) if len > 0 => {
+            // SAFETY: the caller guarantees `len` writable bytes at `dst`.
+            let out = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, len) };
+            d.read(out).map_err(CopyFailed)?;
+        }
+        Place::Device(_) => {}
+    }
+    Ok(())
 }
 
 /// The payload of a request as the responder sees it: bytes of a packet, or (on the
@@ -80,9 +144,9 @@ impl Data<'_> {
     /// Writes payload bytes `[from, from+n)` into registered memory at `dst`.
     ///
     /// # Safety
-    /// `[dst, dst+n)` must be writable memory of a live MR; `from + n <= self.len()`.
+    /// `dst` must be the start of `n` writable bytes of a live MR; `from + n <= self.len()`.
     #[inline]
-    pub unsafe fn write_to(&self, dst: usize, from: usize, n: usize) {
+    pub unsafe fn write_to(&self, dst: Place, from: usize, n: usize) -> Result<(), CopyFailed> {
         match self {
             // SAFETY: forwarded; the slice bounds are checked by indexing.
             Data::Bytes(b) => unsafe { write_registered(dst, &b[from..from + n]) },
@@ -97,13 +161,24 @@ impl Data<'_> {
                         continue;
                     }
                     let take = (len - skip).min(left);
-                    // SAFETY: the source range is live registered memory (see the type);
-                    // the destination is the caller's.
-                    unsafe { copy_registered(at, host + skip, take) };
-                    at += take;
+                    match at {
+                        // SAFETY: the source range is live registered memory (see the
+                        // type); the destination is the caller's.
+                        Place::Host(h) => unsafe { copy_registered(h, host + skip, take) },
+                        Place::Device(d) => {
+                            // SAFETY: as above; the source is host memory of a live MR,
+                            // readable for `take` bytes while the section is open.
+                            let src = unsafe {
+                                std::slice::from_raw_parts((host + skip) as *const u8, take)
+                            };
+                            d.write(src).map_err(CopyFailed)?;
+                        }
+                    }
+                    at = at.add(take);
                     left -= take;
                     skip = 0;
                 }
+                Ok(())
             }
         }
     }

@@ -13,7 +13,8 @@
 //!   same-process path, the trust model, statistics.
 //! * [`profile`]: limits and capabilities (`EFA_SIM_PROFILE`); `wr`: the work requests
 //!   and completions of the Rust API; `mem`: the only code that touches registered
-//!   memory.
+//!   memory; `dmabuf`: registrations of device memory (dma-buf rules, the nvidia_peermem
+//!   path); `gpu`: CUDA device memory as a memory backend (emulated DMA).
 //!
 //! Configuration comes from one [`crate::config::Config`] (every `EFA_SIM_*` variable).
 //! Errors are positive errno values ([`Errno`]), exactly what rdma-core returns. A
@@ -23,6 +24,8 @@
 mod ah;
 pub mod cq;
 mod device;
+mod dmabuf;
+pub(crate) mod gpu;
 pub(crate) mod mem;
 mod mr;
 mod pd;
@@ -42,8 +45,8 @@ pub use ah::Ah;
 pub use cq::{Cq, CqOptions};
 pub use device::{gid_endpoint, gid_for, Device, Sim};
 pub use mr::{
-    AccessFlags, DmaBuf, Mr, ACCESS_LOCAL_WRITE, ACCESS_ON_DEMAND, ACCESS_OPTIONAL_RANGE,
-    ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
+    AccessFlags, DmaBuf, Exporter, Mr, MrMemory, ACCESS_LOCAL_WRITE, ACCESS_ON_DEMAND,
+    ACCESS_OPTIONAL_RANGE, ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
 };
 pub use pd::Pd;
 pub use profile::{Profile, MAX_MTU_BYTES, MAX_QPS_PER_PROCESS};

@@ -1,7 +1,11 @@
 //! Memory regions: registration rules (model §3.7, and the checks the RDMA core and the
-//! EFA kernel driver make), keys, and the one range check every device access of
-//! registered memory goes through ([`Mr::host_range`]).
+//! EFA kernel driver make), keys, where an MR's bytes are ([`MrMemory`]: host memory, a
+//! mapping of a dma-buf, or CUDA device memory reached through the driver's copies), and
+//! the one range check every device access of registered memory goes through
+//! ([`Mr::place`]).
 
+use super::gpu::DeviceMem;
+use super::mem::Place;
 use super::{Errno, Pd};
 use efa_sys::verbs::ibv_access_flags;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,8 +34,7 @@ const ACCESS_KNOWN: u32 = (1 << 10) - 1;
 pub struct Mr {
     pub(crate) pd: Arc<Pd>,
     pub(crate) key: u32,
-    /// Host address of the first byte (0 for an unmappable dma-buf).
-    pub(crate) host: usize,
+    backing: Backing,
     pub(crate) len: usize,
     iova: u64,
     pub(crate) access: AccessFlags,
@@ -39,16 +42,66 @@ pub struct Mr {
     pub(crate) dead: AtomicBool,
 }
 
+/// How the device reaches an MR's bytes.
+pub(crate) enum Backing {
+    /// Host memory registered by address (first byte).
+    Host(usize),
+    /// The model's shared mapping `[map, map + map_len)` of a dma-buf fd, unmapped with
+    /// the MR; `at` is the MR's first byte inside it.
+    Mapping {
+        at: usize,
+        map: usize,
+        map_len: usize,
+    },
+    /// CUDA device memory, moved with the driver's copies.
+    Device(DeviceMem),
+    /// A dma-buf the model can neither map nor copy: only empty accesses succeed.
+    Unreachable,
+}
+
+/// Where an MR's bytes are, as the device reaches them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MrMemory {
+    /// Host memory, read and written directly.
+    Host,
+    /// A dma-buf the model mapped (`mmap` of the fd), read and written through that.
+    Mapped,
+    /// CUDA device memory, moved with `cuMemcpyHtoD_v2`/`cuMemcpyDtoH_v2` (emulated DMA:
+    /// an NVIDIA dma-buf that cannot be mapped, or a registration by CUDA address).
+    CudaCopies,
+    /// A dma-buf that cannot be mapped with no CUDA driver to copy: data-path accesses
+    /// fail (local side status 4 or 5, remote side 7).
+    Unreachable,
+}
+
+/// Who exported a dma-buf fd.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exporter {
+    /// The software GPU (efa-sim-gpu) of this process: dma-buf byte 0 is CUDA address
+    /// `base` of device `device`.
+    SoftwareGpu {
+        /// CUDA address of the export's first byte.
+        base: u64,
+        /// Device ordinal.
+        device: i32,
+    },
+    /// A kernel dma-buf (`DMA_BUF_MAGIC`), e.g. NVIDIA's.
+    Kernel,
+    /// A regular file or memfd standing in for an exporter (mapped at the offset).
+    File,
+}
+
 /// What a dma-buf MR was registered with.
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DmaBuf {
-    /// The dma-buf fd given at registration.
+    /// The dma-buf fd given at registration (the model needs it no longer).
     pub fd: i32,
     /// Offset into the dma-buf.
     pub offset: u64,
-    /// Whether the model could mmap the fd (else its data path fails, see
-    /// [`Pd::reg_dmabuf_mr`]).
-    pub mapped: bool,
+    /// Size of the dma-buf.
+    pub size: u64,
+    /// Who exported it.
+    pub exporter: Exporter,
 }
 
 /// Checks and normalises registration access flags, in the order the kernel does:
@@ -87,7 +140,7 @@ impl Mr {
     pub(crate) fn new(
         pd: Arc<Pd>,
         key: u32,
-        host: usize,
+        backing: Backing,
         len: usize,
         iova: u64,
         access: AccessFlags,
@@ -96,7 +149,7 @@ impl Mr {
         Mr {
             pd,
             key,
-            host,
+            backing,
             len,
             iova,
             access,
@@ -133,6 +186,15 @@ impl Mr {
     pub fn dmabuf(&self) -> Option<&DmaBuf> {
         self.dmabuf.as_ref()
     }
+    /// Where the bytes are and how the device reaches them.
+    pub fn memory(&self) -> MrMemory {
+        match self.backing {
+            Backing::Host(_) => MrMemory::Host,
+            Backing::Mapping { .. } => MrMemory::Mapped,
+            Backing::Device(_) => MrMemory::CudaCopies,
+            Backing::Unreachable => MrMemory::Unreachable,
+        }
+    }
     /// Deregisters; EINVAL if already deregistered. Waits for in-flight device accesses
     /// (they hold the MR table's read lock).
     pub fn dereg(&self) -> Result<(), Errno> {
@@ -144,9 +206,9 @@ impl Mr {
         Ok(())
     }
 
-    /// Host address of `[iova, iova+len)` if it lies inside this live MR and
-    /// the MR has `need` access bits.
-    pub(crate) fn host_range(&self, iova: u64, len: u64, need: AccessFlags) -> Option<usize> {
+    /// Where `[iova, iova+len)` is, if it lies inside this live MR and the MR has `need`
+    /// access bits.
+    pub(crate) fn place(&self, iova: u64, len: u64, need: AccessFlags) -> Option<Place> {
         if self.dead.load(Ordering::Acquire) || self.access & need != need {
             return None;
         }
@@ -155,22 +217,31 @@ impl Mr {
         if end > self.len as u64 {
             return None;
         }
-        if self.host == 0 {
-            // Unmappable dma-buf: only empty accesses succeed.
-            return if len == 0 { Some(0) } else { None };
+        match &self.backing {
+            Backing::Host(h) => Some(Place::Host(h + off as usize)),
+            Backing::Mapping { at, .. } => Some(Place::Host(at + off as usize)),
+            Backing::Device(d) => Some(Place::Device(d.at(off))),
+            // Unreachable bytes: only empty accesses succeed.
+            Backing::Unreachable => (len == 0).then_some(Place::Host(0)),
         }
-        Some(self.host + off as usize)
+    }
+
+    /// The host addresses `[start, start + len)` of the whole MR, if it has them.
+    pub(crate) fn host_span(&self) -> Option<(usize, usize)> {
+        match self.backing {
+            Backing::Host(h) => Some((h, self.len)),
+            Backing::Mapping { at, .. } => Some((at, self.len)),
+            Backing::Device(_) | Backing::Unreachable => None,
+        }
     }
 }
 
 impl Drop for Mr {
     fn drop(&mut self) {
-        if let Some(d) = &self.dmabuf {
-            if d.mapped && self.host != 0 {
-                // SAFETY: we mapped exactly [host, host+len) in reg_dmabuf_mr and nothing
-                // references it any more (the MR is being dropped).
-                unsafe { libc::munmap(self.host as *mut libc::c_void, self.len) };
-            }
+        if let Backing::Mapping { map, map_len, .. } = self.backing {
+            // SAFETY: the model mapped exactly [map, map+map_len) at registration and
+            // nothing references it any more (the MR is being dropped).
+            unsafe { libc::munmap(map as *mut libc::c_void, map_len) };
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Protection domains: they own MRs, AHs and QPs (EBUSY while any exists) and keep the
 //! device's address book (GID → AH number, model §3.7).
 
-use super::mr::{check_access, AccessFlags, DmaBuf, Mr};
+use super::dmabuf;
+use super::mr::{check_access, AccessFlags, Backing, DmaBuf, Mr};
 use super::runtime::Runtime;
 use super::{Ah, Errno, Gid, Qp, QpCaps, QpInit};
 use crate::rcu::{Guard, RcuBox};
@@ -63,7 +64,7 @@ impl Pd {
 
     fn add_mr(
         self: &Arc<Self>,
-        host: usize,
+        backing: Backing,
         len: usize,
         iova: u64,
         access: AccessFlags,
@@ -76,7 +77,15 @@ impl Pd {
             return Err(libc::EINVAL);
         }
         let mr = self.rt.insert_mr(|key| {
-            Arc::new(Mr::new(self.clone(), key, host, len, iova, access, dmabuf))
+            Arc::new(Mr::new(
+                self.clone(),
+                key,
+                backing,
+                len,
+                iova,
+                access,
+                dmabuf,
+            ))
         })?;
         self.add_user();
         Ok(mr)
@@ -85,12 +94,16 @@ impl Pd {
     /// Host memory `[addr, addr+len)` addressed by the peer as `[iova, iova+len)`.
     /// Besides the access rules (`check_access`): EINVAL for a zero length, a NULL
     /// address, or a range (or its page-rounded end) that wraps, as the kernel's
-    /// `ib_umem_get` answers.
+    /// `ib_umem_get` answers. CUDA device memory (with a CUDA driver loaded in the process)
+    /// takes the nvidia_peermem path: reached through the driver's copies, or EFAULT
+    /// without peermem (profile `peermem=0`) or for memory the NIC may not reach
+    /// (`crate::model::dmabuf` has the rules).
     ///
     /// # Safety
     /// `[addr, addr+len)` must stay valid, readable and (if any write access is
     /// granted) writable memory until [`Mr::dereg`] returns; peers and the device
-    /// read and write it at any time in between (like DMA).
+    /// read and write it at any time in between (like DMA). For CUDA memory: it must stay
+    /// allocated until then.
     pub unsafe fn reg_mr(
         self: &Arc<Self>,
         addr: usize,
@@ -106,14 +119,23 @@ impl Pd {
         if len == 0 || addr == 0 || wraps {
             return Err(libc::EINVAL);
         }
-        self.add_mr(addr, len, iova, access, None)
+        let backing = dmabuf::device_address(&self.rt.profile, addr, len)?;
+        self.add_mr(
+            backing.unwrap_or(Backing::Host(addr)),
+            len,
+            iova,
+            access,
+            None,
+        )
     }
 
-    /// dma-buf registration: records fd/offset/len/iova. The model mmaps
-    /// `[offset, offset+len)` of the fd (shared, read/write); if that fails the MR
-    /// still registers but every data-path access to it fails (local side:
-    /// status 5 LOC_PROT, remote side: status 7 REM_ACCESS). Zero lengths, negative fds
-    /// and ranges that wrap are EINVAL.
+    /// dma-buf registration of `[offset, offset+len)` of the dma-buf `fd`, addressed as
+    /// `[iova, iova+len)`, with the kernel's checks in its order (`crate::model::dmabuf`).
+    /// The device reaches the bytes through a mapping of the fd (the software GPU's exports
+    /// at their CUDA address, mappable dma-bufs, files), through the CUDA driver's copies
+    /// (an NVIDIA dma-buf that cannot be mapped, a software-GPU export that refuses mmap),
+    /// or not at all: then the MR registers but every data-path access to it fails (local
+    /// side status 4/5, remote side 7). [`Mr::memory`] says which. The fd is not kept.
     pub fn reg_dmabuf_mr(
         self: &Arc<Self>,
         offset: u64,
@@ -122,25 +144,9 @@ impl Pd {
         fd: i32,
         access: AccessFlags,
     ) -> Result<Arc<Mr>, Errno> {
-        let access = check_access(access, self.rt.profile.device_caps)?;
-        if fd < 0 || len == 0 || offset.checked_add(len as u64).is_none() {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: mmap of a caller-owned fd into fresh address space; no existing
-        // memory is touched; failure is reported as MAP_FAILED.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                offset as libc::off_t,
-            )
-        };
-        let host = if p == libc::MAP_FAILED { 0 } else { p as usize };
-        let mapped = host != 0;
-        self.add_mr(host, len, iova, access, Some(DmaBuf { fd, offset, mapped }))
+        let (access, backing, info) =
+            dmabuf::register(&self.rt.profile, offset, len, iova, fd, access)?;
+        self.add_mr(backing, len, iova, access, Some(info))
     }
 
     /// Same (PD, GID) gives the same AH number (model §3.7).

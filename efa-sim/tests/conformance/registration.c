@@ -4,10 +4,14 @@
  * EFA has none), access the EFA driver does not support (EOPNOTSUPP), remote access the
  * device lacks the capability for (EOPNOTSUPP; device 1 runs without RDMA caps), a zero
  * length (EINVAL), and ranges that wrap around the address space (EINVAL). Optional-range
- * bits are dropped. Run with EFA_SIM_PROFILE=efa_1.caps=-rdma_read-rdma_write. */
+ * bits are dropped. ibv_reg_dmabuf_mr has the uverbs method's own rules: access bits it
+ * does not take are EINVAL, so are an offset and iova in different places of their pages,
+ * ranges past the dma-buf's end and fds that are no dma-buf (a memfd stands in for one);
+ * closed fds are EBADF. Run with EFA_SIM_PROFILE=efa_1.caps=-rdma_read-rdma_write. */
 #define _GNU_SOURCE
 #include "common.h"
 #include <sys/mman.h>
+#include <unistd.h>
 
 #define LW IBV_ACCESS_LOCAL_WRITE
 
@@ -43,13 +47,16 @@ int main(void)
 				 EINVAL);
 		/* Bits the core does not know. */
 		CHECK_NULL_ERRNO(reg_with(how, pd, buf, 64, fd, LW | (1 << 15)), EINVAL);
-		/* No on-demand paging on EFA. */
-		CHECK_NULL_ERRNO(reg_with(how, pd, buf, 64, fd, LW | IBV_ACCESS_ON_DEMAND), EOPNOTSUPP);
-		/* The EFA driver: atomics, MW bind, zero-based, huge pages are not supported. */
+		/* No on-demand paging on EFA; MW bind, zero-based, huge pages are not supported by
+		 * the EFA driver. The dma-buf method takes none of these bits at all (its access
+		 * attribute allows local/remote write, remote read/atomic, relaxed ordering): EINVAL. */
+		int driver_refuses = how == 2 ? EINVAL : EOPNOTSUPP;
+		CHECK_NULL_ERRNO(reg_with(how, pd, buf, 64, fd, LW | IBV_ACCESS_ON_DEMAND), driver_refuses);
+		CHECK_NULL_ERRNO(reg_with(how, pd, buf, 64, fd, LW | IBV_ACCESS_MW_BIND), driver_refuses);
+		CHECK_NULL_ERRNO(reg_with(how, pd, buf, 64, fd, LW | IBV_ACCESS_ZERO_BASED), driver_refuses);
+		CHECK_NULL_ERRNO(reg_with(how, pd, buf, 64, fd, LW | IBV_ACCESS_HUGETLB), driver_refuses);
+		/* The EFA driver has no atomics. */
 		CHECK_NULL_ERRNO(reg_with(how, pd, buf, 64, fd, LW | IBV_ACCESS_REMOTE_ATOMIC), EOPNOTSUPP);
-		CHECK_NULL_ERRNO(reg_with(how, pd, buf, 64, fd, LW | IBV_ACCESS_MW_BIND), EOPNOTSUPP);
-		CHECK_NULL_ERRNO(reg_with(how, pd, buf, 64, fd, LW | IBV_ACCESS_ZERO_BASED), EOPNOTSUPP);
-		CHECK_NULL_ERRNO(reg_with(how, pd, buf, 64, fd, LW | IBV_ACCESS_HUGETLB), EOPNOTSUPP);
 		/* Remote access the device lacks the capability for. */
 		CHECK_NULL_ERRNO(reg_with(how, bare_pd, buf, 64, fd, IBV_ACCESS_REMOTE_READ), EOPNOTSUPP);
 		CHECK_NULL_ERRNO(reg_with(how, bare_pd, buf, 64, fd, LW | IBV_ACCESS_REMOTE_WRITE), EOPNOTSUPP);
@@ -65,6 +72,23 @@ int main(void)
 		CHECK_PTR(local);
 		CHECK_EQ(ibv_dereg_mr(local), 0);
 	}
+	/* dma-buf only: an offset and iova in different places of their pages (the uverbs
+	 * method's first check), past the end of the dma-buf, a closed fd (EBADF, NCCL's probe
+	 * for dma-buf support relies on it), an fd that is no dma-buf (a pipe). */
+	CHECK_NULL_ERRNO(ibv_reg_dmabuf_mr(pd, 8, 64, 0x10000, fd, LW), EINVAL);
+	CHECK_NULL_ERRNO(ibv_reg_dmabuf_mr(pd, 4096, 4097, 0x10000, fd, LW), EINVAL);
+	CHECK_NULL_ERRNO(ibv_reg_dmabuf_mr(pd, 0, 0, 0, -1, 0), EBADF);
+	int p[2];
+	CHECK_EQ(pipe(p), 0);
+	CHECK_NULL_ERRNO(ibv_reg_dmabuf_mr(pd, 0, 64, 0, p[0], LW), EINVAL);
+	close(p[0]);
+	close(p[1]);
+	CHECK_NULL_ERRNO(ibv_reg_dmabuf_mr(pd, 0, 64, 0, p[0], LW), EBADF);
+	/* rdma-core reports a dma-buf MR's addr as its offset. */
+	struct ibv_mr *at = ibv_reg_dmabuf_mr(pd, 4096, 64, 0x11000, fd, LW);
+	CHECK_PTR(at);
+	CHECK(at->addr == (void *)4096 && at->length == 64, "dma-buf mr addr/length");
+	CHECK_EQ(ibv_dereg_mr(at), 0);
 	/* Ranges that wrap: the end past the top of the address space, or its page rounding. */
 	CHECK_NULL_ERRNO(ibv_reg_mr(pd, (void *)(UINTPTR_MAX - 100), 4096, LW), EINVAL);
 	CHECK_NULL_ERRNO(ibv_reg_mr(pd, (void *)(UINTPTR_MAX - 4200), 4096, LW), EINVAL);

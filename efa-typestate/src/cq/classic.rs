@@ -107,27 +107,22 @@ impl<C: Parent<Target = Context>> Cq<C> {
     }
 }
 
-impl<C> sealed::Sealed for Cq<C> {}
+/// Entries fetched per `ibv_poll_cq` call.
+const CHUNK: usize = 16;
 
-impl<C> CompletionQueue for Cq<C> {
-    fn as_cq_ptr(&self) -> *mut ffi::ibv_cq {
-        self.raw.as_ptr()
-    }
-
-    fn poll<const N: usize>(&self, out: &mut ArrayVec<Completion, N>) -> Result<usize> {
-        const CHUNK: usize = 16;
-        let mut wcs = [const { MaybeUninit::<ffi::ibv_wc>::uninit() }; CHUNK];
+impl<C> Cq<C> {
+    /// Converts the `n` entries the first `ibv_poll_cq` of [`poll`](CompletionQueue::poll)
+    /// returned (asked for `want`, or a negative errno) into `out`, polling on while the
+    /// CQ fills every chunk and `out` has room.
+    fn take<const N: usize>(
+        &self,
+        out: &mut ArrayVec<Completion, N>,
+        wcs: &mut [MaybeUninit<ffi::ibv_wc>; CHUNK],
+        mut n: c_int,
+        mut want: usize,
+    ) -> Result<usize> {
         let mut total = 0;
         loop {
-            let want = out.remaining_capacity().min(CHUNK);
-            if want == 0 {
-                return Ok(total);
-            }
-            // SAFETY: valid CQ; `wcs` has room for `want` entries; the provider writes
-            // `n` of them and returns n (or a negative errno).
-            let n = unsafe {
-                (self.poll_cq)(self.raw.as_ptr(), want as c_int, wcs.as_mut_ptr().cast())
-            };
             if n < 0 {
                 return Err(Error::verb(Verb::PollCq, -n));
             }
@@ -142,7 +137,42 @@ impl<C> CompletionQueue for Cq<C> {
             if (n as usize) < want {
                 return Ok(total);
             }
+            want = out.remaining_capacity().min(CHUNK);
+            if want == 0 {
+                return Ok(total);
+            }
+            // SAFETY: as in `poll`.
+            n = unsafe {
+                (self.poll_cq)(self.raw.as_ptr(), want as c_int, wcs.as_mut_ptr().cast())
+            };
         }
+    }
+}
+
+impl<C> sealed::Sealed for Cq<C> {}
+
+impl<C> CompletionQueue for Cq<C> {
+    fn as_cq_ptr(&self) -> *mut ffi::ibv_cq {
+        self.raw.as_ptr()
+    }
+
+    // The first `ibv_poll_cq` call, and with it the empty case, is inlined into the
+    // caller (as C's `ibv_poll_cq` is); converting entries is `Cq::take`.
+    #[inline]
+    fn poll<const N: usize>(&self, out: &mut ArrayVec<Completion, N>) -> Result<usize> {
+        let want = out.remaining_capacity().min(CHUNK);
+        if want == 0 {
+            return Ok(0);
+        }
+        let mut wcs = [const { MaybeUninit::<ffi::ibv_wc>::uninit() }; CHUNK];
+        // SAFETY: valid CQ; `wcs` has room for `want` entries; the provider writes `n`
+        // of them and returns n (or a negative errno).
+        let n =
+            unsafe { (self.poll_cq)(self.raw.as_ptr(), want as c_int, wcs.as_mut_ptr().cast()) };
+        if n == 0 {
+            return Ok(0);
+        }
+        self.take(out, &mut wcs, n, want)
     }
 
     fn request_notify(&self) -> Result<()> {
@@ -160,6 +190,7 @@ impl<C> CompletionQueue for Cq<C> {
 /// `wc` must point at an `ibv_wc` written by `ibv_poll_cq`. Fields the provider leaves
 /// untouched for send completions (byte_len, imm, src_qp, slid) may be stale: they are
 /// only read for receive completions.
+#[inline]
 unsafe fn completion_from_wc(wc: *const ffi::ibv_wc) -> Completion {
     // SAFETY: caller guarantees the struct was written by the provider (status, opcode,
     // vendor_err, qp_num, wc_flags, wr_id always).

@@ -89,6 +89,7 @@ impl WcOpcode {
     pub const RECV_RDMA_WITH_IMM: WcOpcode = WcOpcode(ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM);
 
     /// True for receive-side completions.
+    #[inline]
     pub fn is_recv(self) -> bool {
         self.0 & ibv_wc_opcode::IBV_WC_RECV != 0
     }
@@ -145,67 +146,82 @@ impl Completion {
     };
 
     /// The work request id given when posting (0 for unsolicited write-with-imm).
+    #[inline]
     pub fn wr_id(&self) -> u64 {
         self.wr_id
     }
     /// Verbs status.
+    #[inline]
     pub fn status(&self) -> WcStatus {
         self.status
     }
     /// True on success.
+    #[inline]
     pub fn is_ok(&self) -> bool {
         self.status == WcStatus::SUCCESS
     }
     /// Opcode.
+    #[inline]
     pub fn opcode(&self) -> WcOpcode {
         self.opcode
     }
     /// The EFA status (`vendor_err`): exactly what the device reported.
+    #[inline]
     pub fn efa_status(&self) -> EfaStatus {
         EfaStatus(self.vendor_err)
     }
     /// Bytes received (receive completions; for write-with-imm the write length).
+    #[inline]
     pub fn byte_len(&self) -> u32 {
         self.byte_len
     }
     /// Immediate data in host byte order, if any.
+    #[inline]
     pub fn imm(&self) -> Option<u32> {
         self.flags
             .contains(CompletionFlags::WITH_IMM)
             .then_some(self.imm)
     }
     /// Local QP number.
+    #[inline]
     pub fn qp_num(&self) -> u32 {
         self.qp_num
     }
     /// Sender's QP number (receive completions).
+    #[inline]
     pub fn src_qp(&self) -> u32 {
         self.src_qp
     }
     /// Receiver-side AH number of the sender, [`AH_UNKNOWN`] (0xffff) if this side has none.
+    #[inline]
     pub fn slid(&self) -> u16 {
         self.slid
     }
     /// The sender's AH number if this side has an AH for it.
+    #[inline]
     pub fn sender_ah(&self) -> Option<u16> {
         (self.opcode.is_recv() && self.slid != AH_UNKNOWN).then_some(self.slid)
     }
     /// Flags.
+    #[inline]
     pub fn flags(&self) -> CompletionFlags {
         self.flags
     }
     /// True for write-with-imm completions that consumed no receive WR.
+    #[inline]
     pub fn is_unsolicited(&self) -> bool {
         self.flags.contains(CompletionFlags::UNSOLICITED)
     }
     /// The sender's GID, reported for receives from senders this side has no AH for, on
     /// CQs created with [`CqOptions::sender_gid`](super::CqOptions::sender_gid).
+    #[inline]
     pub fn sender_gid(&self) -> Option<Gid> {
         self.flags
             .contains(CompletionFlags::SENDER_GID)
             .then_some(self.sgid)
     }
     /// `Ok(self)` on success, else the typed error.
+    #[inline]
     pub fn result(&self) -> Result<&Self> {
         match self.into_error() {
             None => Ok(self),
@@ -213,6 +229,7 @@ impl Completion {
         }
     }
     /// The error this completion reports, if it failed.
+    #[inline]
     pub fn into_error(&self) -> Option<Error> {
         (!self.is_ok()).then_some(Error::Completion {
             status: self.status,

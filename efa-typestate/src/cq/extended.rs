@@ -34,6 +34,8 @@ struct CqExOps {
     efa: *mut ffi::efadv_cq,
     read_sgid: Option<unsafe extern "C" fn(*mut ffi::efadv_cq, *mut ffi::ibv_gid) -> c_int>,
     is_unsolicited: Option<unsafe extern "C" fn(*mut ffi::efadv_cq) -> bool>,
+    /// Either of the two above is set (one test per completion instead of two).
+    efadv_fields: bool,
 }
 
 /// An extended CQ (`ibv_cq_ex`), polled with `start_poll`/`next_poll`/`end_poll` through
@@ -223,6 +225,7 @@ impl<C: Parent<Target = Context>> ExtCq<C> {
             read_wc_flags: c.read_wc_flags?,
             read_slid: c.read_slid?,
             efa,
+            efadv_fields: read_sgid.is_some() || is_unsolicited.is_some(),
             read_sgid,
             is_unsolicited,
         })
@@ -230,44 +233,42 @@ impl<C: Parent<Target = Context>> ExtCq<C> {
 }
 
 impl<C> ExtCq<C> {
-    /// Reads the current entry (between a successful start/next_poll and the next call).
+    /// Reads the current entry (between a successful start/next_poll and the next call)
+    /// into `c`, field by field as each call returns (as C fills its own struct), so that
+    /// nothing is kept across the provider calls.
     ///
     /// # Safety
     /// Must be called only while the CQ is positioned on a valid entry.
-    #[inline]
-    unsafe fn read_current(&self) -> Completion {
+    #[inline(always)]
+    unsafe fn read_current(&self, c: &mut Completion) {
         let cq = self.raw.as_ptr();
         let o = &self.ops;
         // SAFETY: caller guarantees a current entry; all pointers were checked at creation
         // and the plain fields are valid while the CQ is locked by start_poll.
         unsafe {
-            let opcode = WcOpcode((o.read_opcode)(cq));
-            let mut flags = CompletionFlags::empty();
-            let status = WcStatus((*cq).status);
-            let mut c = Completion {
-                wr_id: (*cq).wr_id,
-                status,
-                opcode,
-                // EFA reports vendor status 0 with every success: skip the call then.
-                vendor_err: if status == WcStatus::SUCCESS {
-                    0
-                } else {
-                    (o.read_vendor_err)(cq)
-                },
-                qp_num: (o.read_qp_num)(cq),
-                ..Completion::EMPTY
-            };
+            c.wr_id = (*cq).wr_id;
+            c.status = WcStatus((*cq).status);
+            c.opcode = WcOpcode((o.read_opcode)(cq));
+            // EFA reports vendor status 0 with every success: skip the call then.
+            if c.status != WcStatus::SUCCESS {
+                c.vendor_err = (o.read_vendor_err)(cq);
+            }
+            c.qp_num = (o.read_qp_num)(cq);
             // Send-side completions carry nothing more on EFA (flags 0): read only for receives.
-            if opcode.is_recv() {
-                flags = CompletionFlags::from_bits_retain((o.read_wc_flags)(cq) & VERBS_WC_FLAGS);
-                c.byte_len = (o.read_byte_len)(cq);
-                c.src_qp = (o.read_src_qp)(cq);
-                c.slid = (o.read_slid)(cq) as u16;
-                if flags.contains(CompletionFlags::WITH_IMM) {
-                    c.imm = u32::from_be((o.read_imm_data)(cq));
-                }
+            if !c.opcode.is_recv() {
+                return;
+            }
+            let mut flags =
+                CompletionFlags::from_bits_retain((o.read_wc_flags)(cq) & VERBS_WC_FLAGS);
+            c.byte_len = (o.read_byte_len)(cq);
+            c.src_qp = (o.read_src_qp)(cq);
+            c.slid = (o.read_slid)(cq) as u16;
+            if flags.contains(CompletionFlags::WITH_IMM) {
+                c.imm = u32::from_be((o.read_imm_data)(cq));
+            }
+            if o.efadv_fields {
                 if let Some(f) = o.is_unsolicited {
-                    if opcode == WcOpcode::RECV_RDMA_WITH_IMM && f(o.efa) {
+                    if c.opcode == WcOpcode::RECV_RDMA_WITH_IMM && f(o.efa) {
                         flags |= CompletionFlags::UNSOLICITED;
                     }
                 }
@@ -282,7 +283,6 @@ impl<C> ExtCq<C> {
                 }
             }
             c.flags = flags;
-            c
         }
     }
 
@@ -310,25 +310,53 @@ impl<C> CompletionQueue for ExtCq<C> {
         self.raw.as_ptr().cast()
     }
 
+    // The empty case (start_poll says ENOENT) is inlined into the caller, as C's
+    // `ibv_start_poll` is; reading entries is `ExtCq::read_session`.
+    #[inline]
     fn poll<const N: usize>(&self, out: &mut ArrayVec<Completion, N>) -> Result<usize> {
         if out.is_full() {
             return Ok(0);
         }
-        let cq = self.raw.as_ptr();
         let mut attr = ffi::ibv_poll_cq_attr { comp_mask: 0 };
         // SAFETY: valid CQ and attr with comp_mask 0.
-        let rc = unsafe { (self.ops.start_poll)(cq, &mut attr) };
-        match rc {
-            0 => {}
-            libc::ENOENT => return Ok(0), // empty: the CQ is not locked
-            e => return Err(Error::verb(Verb::PollCq, e)),
+        let rc = unsafe { (self.ops.start_poll)(self.raw.as_ptr(), &mut attr) };
+        if rc == libc::ENOENT {
+            return Ok(0); // empty: the CQ is not locked
         }
+        self.read_session(out, rc)
+    }
+
+    fn request_notify(&self) -> Result<()> {
+        request_notify_with(self.req_notify, self.as_cq_ptr())
+    }
+
+    fn own_channel(&self) -> Option<&OwnChannel> {
+        self.own.as_ref()
+    }
+}
+
+impl<C> ExtCq<C> {
+    /// Reads the entries of a poll session `start_poll` opened with `rc` (0, or an
+    /// error to report), while `out` has room, and closes it.
+    fn read_session<const N: usize>(
+        &self,
+        out: &mut ArrayVec<Completion, N>,
+        rc: c_int,
+    ) -> Result<usize> {
+        if rc != 0 {
+            return Err(Error::verb(Verb::PollCq, rc));
+        }
+        let cq = self.raw.as_ptr();
         let mut n = 0;
         loop {
-            // SAFETY: positioned on a valid entry (start/next_poll returned 0).
-            let c = unsafe { self.read_current() };
-            // Room was checked before this entry was fetched.
-            let _ = out.try_push(c);
+            // Room was checked before this entry was fetched; the entry is read into
+            // its slot in place.
+            if out.try_push(Completion::EMPTY).is_ok() {
+                if let Some(slot) = out.last_mut() {
+                    // SAFETY: positioned on a valid entry (start/next_poll returned 0).
+                    unsafe { self.read_current(slot) };
+                }
+            }
             n += 1;
             if out.is_full() {
                 break;
@@ -347,14 +375,6 @@ impl<C> CompletionQueue for ExtCq<C> {
         // SAFETY: inside a poll session; retires the current entry and unlocks.
         unsafe { (self.ops.end_poll)(cq) };
         Ok(n)
-    }
-
-    fn request_notify(&self) -> Result<()> {
-        request_notify_with(self.req_notify, self.as_cq_ptr())
-    }
-
-    fn own_channel(&self) -> Option<&OwnChannel> {
-        self.own.as_ref()
     }
 }
 

@@ -137,6 +137,7 @@ pub trait MemoryRegion: region_sealed::Sealed {
     /// Length in bytes.
     fn len(&self) -> u64;
     /// True if zero bytes long.
+    #[inline]
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -150,6 +151,7 @@ pub trait MemoryRegion: region_sealed::Sealed {
 
     /// An SGE for `len` bytes at `offset`; fails unless the range lies inside the region
     /// and `len` fits 32 bits.
+    #[inline]
     fn sge(&self, offset: u64, len: u64) -> Result<Sge<'_>> {
         use crate::error::InvalidInput;
         if self.as_mr_ptr().is_null() {
@@ -168,11 +170,13 @@ pub trait MemoryRegion: region_sealed::Sealed {
     }
 
     /// An SGE covering the whole region.
+    #[inline]
     fn sge_all(&self) -> Result<Sge<'_>> {
         self.sge(0, self.len())
     }
 
     /// The region as a peer addresses it for RDMA (iova, length, rkey).
+    #[inline]
     fn remote(&self) -> RemoteBuffer {
         RemoteBuffer::new(self.iova(), self.len(), self.rkey())
     }

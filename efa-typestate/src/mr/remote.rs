@@ -24,6 +24,7 @@ impl RemoteBuffer {
     pub const WIRE_SIZE: usize = 24;
 
     /// From its parts.
+    #[inline]
     pub fn new(addr: u64, len: u64, rkey: u32) -> RemoteBuffer {
         RemoteBuffer {
             addr: U64::new(addr),
@@ -33,6 +34,7 @@ impl RemoteBuffer {
         }
     }
     /// Parses the 24-byte wire format.
+    #[inline]
     pub fn parse(bytes: &[u8]) -> Result<RemoteBuffer> {
         RemoteBuffer::read_from_bytes(bytes).map_err(|_| {
             Error::Invalid(InvalidInput::WireLength {
@@ -42,28 +44,34 @@ impl RemoteBuffer {
         })
     }
     /// The wire bytes.
+    #[inline]
     pub fn to_bytes(&self) -> [u8; 24] {
         let mut out = [0u8; 24];
         out.copy_from_slice(self.as_bytes());
         out
     }
     /// Device address of the first byte.
+    #[inline]
     pub fn addr(&self) -> u64 {
         self.addr.get()
     }
     /// Length in bytes.
+    #[inline]
     pub fn len(&self) -> u64 {
         self.len.get()
     }
     /// True if zero bytes long.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
     /// Remote key.
+    #[inline]
     pub fn rkey(&self) -> u32 {
         self.rkey.get()
     }
     /// `len` bytes at `offset`, checked to lie inside this buffer.
+    #[inline]
     pub fn slice(&self, offset: u64, len: u64) -> Result<RemoteBuffer> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len() => {

@@ -51,6 +51,7 @@ impl<'mr> Sge<'mr> {
         self.raw.length
     }
     /// True for a zero-length SGE.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.raw.length == 0
     }
@@ -60,6 +61,7 @@ impl<'mr> Sge<'mr> {
         self.raw.lkey
     }
     /// A sub-range of this SGE (still inside the same region).
+    #[inline]
     pub fn slice(&self, offset: u32, len: u32) -> Result<Self> {
         check_range(offset as u64, len as u64, self.raw.length as u64)?;
         Ok(Sge::new_checked(
@@ -104,6 +106,7 @@ impl<'mr, const K: usize> SgeList<'mr, K> {
     /// The list of `sges`, in order. Fails with [`InvalidInput::TooManySges`] beyond `K`
     /// and [`InvalidInput::WrongPd`] if they belong to different PDs. An empty list is a
     /// zero-length send.
+    #[inline]
     pub fn new(sges: &[Sge<'mr>]) -> Result<Self> {
         if sges.len() > K {
             return Err(InvalidInput::TooManySges {
@@ -132,18 +135,22 @@ impl<'mr, const K: usize> SgeList<'mr, K> {
         })
     }
     /// Number of SGEs.
+    #[inline]
     pub fn len(&self) -> usize {
         self.len
     }
     /// True if empty.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
     /// Total bytes.
+    #[inline]
     pub fn total_len(&self) -> u64 {
         self.raw[..self.len].iter().map(|s| s.length as u64).sum()
     }
     /// The list as batches store it.
+    #[inline]
     pub fn as_sges(&self) -> Sges<'_> {
         Sges {
             raw: &self.raw[..self.len],
@@ -173,21 +180,26 @@ pub struct Sges<'a> {
 
 impl<'a> Sges<'a> {
     /// Number of SGEs.
+    #[inline]
     pub fn len(&self) -> usize {
         self.raw.len()
     }
     /// True if empty.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.raw.is_empty()
     }
     /// Total bytes.
+    #[inline]
     pub fn total_len(&self) -> u64 {
         self.raw.iter().map(|s| s.length as u64).sum()
     }
+    #[inline]
     pub(crate) fn raw(&self) -> &'a [ffi::ibv_sge] {
         self.raw
     }
     /// The PD of the memory ([`PdId::NONE`] for an empty list, which names no memory).
+    #[inline]
     pub(crate) fn pd(&self) -> PdId {
         self.pd
     }

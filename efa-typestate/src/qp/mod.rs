@@ -53,10 +53,12 @@ impl<P, S: QpState> Qp<P, S> {
     }
 
     /// QP number.
+    #[inline]
     pub fn qpn(&self) -> u32 {
         self.inner.qpn()
     }
     /// UD or SRD.
+    #[inline]
     pub fn qp_type(&self) -> QpType {
         self.inner.limits.qp_type
     }
@@ -65,10 +67,12 @@ impl<P, S: QpState> Qp<P, S> {
         self.inner.caps
     }
     /// Everything batches are checked against.
+    #[inline]
     pub fn limits(&self) -> &QpLimits {
         &self.inner.limits
     }
     /// Send operations enabled at creation.
+    #[inline]
     pub fn send_ops(&self) -> crate::SendOps {
         self.inner.limits.send_ops
     }
@@ -77,6 +81,7 @@ impl<P, S: QpState> Qp<P, S> {
         S::KIND
     }
     /// Local endpoint info to give peers (GID, QPN, and the qkey set at INIT; 0 before).
+    #[inline]
     pub fn endpoint(&self) -> EndpointInfo {
         self.inner.endpoint()
     }
@@ -90,6 +95,7 @@ impl<P, S: QpState> Qp<P, S> {
     }
     /// The raw QP. Work requests posted through it by other code must not use `wr_id`s
     /// with bit 63 set (they are reserved for [leases](crate::lease)).
+    #[inline]
     pub fn as_ptr(&self) -> *mut ffi::ibv_qp {
         self.inner.qp.as_ptr()
     }
@@ -211,6 +217,7 @@ impl<P, S: RecvReady> Qp<P, S> {
     ///
     /// [`InvalidInput::WrongQp`](crate::InvalidInput::WrongQp) for a batch of another QP;
     /// on [`Error::RecvQueueFull`] the first `posted` receives were posted.
+    #[inline(always)]
     pub unsafe fn post_recv<const N: usize>(&self, batch: &RecvBatch<'_, N>) -> Result<()> {
         // SAFETY: forwarded contract.
         unsafe { self.inner.post_recv(batch) }
@@ -231,6 +238,7 @@ impl<P> Qp<P, Rts> {
     /// not reuse it (as for [`post_recv`](Self::post_recv): dropping the `Mr` is allowed,
     /// forgetting one over borrowed memory is not). Inline payloads are copied during the
     /// call and are exempt.
+    #[inline(always)]
     pub unsafe fn post_send<const N: usize>(&self, batch: &SendBatch<'_, N>) -> Result<()> {
         // SAFETY: forwarded contract.
         unsafe { self.inner.post_send(batch) }
@@ -240,12 +248,14 @@ impl<P> Qp<P, Rts> {
 impl<P, S: QpState> TargetSealed for Qp<P, S> {}
 
 impl<P> SendTarget for Qp<P, Rts> {
+    #[inline]
     fn limits(&self) -> &QpLimits {
         &self.inner.limits
     }
 }
 
 impl<P, S: RecvReady> RecvTarget for Qp<P, S> {
+    #[inline]
     fn limits(&self) -> &QpLimits {
         &self.inner.limits
     }

@@ -11,7 +11,7 @@ use crate::context::DeviceCaps;
 use crate::endpoint::{EndpointInfo, Gid};
 use crate::error::{Error, InvalidInput, Result, Unsupported, Verb};
 use crate::ffi::{self, ibv_qp_attr_mask as Mask, ibv_send_flags};
-use crate::wr::{Payload, QpLimits, RecvBatch, RecvBufs, SendBatch, SendOp, SendOps};
+use crate::wr::{OpKind, Payload, QpLimits, RecvBatch, RecvBufs, SendBatch, SendOps};
 
 // ibv_qp_attr_mask bits used here.
 pub(crate) const ATTR_STATE: u32 = Mask::IBV_QP_STATE.0;
@@ -57,6 +57,15 @@ unsafe extern "C" fn op_not_enabled_rdma(_: *mut ffi::ibv_qp_ex, _: u32, _: u64)
 unsafe extern "C" fn op_not_enabled_rdma_imm(_: *mut ffi::ibv_qp_ex, _: u32, _: u64, _: u32) {}
 
 impl SendFns {
+    /// Reads one pointer where it is called, as C's `ibv_wr_*` helpers read `qp->wr_*`:
+    /// a plain read would be hoisted out of the post loop and every pointer of the
+    /// table spilled to the stack, ten loads and stores for a one-WR batch.
+    #[inline(always)]
+    fn at<F: Copy>(f: &F) -> F {
+        // SAFETY: `f` is a reference, so valid, aligned and initialised for the read.
+        unsafe { core::ptr::read_volatile(f) }
+    }
+
     /// # Safety
     /// `qpx` must be a live `ibv_qp_ex`.
     pub(crate) unsafe fn load(qpx: *mut ffi::ibv_qp_ex, ops: SendOps) -> Option<SendFns> {
@@ -253,16 +262,19 @@ impl QpInner {
         Ok((conv(sq), conv(rq)))
     }
 
+    #[inline]
     pub(crate) fn qpn(&self) -> u32 {
         // SAFETY: valid QP; qp_num is a plain field set at creation.
         unsafe { (*self.qp.as_ptr()).qp_num }
     }
 
+    #[inline]
     pub(crate) fn endpoint(&self) -> EndpointInfo {
         // QPNs are device-assigned and fit 24 bits (EFA: 16).
         EndpointInfo::from_parts(self.gid, self.qpn(), self.qkey)
     }
 
+    #[inline]
     fn check_batch(&self, limits: &QpLimits) -> Result<()> {
         if !core::ptr::eq(limits, &self.limits) {
             return Err(InvalidInput::WrongQp.into());
@@ -274,7 +286,7 @@ impl QpInner {
     ///
     /// # Safety
     /// See [`Qp::post_send`](super::Qp::post_send).
-    #[inline]
+    #[inline(always)]
     pub(crate) unsafe fn post_send<const N: usize>(&self, batch: &SendBatch<'_, N>) -> Result<()> {
         self.check_batch(batch.limits)?;
         if batch.wrs.is_empty() {
@@ -289,28 +301,36 @@ impl QpInner {
         // inline bytes and AHs are borrowed by the batch and valid for the call; the
         // provider copies SGEs and inline data into the WQE before wr_complete returns.
         unsafe {
-            (f.start)(q);
+            (SendFns::at(&f.start))(q);
             for wr in batch.wrs.iter() {
                 (*q).wr_id = wr.wr_id;
                 (*q).wr_flags = match wr.payload {
                     Payload::Inline(_) => SEND_SIGNALED | SEND_INLINE,
                     _ => SEND_SIGNALED,
                 };
-                match wr.op {
-                    SendOp::Send => (f.send)(q),
-                    SendOp::SendImm(imm) => (f.send_imm)(q, imm.to_be()),
-                    SendOp::Write(r) => (f.write)(q, r.rkey(), r.addr()),
-                    SendOp::WriteImm(r, imm) => (f.write_imm)(q, r.rkey(), r.addr(), imm.to_be()),
-                    SendOp::Read(r) => (f.read)(q, r.rkey(), r.addr()),
+                let o = &wr.op;
+                match o.kind {
+                    OpKind::Send => (SendFns::at(&f.send))(q),
+                    OpKind::SendImm => (SendFns::at(&f.send_imm))(q, o.imm.to_be()),
+                    OpKind::Write => (SendFns::at(&f.write))(q, o.rkey, o.raddr),
+                    OpKind::WriteImm => {
+                        (SendFns::at(&f.write_imm))(q, o.rkey, o.raddr, o.imm.to_be())
+                    }
+                    OpKind::Read => (SendFns::at(&f.read))(q, o.rkey, o.raddr),
                 }
-                (f.set_ud_addr)(q, wr.dest.ah.as_ptr(), wr.dest.qpn, wr.dest.qkey);
+                let d = &wr.dest;
+                (SendFns::at(&f.set_ud_addr))(q, d.ah.as_ptr(), d.qpn, d.qkey);
                 match wr.payload {
-                    Payload::Sge(s) => (f.set_sge)(q, s.lkey(), s.addr(), s.len()),
-                    Payload::Sges(l) => (f.set_sge_list)(q, l.len(), l.raw().as_ptr()),
-                    Payload::Inline(b) => (f.set_inline)(q, b.as_ptr() as *mut _, b.len()),
+                    Payload::Sge(s) => (SendFns::at(&f.set_sge))(q, s.lkey(), s.addr(), s.len()),
+                    Payload::Sges(l) => {
+                        (SendFns::at(&f.set_sge_list))(q, l.len(), l.raw().as_ptr())
+                    }
+                    Payload::Inline(b) => {
+                        (SendFns::at(&f.set_inline))(q, b.as_ptr() as *mut _, b.len())
+                    }
                 }
             }
-            match (f.complete)(q) {
+            match (SendFns::at(&f.complete))(q) {
                 0 => Ok(()),
                 libc::ENOMEM => Err(Error::SendQueueFull),
                 e => Err(Error::verb(Verb::PostSend, e)),
@@ -322,7 +342,7 @@ impl QpInner {
     ///
     /// # Safety
     /// See [`Qp::post_recv`](super::Qp::post_recv).
-    #[inline]
+    #[inline(always)]
     pub(crate) unsafe fn post_recv<const N: usize>(&self, batch: &RecvBatch<'_, N>) -> Result<()> {
         self.check_batch(batch.limits)?;
         let n = batch.wrs.len();

@@ -10,25 +10,31 @@ pub(crate) struct CopyVec<T: Copy, const N: usize> {
 }
 
 impl<T: Copy, const N: usize> CopyVec<T, N> {
+    #[inline]
     pub(crate) const fn new() -> Self {
         CopyVec {
             items: [const { MaybeUninit::uninit() }; N],
             len: 0,
         }
     }
+    #[inline]
     pub(crate) fn len(&self) -> usize {
         self.len
     }
+    #[inline]
     pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }
+    #[inline]
     pub(crate) fn is_full(&self) -> bool {
         self.len == N
     }
+    #[inline]
     pub(crate) fn clear(&mut self) {
         self.len = 0;
     }
     /// Appends `v`; the caller checked there is room.
+    #[inline]
     pub(crate) fn push(&mut self, v: T) {
         debug_assert!(self.len < N);
         if let Some(slot) = self.items.get_mut(self.len) {
@@ -36,11 +42,16 @@ impl<T: Copy, const N: usize> CopyVec<T, N> {
             self.len += 1;
         }
     }
+    #[inline]
     pub(crate) fn as_slice(&self) -> &[T] {
+        // `min(N)` (never smaller than `len`) tells the optimiser that a batch of
+        // capacity 1 holds at most one item: its post loop runs once, unrolled.
+        let init = &self.items[..self.len.min(N)];
         // SAFETY: the first `len` items were written by `push` and are `Copy` (no drop);
-        // MaybeUninit<T> has the layout of T.
-        unsafe { core::slice::from_raw_parts(self.items.as_ptr().cast::<T>(), self.len) }
+        // [MaybeUninit<T>] has the layout of [T].
+        unsafe { &*(init as *const [MaybeUninit<T>] as *const [T]) }
     }
+    #[inline]
     pub(crate) fn iter(&self) -> core::slice::Iter<'_, T> {
         self.as_slice().iter()
     }

@@ -1,7 +1,7 @@
 //! [`QpLimits`]: what a QP was created with, and the checks every work request passes
 //! when it is added to a batch (one compare per rule; nothing per byte).
 
-use super::{Payload, RecvBufs, SendOp, SendOps, SendWr};
+use super::{OpKind, Payload, RecvBufs, SendOps, SendWr};
 use crate::error::{InvalidInput, PdObject, Result};
 use crate::lease::LEASE_WR_ID_BIT;
 use crate::pd::PdId;
@@ -32,43 +32,52 @@ pub(crate) enum Origin {
 
 impl QpLimits {
     /// UD or SRD.
+    #[inline]
     pub fn qp_type(&self) -> QpType {
         self.qp_type
     }
     /// The send operations the QP was created with.
+    #[inline]
     pub fn send_ops(&self) -> SendOps {
         self.send_ops
     }
     /// Send queue depth (`max_send_wr`): the longest send batch.
+    #[inline]
     pub fn max_send_wr(&self) -> u32 {
         self.max_send_wr
     }
     /// Receive queue depth (`max_recv_wr`): the longest receive batch.
+    #[inline]
     pub fn max_recv_wr(&self) -> u32 {
         self.max_recv_wr
     }
     /// SGEs per send (`max_send_sge`; RDMA takes 1).
+    #[inline]
     pub fn max_send_sge(&self) -> u32 {
         self.max_send_sge
     }
     /// SGEs per receive (`max_recv_sge`).
+    #[inline]
     pub fn max_recv_sge(&self) -> u32 {
         self.max_recv_sge
     }
     /// Inline bytes per send (`max_inline_data`).
+    #[inline]
     pub fn max_inline_data(&self) -> u32 {
         self.max_inline
     }
     /// Longest SEND in bytes (the port's `max_msg_sz`).
+    #[inline]
     pub fn max_msg_sz(&self) -> u32 {
         self.max_msg
     }
     /// Longest single RDMA read or write in bytes (the device's `max_rdma_size`).
+    #[inline]
     pub fn max_rdma_size(&self) -> u32 {
         self.max_rdma
     }
 
-    #[inline]
+    #[inline(always)]
     fn check_wr_id(wr_id: u64, origin: Origin) -> Result<()> {
         if origin == Origin::User && wr_id & LEASE_WR_ID_BIT != 0 {
             return Err(InvalidInput::ReservedWrId(wr_id).into());
@@ -76,7 +85,7 @@ impl QpLimits {
         Ok(())
     }
 
-    #[inline]
+    #[inline(always)]
     fn check_pd(&self, pd: PdId, what: PdObject) -> Result<()> {
         if pd != self.pd {
             return Err(InvalidInput::WrongPd(what).into());
@@ -85,12 +94,12 @@ impl QpLimits {
     }
 
     /// Checks one send work request against the QP (see the module docs).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn check_send(&self, wr: &SendWr<'_>, origin: Origin) -> Result<()> {
         Self::check_wr_id(wr.wr_id, origin)?;
         self.check_pd(wr.dest.pd, PdObject::Peer)?;
-        let op = wr.op.op_bit();
-        let rdma = wr.op.remote().is_some();
+        let op = wr.op.kind.op_bit();
+        let rdma = wr.op.kind.is_rdma();
         if rdma && self.qp_type == QpType::Ud {
             return Err(InvalidInput::RdmaOnUd.into());
         }
@@ -117,7 +126,7 @@ impl QpLimits {
                 }
             }
             Payload::Inline(b) => {
-                if matches!(wr.op, SendOp::Read(_)) {
+                if wr.op.kind == OpKind::Read {
                     return Err(InvalidInput::InlineRead.into());
                 }
                 if rdma && !self.inline_write {
@@ -151,7 +160,7 @@ impl QpLimits {
     }
 
     /// Checks one receive work request against the QP.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn check_recv(&self, wr_id: u64, bufs: &RecvBufs<'_>, origin: Origin) -> Result<()> {
         Self::check_wr_id(wr_id, origin)?;
         match bufs {

@@ -71,6 +71,7 @@ impl Payload<'_> {
         }
     }
     /// True for zero bytes.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -81,16 +82,19 @@ impl Payload<'_> {
 macro_rules! from_sges {
     ($buffers:ident) => {
         impl<'a> From<Sge<'a>> for $buffers<'a> {
+            #[inline]
             fn from(s: Sge<'a>) -> Self {
                 $buffers::Sge(s)
             }
         }
         impl<'a> From<Sges<'a>> for $buffers<'a> {
+            #[inline]
             fn from(s: Sges<'a>) -> Self {
                 $buffers::Sges(s)
             }
         }
         impl<'a, 'mr: 'a, const K: usize> From<&'a SgeList<'mr, K>> for $buffers<'a> {
+            #[inline]
             fn from(s: &'a SgeList<'mr, K>) -> Self {
                 $buffers::Sges(s.as_sges())
             }
@@ -143,6 +147,83 @@ impl SendOp {
         match *self {
             SendOp::Write(r) | SendOp::WriteImm(r, _) | SendOp::Read(r) => Some(r),
             SendOp::Send | SendOp::SendImm(_) => None,
+        }
+    }
+}
+
+/// A [`SendOp`] as a work request stores it: the kind, the immediate and the remote
+/// range apart, native order and aligned (a [`RemoteBuffer`] is kept in its wire
+/// format, big-endian and unaligned), so that building and posting copy and read plain
+/// words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct StoredOp {
+    pub(crate) kind: OpKind,
+    /// Host order.
+    pub(crate) imm: u32,
+    pub(crate) rkey: u32,
+    pub(crate) raddr: u64,
+    pub(crate) rlen: u64,
+}
+
+/// The kind of a [`SendOp`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum OpKind {
+    Send,
+    SendImm,
+    Write,
+    WriteImm,
+    Read,
+}
+
+impl OpKind {
+    /// True for RDMA operations (which have a remote range).
+    #[inline(always)]
+    pub(crate) fn is_rdma(self) -> bool {
+        matches!(self, OpKind::Write | OpKind::WriteImm | OpKind::Read)
+    }
+    /// The send-ops bit a QP needs for it.
+    #[inline(always)]
+    pub(crate) fn op_bit(self) -> SendOps {
+        match self {
+            OpKind::Send => SendOps::SEND,
+            OpKind::SendImm => SendOps::SEND_WITH_IMM,
+            OpKind::Write => SendOps::RDMA_WRITE,
+            OpKind::WriteImm => SendOps::RDMA_WRITE_WITH_IMM,
+            OpKind::Read => SendOps::RDMA_READ,
+        }
+    }
+}
+
+impl StoredOp {
+    #[inline(always)]
+    pub(crate) fn of(op: SendOp) -> StoredOp {
+        let (kind, imm, remote) = match op {
+            SendOp::Send => (OpKind::Send, 0, None),
+            SendOp::SendImm(imm) => (OpKind::SendImm, imm, None),
+            SendOp::Write(r) => (OpKind::Write, 0, Some(r)),
+            SendOp::WriteImm(r, imm) => (OpKind::WriteImm, imm, Some(r)),
+            SendOp::Read(r) => (OpKind::Read, 0, Some(r)),
+        };
+        let (raddr, rlen, rkey) = remote.map_or((0, 0, 0), |r| (r.addr(), r.len(), r.rkey()));
+        StoredOp {
+            kind,
+            imm,
+            rkey,
+            raddr,
+            rlen,
+        }
+    }
+    /// The operation it was made from.
+    #[inline]
+    pub(crate) fn op(&self) -> SendOp {
+        let r = RemoteBuffer::new(self.raddr, self.rlen, self.rkey);
+        match self.kind {
+            OpKind::Send => SendOp::Send,
+            OpKind::SendImm => SendOp::SendImm(self.imm),
+            OpKind::Write => SendOp::Write(r),
+            OpKind::WriteImm => SendOp::WriteImm(r, self.imm),
+            OpKind::Read => SendOp::Read(r),
         }
     }
 }

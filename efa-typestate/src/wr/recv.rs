@@ -14,6 +14,7 @@ pub struct RecvWr<'a> {
 
 impl RecvWr<'_> {
     /// Work request id (reported in its completion).
+    #[inline]
     pub fn wr_id(&self) -> u64 {
         self.wr_id
     }
@@ -30,6 +31,7 @@ pub struct RecvBatch<'a, const N: usize> {
 impl<'a, const N: usize> RecvBatch<'a, N> {
     /// An empty batch for `qp` (a [`Qp`](crate::Qp) in INIT, RTR or RTS, or a
     /// [`DynQp`](crate::DynQp)).
+    #[inline]
     pub fn new<Q: RecvTarget + ?Sized>(qp: &'a Q) -> Self {
         RecvBatch {
             limits: RecvTarget::limits(qp),
@@ -44,7 +46,7 @@ impl<'a, const N: usize> RecvBatch<'a, N> {
     pub fn push(&mut self, wr_id: u64, bufs: impl Into<RecvBufs<'a>>) -> Result<()> {
         self.push_from(wr_id, bufs.into(), Origin::User)
     }
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push_from(
         &mut self,
         wr_id: u64,
@@ -62,18 +64,22 @@ impl<'a, const N: usize> RecvBatch<'a, N> {
         Ok(())
     }
     /// Number of receives.
+    #[inline]
     pub fn len(&self) -> usize {
         self.wrs.len()
     }
     /// True if empty.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.wrs.is_empty()
     }
     /// True if full (capacity `N` or the QP's queue depth).
+    #[inline]
     pub fn is_full(&self) -> bool {
         self.wrs.len() >= N.min(self.limits.max_recv_wr as usize)
     }
     /// Empties the batch for reuse.
+    #[inline]
     pub fn clear(&mut self) {
         self.wrs.clear();
     }

@@ -5,7 +5,7 @@ use core::ptr::NonNull;
 
 use super::copy_vec::CopyVec;
 use super::limits::Origin;
-use super::{Payload, QpLimits, RdmaChunks, SendOp, SendTarget};
+use super::{Payload, QpLimits, RdmaChunks, SendOp, SendTarget, StoredOp};
 use crate::ah::Peer;
 use crate::error::{InvalidInput, Result};
 use crate::ffi;
@@ -22,7 +22,7 @@ pub(crate) struct Dest {
 }
 
 impl Dest {
-    #[inline]
+    #[inline(always)]
     pub(crate) fn of<P>(peer: &Peer<P>) -> Dest {
         Dest {
             // SAFETY: a live AH's pointer is never null.
@@ -47,7 +47,7 @@ impl Dest {
 #[derive(Clone, Copy, Debug)]
 pub struct SendWr<'a> {
     pub(crate) wr_id: u64,
-    pub(crate) op: SendOp,
+    pub(crate) op: StoredOp,
     pub(crate) dest: Dest,
     pub(crate) payload: Payload<'a>,
     _peer: PhantomData<&'a ()>,
@@ -67,16 +67,17 @@ impl<'a> SendWr<'a> {
         Self::with_dest(wr_id, op, Dest::of(peer), payload)
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn with_dest(
         wr_id: u64,
         op: SendOp,
         dest: Dest,
         payload: Payload<'a>,
     ) -> Result<Self> {
-        if let Some(r) = op.remote() {
+        let op = StoredOp::of(op);
+        if op.kind.is_rdma() {
             let len = payload.len();
-            if len > r.len() {
+            if len > op.rlen {
                 return Err(InvalidInput::RemoteOutOfBounds {
                     offset: 0,
                     len: len.min(u32::MAX as u64) as u32,
@@ -93,14 +94,17 @@ impl<'a> SendWr<'a> {
         })
     }
     /// Work request id (reported in its completion).
+    #[inline]
     pub fn wr_id(&self) -> u64 {
         self.wr_id
     }
     /// The operation.
+    #[inline]
     pub fn op(&self) -> SendOp {
-        self.op
+        self.op.op()
     }
     /// The local side.
+    #[inline]
     pub fn payload(&self) -> Payload<'a> {
         self.payload
     }
@@ -117,6 +121,7 @@ pub struct SendBatch<'a, const N: usize> {
 
 impl<'a, const N: usize> SendBatch<'a, N> {
     /// An empty batch for `qp` (a [`Qp<_, Rts>`](crate::Qp) or a [`DynQp`](crate::DynQp)).
+    #[inline]
     pub fn new<Q: SendTarget + ?Sized>(qp: &'a Q) -> Self {
         SendBatch {
             limits: SendTarget::limits(qp),
@@ -124,6 +129,7 @@ impl<'a, const N: usize> SendBatch<'a, N> {
         }
     }
     /// The limits of the QP the batch is for.
+    #[inline]
     pub fn limits(&self) -> &'a QpLimits {
         self.limits
     }
@@ -134,7 +140,7 @@ impl<'a, const N: usize> SendBatch<'a, N> {
     pub fn push(&mut self, wr: SendWr<'a>) -> Result<()> {
         self.push_from(wr, Origin::User)
     }
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push_from(&mut self, wr: SendWr<'a>, origin: Origin) -> Result<()> {
         if self.wrs.is_full() {
             return Err(InvalidInput::BatchFull.into());
@@ -146,6 +152,7 @@ impl<'a, const N: usize> SendBatch<'a, N> {
         self.wrs.push(wr);
         Ok(())
     }
+    #[inline(always)]
     fn add<P>(
         &mut self,
         wr_id: u64,
@@ -156,6 +163,7 @@ impl<'a, const N: usize> SendBatch<'a, N> {
         self.push(SendWr::new(wr_id, op, peer, payload)?)
     }
     /// Appends a send.
+    #[inline]
     pub fn send<P>(
         &mut self,
         wr_id: u64,
@@ -165,6 +173,7 @@ impl<'a, const N: usize> SendBatch<'a, N> {
         self.add(wr_id, SendOp::Send, peer, payload.into())
     }
     /// Appends a send with immediate data (host order).
+    #[inline]
     pub fn send_imm<P>(
         &mut self,
         wr_id: u64,
@@ -175,10 +184,12 @@ impl<'a, const N: usize> SendBatch<'a, N> {
         self.add(wr_id, SendOp::SendImm(imm), peer, payload.into())
     }
     /// Appends an inline send: `bytes` are copied at post time.
+    #[inline]
     pub fn send_inline<P>(&mut self, wr_id: u64, peer: &'a Peer<P>, bytes: &'a [u8]) -> Result<()> {
         self.add(wr_id, SendOp::Send, peer, Payload::Inline(bytes))
     }
     /// Appends an RDMA write of `local` to `remote` (whose start it writes).
+    #[inline]
     pub fn write<P>(
         &mut self,
         wr_id: u64,
@@ -189,6 +200,7 @@ impl<'a, const N: usize> SendBatch<'a, N> {
         self.add(wr_id, SendOp::Write(remote), peer, local.into())
     }
     /// Appends an RDMA write with immediate.
+    #[inline]
     pub fn write_imm<P>(
         &mut self,
         wr_id: u64,
@@ -200,6 +212,7 @@ impl<'a, const N: usize> SendBatch<'a, N> {
         self.add(wr_id, SendOp::WriteImm(remote, imm), peer, local.into())
     }
     /// Appends an RDMA read of `remote` into `local`.
+    #[inline]
     pub fn read<P>(
         &mut self,
         wr_id: u64,
@@ -212,6 +225,7 @@ impl<'a, const N: usize> SendBatch<'a, N> {
     /// Fills the batch with RDMA writes of the next chunks, chunk `i` of the transfer
     /// with `wr_id` `base + i`; returns how many were added (stops when the batch or
     /// the QP's queue depth is reached).
+    #[inline]
     pub fn fill_writes<P>(
         &mut self,
         base: u64,
@@ -221,6 +235,7 @@ impl<'a, const N: usize> SendBatch<'a, N> {
         self.fill_with(peer, chunks, |i| base.wrapping_add(i), SendOp::Write)
     }
     /// Fills the batch with RDMA reads of the next chunks (`wr_id` `base + i`).
+    #[inline]
     pub fn fill_reads<P>(
         &mut self,
         base: u64,
@@ -231,6 +246,7 @@ impl<'a, const N: usize> SendBatch<'a, N> {
     }
     /// Fills the batch with RDMA operations `op` of the next chunks, chunk `i` with
     /// `wr_id` `wr_id(i)` (caller-chosen ids).
+    #[inline]
     pub fn fill_with<P>(
         &mut self,
         peer: &'a Peer<P>,
@@ -263,18 +279,22 @@ impl<'a, const N: usize> SendBatch<'a, N> {
         Ok(n)
     }
     /// Number of work requests.
+    #[inline]
     pub fn len(&self) -> usize {
         self.wrs.len()
     }
     /// True if empty.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.wrs.is_empty()
     }
     /// True if full (capacity `N` or the QP's queue depth).
+    #[inline]
     pub fn is_full(&self) -> bool {
         self.wrs.len() >= N.min(self.limits.max_send_wr as usize)
     }
     /// Empties the batch for reuse.
+    #[inline]
     pub fn clear(&mut self) {
         self.wrs.clear();
     }

@@ -94,6 +94,12 @@ pub struct Profile {
     pub num_comp_vectors: u32,
     /// Report RDMA-read requester completions as IBV_WC_SEND (rdma-core fidelity) or RDMA_READ.
     pub read_completes_as_send: bool,
+    /// Whether `ibv_reg_dmabuf_mr` works (off: EOPNOTSUPP, as a kernel or driver without
+    /// dma-buf MRs answers, so consumers take their fallback).
+    pub dmabuf_mr: bool,
+    /// Whether `ibv_reg_mr` on CUDA device memory works (the nvidia_peermem path; off:
+    /// EFAULT, as the kernel fails to pin GPU pages without nvidia_peermem).
+    pub peermem: bool,
 }
 
 /// `EFADV_DEVICE_ATTR_CAPS_RDMA_READ`.
@@ -147,6 +153,8 @@ impl Default for Profile {
             link_gbps: 100,
             num_comp_vectors: 1,
             read_completes_as_send: true,
+            dmabuf_mr: true,
+            peermem: true,
         }
     }
 }
@@ -183,6 +191,8 @@ pub const PROFILE_KEYS: &[&str] = &[
     "link_gbps",
     "num_comp_vectors",
     "read_completes_as_send",
+    "dmabuf_mr",
+    "peermem",
 ];
 
 /// Checks the invariants the model relies on.

@@ -131,6 +131,8 @@ pub fn apply(p: &mut Profile, key: &str, value: &str) -> Result<(), String> {
         "num_comp_vectors" => p.num_comp_vectors = parse_num(key, v)?,
         "read_completes_as_send" => p.read_completes_as_send = parse_bool(key, v)?,
         "read_opcode" => p.read_completes_as_send = parse_read_opcode(v)?,
+        "dmabuf_mr" => p.dmabuf_mr = parse_bool(key, v)?,
+        "peermem" => p.peermem = parse_bool(key, v)?,
         _ => {
             return Err(format!(
                 "unknown profile key `{key}` (known: {}, read_opcode)",

@@ -15,6 +15,7 @@ use crate::model::mem::{self, Data};
 use crate::model::Qp;
 use crate::rcu::Guard;
 use crate::transport::wire::{self, Header, Op};
+use efa_sys::vendor::comp_status as st;
 use std::net::SocketAddrV4;
 
 impl Runtime {
@@ -33,22 +34,26 @@ impl Runtime {
         dest: SocketAddrV4,
         g: &Guard,
     ) -> bool {
-        let mut read_src = 0usize;
+        let mut read_src = None;
         // A read carries no payload; its local SGE is where the answer lands.
         let (payload, read_dst) = match (h.op, data) {
             (Op::Read, Data::Local(r)) => (Data::Bytes(&[]), r.first().map(|r| r.0)),
             _ => (data, None),
         };
-        let status = match target.execute(h, payload, None, g, &mut read_src) {
+        let mut status = match target.execute(h, payload, None, g, &mut read_src) {
             Outcome::Respond(s) if s != STATUS_RNR && s != wire::STATUS_FALLBACK => s,
             _ => return false,
         };
         if status == 0 && h.op == Op::Read {
-            if let Some(dst) = read_dst {
-                // SAFETY: `dst` is the requester's SGE (LOCAL_WRITE, validated) and
-                // `read_src` the responder's range (REMOTE_READ), both of total_len bytes
-                // inside live MRs: the section `g` is open.
-                unsafe { mem::copy_registered(dst, read_src, h.total_len as usize) };
+            if let (Some(dst), Some(src)) = (read_dst, read_src) {
+                let len = h.total_len as usize;
+                // SAFETY: `dst` is the requester's SGE (host memory with LOCAL_WRITE,
+                // validated) and `src` the responder's range (REMOTE_READ), both of
+                // total_len bytes inside live MRs: the section `g` is open.
+                let copied = unsafe { mem::copy_to_host(dst, src, len) };
+                if copied.is_err() {
+                    status = st::REMOTE_ERROR_BAD_ADDRESS as u8;
+                }
             }
         }
         self.mark_heard(dest);

@@ -10,6 +10,7 @@ use super::{IdMap, Runtime};
 use crate::model::mem::{self, Data};
 use crate::rcu::Guard;
 use crate::transport::wire::{self, Header, Op};
+use efa_sys::vendor::comp_status as st;
 use std::net::SocketAddrV4;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -128,18 +129,21 @@ impl Engine {
         }
         let mut resp_len = 0usize;
         let g = Guard::enter();
-        let mut read_src = 0usize;
-        let outcome = self
+        let mut read_src = None;
+        let mut outcome = self
             .rt
             .execute(&h, Data::Bytes(data), Some(from), &g, &mut read_src);
         if matches!(outcome, Outcome::Respond(0)) && h.op == Op::Read && h.flags & wire::FLAG_FAST == 0
         {
             resp_len = h.total_len as usize;
+            let out = &mut self.out[wire::HEADER..wire::HEADER + resp_len];
             // SAFETY: `read_src` is the responder's validated range of `total_len` bytes
             // (at most MAX_DATA, checked by execute) in a live MR: the section is open.
-            unsafe {
-                mem::read_registered(read_src, &mut self.out[wire::HEADER..wire::HEADER + resp_len])
-            };
+            let copied = read_src.map(|at| unsafe { mem::read_registered(at, out) });
+            if !matches!(copied, Some(Ok(()))) {
+                resp_len = 0;
+                outcome = Outcome::Respond(st::REMOTE_ERROR_BAD_ADDRESS as u8);
+            }
         }
         drop(g);
         match outcome {

@@ -6,7 +6,7 @@
 use super::chunks::Chunking;
 use super::tables::MrTable;
 use super::{Runtime, INLINE_RDMA, RTO};
-use crate::model::mem::{self, Data};
+use crate::model::mem::{self, Data, Place};
 use crate::model::send_queue::Request;
 use crate::rcu::Guard;
 use crate::model::{Pd, Qp, QpType, SendOp, Sge, ACCESS_LOCAL_WRITE, MAX_INLINE, MAX_SEND_SGE};
@@ -108,12 +108,12 @@ impl Runtime {
         sge: &Sge,
         need: u32,
         g: &Guard,
-    ) -> Option<usize> {
+    ) -> Option<Place> {
         let mr = mrs.get(sge.lkey, g)?;
         if !core::ptr::eq(&*mr.pd, pd) {
             return None;
         }
-        mr.host_range(sge.addr, sge.length as u64, need)
+        mr.place(sge.addr, sge.length as u64, need)
     }
 
     /// Executes one WQE the device took from `qp`'s send queue; true if it completed on
@@ -179,16 +179,25 @@ impl Runtime {
             0
         };
         let mut hosts = arrayvec::ArrayVec::<(usize, usize), { efa_sys::io::TX_DESC_NUM_BUFS }>::new();
+        let mut first = None;
+        let mut all_host = true;
         for sge in &r.sges {
             match Self::local_range(self.mrs(), qp.pd(), sge, need, &g) {
-                Some(host) => hosts.push((host, sge.length as usize)),
+                Some(place) => {
+                    first.get_or_insert(place);
+                    match place.host() {
+                        Some(host) => hosts.push((host, sge.length as usize)),
+                        None => all_host = false,
+                    }
+                }
                 None => return failed(qp, &o, st::LOCAL_ERROR_INVALID_LKEY as u8),
             }
         }
         // Direct only when the destination QPN lives in that same-process device (another
-        // process can serve the same GID: its QPNs carry its own slot).
+        // process can serve the same GID: its QPNs carry its own slot), and only from host
+        // memory (local GPU memory reached by copies takes the datagram path).
         if let Some(target) = local.filter(|t| t.qp_index(r.dest_qpn).is_some()) {
-            if qp.qp_type() != QpType::Ud {
+            if qp.qp_type() != QpType::Ud && all_host {
                 let data = if r.inline.is_empty() {
                     Data::Local(&hosts)
                 } else {
@@ -200,19 +209,19 @@ impl Runtime {
             }
         }
         drop(g);
-        self.send_datagram(qp, r, o, h, hosts.first().map_or(0, |h| h.0), dest);
+        self.send_datagram(qp, r, o, h, first, dest);
         false
     }
 
-    /// The datagram path of [`Runtime::start_send`]: `first_host` is the validated host
-    /// address of the first SGE.
+    /// The datagram path of [`Runtime::start_send`]: `first` is where the validated first
+    /// SGE is.
     fn send_datagram(
         &self,
         qp: &Qp,
         r: &Request,
         o: Origin,
         h: Header,
-        first_host: usize,
+        first: Option<Place>,
         dest: SocketAddrV4,
     ) {
         let rdma = r.op != SendOp::Send && r.op != SendOp::SendImm;
@@ -223,11 +232,14 @@ impl Runtime {
             inline: r.inline.clone(),
             carries_data: !bulk && r.op != SendOp::RdmaRead,
         };
-        if bulk {
+        // Local GPU memory (no host address) cannot be named to the peer's process_vm_*
+        // copy: such a bulk WR moves in chunks from the start.
+        let chunk_now = bulk && first.and_then(Place::host).is_none();
+        if bulk && !chunk_now {
             // One SGE (the WQE format holds one for RDMA); the peer copies from/to it.
             spec.header.flags |= wire::FLAG_FAST;
             spec.header.pid = self.pid;
-            spec.header.local_addr = first_host as u64;
+            spec.header.local_addr = first.and_then(Place::host).unwrap_or(0) as u64;
         }
         if qp.qp_type() == QpType::Ud {
             spec.header.flags |= wire::FLAG_UD;
@@ -241,6 +253,7 @@ impl Runtime {
         }
         let Some(qp_arc) = qp.arc() else { return };
         let now = Instant::now();
+        let mut chunks = Outbox::new();
         let req_id = {
             // Allocate the id under the lock that publishes it, so the low
             // watermark (computed under the same lock) never passes a live id.
@@ -261,8 +274,14 @@ impl Runtime {
                     chunking: None,
                 },
             );
+            if chunk_now {
+                self.start_chunking(&mut pend, req_id, &mut chunks);
+            }
             req_id
         };
+        if chunk_now {
+            return self.after_settle(None, chunks);
+        }
         if !self.transmit(qp.pd(), &spec, dest) {
             self.finish(req_id, st::LOCAL_ERROR_INVALID_LKEY as u8);
         }
@@ -304,7 +323,7 @@ impl Runtime {
             } else {
                 0
             };
-            h.local_addr = Self::local_range(mrs, pd, spec.sges.first()?, need, g)? as u64;
+            h.local_addr = Self::local_range(mrs, pd, spec.sges.first()?, need, g)?.host()? as u64;
         }
         let mut len = wire::HEADER;
         if spec.carries_data {
@@ -313,14 +332,14 @@ impl Runtime {
                 len += spec.inline.len();
             } else {
                 for sge in &spec.sges {
-                    let host = Self::local_range(mrs, pd, sge, 0, g)?;
+                    let at = Self::local_range(mrs, pd, sge, 0, g)?;
                     let l = sge.length as usize;
                     if len + l > wire::MAX_DATAGRAM {
                         return None;
                     }
-                    // SAFETY: host..host+l lies in a live MR (checked inside the section
-                    // the caller holds open).
-                    unsafe { mem::read_registered(host, &mut buf[len..len + l]) };
+                    // SAFETY: at..at+l lies in a live MR (checked inside the section the
+                    // caller holds open).
+                    unsafe { mem::read_registered(at, &mut buf[len..len + l]) }.ok()?;
                     len += l;
                 }
             }

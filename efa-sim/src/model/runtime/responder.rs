@@ -6,7 +6,7 @@
 use super::requester::STATUS_RNR;
 use super::stats::bump;
 use super::Runtime;
-use crate::model::mem::{self, Data};
+use crate::model::mem::{self, Data, Place};
 use crate::model::recv_queue::Head;
 use crate::model::{
     qp, Gid, Qp, QpState, QpType, Sge, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ,
@@ -71,8 +71,8 @@ impl Runtime {
     }
 
     /// Executes one SRD request against this device's QPs and MRs, inside the caller's
-    /// read section `g`. For a successful small RDMA read, `read_src` receives the host
-    /// address of the `h.total_len` bytes to answer with (valid while `g` is open: the
+    /// read section `g`. For a successful small RDMA read, `read_src` receives where
+    /// the `h.total_len` bytes to answer with are (valid while `g` is open: the
     /// caller copies them out before closing it). `from` is the datagram's source; `None`
     /// for the same-process direct path, whose header this process built itself and
     /// whose data are the requester's validated ranges.
@@ -82,7 +82,7 @@ impl Runtime {
         data: Data<'_>,
         from: Option<SocketAddrV4>,
         g: &Guard,
-        read_src: &mut usize,
+        read_src: &mut Option<Place>,
     ) -> Outcome {
         match self.qp(u32::from(h.dst_qpn), g) {
             Some(qp) if qp.qp_type() == QpType::Srd && receiving(qp.state()) => {
@@ -99,7 +99,7 @@ impl Runtime {
         data: Data<'_>,
         from: Option<SocketAddrV4>,
         g: &Guard,
-        read_src: &mut usize,
+        read_src: &mut Option<Place>,
     ) -> Outcome {
         if h.qkey != qp.qkey() {
             bump(&self.stats.qkey_violations);
@@ -158,8 +158,8 @@ impl Runtime {
             .mrs()
             .get(h.rkey, g)
             .filter(|mr| core::ptr::eq(&*mr.pd, &**qp.pd()))
-            .and_then(|mr| mr.host_range(h.remote_addr, len as u64, need));
-        let Some(host) = target else {
+            .and_then(|mr| mr.place(h.remote_addr, len as u64, need));
+        let Some(at) = target else {
             return Outcome::Respond(st::REMOTE_ERROR_BAD_ADDRESS as u8);
         };
         if commit {
@@ -172,6 +172,10 @@ impl Runtime {
                 bump(&self.stats.unproven);
                 return Outcome::Respond(wire::STATUS_FALLBACK);
             }
+            // GPU memory here: process_vm_* cannot reach it, the data moves in chunks.
+            let Some(host) = at.host() else {
+                return Outcome::Respond(wire::STATUS_FALLBACK);
+            };
             let r = if write {
                 // SAFETY: host..host+len is inside our live MR (read section open).
                 unsafe { mem::pull_from_process(h.pid, h.local_addr, host, len) }
@@ -184,10 +188,12 @@ impl Runtime {
             }
             bump(&self.stats.process_vm);
         } else if write {
-            // SAFETY: host..host+len is inside our live MR with REMOTE_WRITE (section open).
-            unsafe { data.write_to(host, 0, len) };
+            // SAFETY: at..at+len is inside our live MR with REMOTE_WRITE (section open).
+            if unsafe { data.write_to(at, 0, len) }.is_err() {
+                return Outcome::Respond(st::REMOTE_ERROR_BAD_ADDRESS as u8);
+            }
         } else {
-            *read_src = host;
+            *read_src = Some(at);
         }
         if let Some(imm) = imm {
             let mut c = Self::recv_cqe(qp, h, g, 0, send_op_type::RDMA_WRITE, Some(imm));
@@ -266,7 +272,7 @@ impl Runtime {
                     length: take as u32,
                     lkey: d.lkey,
                 };
-                let Some(host) = Runtime::local_range(mrs, qp.pd(), &seg, ACCESS_LOCAL_WRITE, g)
+                let Some(at) = Runtime::local_range(mrs, qp.pd(), &seg, ACCESS_LOCAL_WRITE, g)
                 else {
                     ok = false;
                     break;
@@ -275,8 +281,13 @@ impl Runtime {
                 let from = pos.max(skip);
                 let to = pos + take;
                 if to > from {
-                    // SAFETY: host..host+take is in a live MR with LOCAL_WRITE (section open).
-                    unsafe { data.write_to(host + (from - pos), from - skip, to - from) };
+                    // SAFETY: at..at+take is in a live MR with LOCAL_WRITE (section open).
+                    if unsafe { data.write_to(at.add(from - pos), from - skip, to - from) }
+                        .is_err()
+                    {
+                        ok = false;
+                        break;
+                    }
                 }
                 pos += take;
             }

@@ -63,11 +63,12 @@ impl Runtime {
             let target = p.spec.sges.first().and_then(|sge| {
                 Self::local_range(self.mrs(), p.qp.pd(), sge, ACCESS_LOCAL_WRITE, &g)
             });
-            match target {
-                // SAFETY: the range is inside a live MR with LOCAL_WRITE (section open).
-                Some(host) => unsafe { mem::write_registered(host, data) },
+            // SAFETY: the range is inside a live MR with LOCAL_WRITE (section open).
+            let landed = target.map(|at| unsafe { mem::write_registered(at, data) }.is_ok());
+            match landed {
+                Some(true) => {}
                 None if data.is_empty() => {}
-                None => status = st::LOCAL_ERROR_INVALID_LKEY as u8,
+                _ => status = st::LOCAL_ERROR_INVALID_LKEY as u8,
             }
         }
         let mut to_send = Outbox::new();

@@ -138,13 +138,15 @@ impl Runtime {
         rts.iter().any(|rt| {
             let mut found = false;
             rt.mrs().for_each(g, |mr| {
+                let Some((host, host_len)) = mr.host_span() else {
+                    return;
+                };
                 found |= !mr.dead.load(Ordering::Acquire)
-                    && mr.host != 0
                     && mr.access & need == need
-                    && addr >= mr.host as u64
+                    && addr >= host as u64
                     && addr
                         .checked_add(len)
-                        .is_some_and(|end| end <= (mr.host + mr.len) as u64);
+                        .is_some_and(|end| end <= (host + host_len) as u64);
             });
             found
         })

@@ -1,0 +1,87 @@
+//! efa-perf: the perftest of this stack, on the safe `efa` API.
+//!
+//! ```text
+//! efa-perf server [-p PORT]                 # on one machine
+//! efa-perf client HOST[:PORT] [TESTS...]    # on another
+//! efa-perf local [TESTS...]                 # both ends here, two processes
+//! ```
+//!
+//! Tests: `send_lat` and `write_lat` (ping-pong; p50/p99/p99.9/max of half the round
+//! trip), `send_bw`, `write_bw` and `read_bw` (streaming; GB/s and million messages per
+//! second), over a sweep of message sizes (8 B to 1 MiB, powers of two; SEND sizes stop
+//! at the port's `max_msg_sz`), with configurable iterations or duration, work requests
+//! per doorbell, queue depth and number of QPs. Server and client exchange endpoint info
+//! and remote buffer descriptors over a TCP control connection (JSON lines).
+//!
+//! Every transfer is verified on its receiving side at least once per size (the
+//! pattern of every byte, stamps and immediates of every ping-pong message, untouched
+//! bytes after every RDMA range), a failed completion stops the run with its typed
+//! error, and every wait has a timeout (`--timeout`). Exit status: 0 on success, 1
+//! when a run fails, 2 for bad command-line input; errors are one line on stderr.
+//!
+//! On efa-sim, the software device, the first line says so: numbers measured there
+//! describe the simulator, not EFA.
+
+pub mod bw;
+pub mod cli;
+pub mod lat;
+pub mod local;
+pub mod output;
+pub mod pattern;
+pub mod poll;
+pub mod res;
+pub mod session;
+pub mod stats;
+pub mod test;
+pub mod wire;
+
+use std::process::ExitCode;
+
+use cli::Command;
+
+/// Runs the command line `argv` (without the program name); prints errors as one line.
+pub fn main_with(argv: Vec<String>) -> ExitCode {
+    let cmd = match cli::parse(argv) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("efa-perf: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = match cmd {
+        Command::Help => {
+            print!("{}", cli::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        Command::Version => {
+            println!(
+                "efa-perf {} (protocol {})",
+                env!("CARGO_PKG_VERSION"),
+                wire::PROTOCOL
+            );
+            return ExitCode::SUCCESS;
+        }
+        Command::Server(opts) => session::run_server(&opts),
+        Command::Client { host, run } => {
+            let mut out = output::Output::new(run.common.json, run.common.progress);
+            let addr = wire::with_port(&host, run.port);
+            let r = res::Device::open(run.common.device.as_deref())
+                .and_then(|dev| session::run_client(&addr, &run, &mut out, dev));
+            out.finish();
+            r
+        }
+        Command::Local(run) => {
+            let mut out = output::Output::new(run.common.json, run.common.progress);
+            let r = local::run_local(&run, &mut out);
+            out.finish();
+            r
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("efa-perf: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
