@@ -31,17 +31,18 @@ use std::time::{Duration, Instant};
 
 /// Size of the control page before the data area.
 pub const CONTROL: usize = 4096;
-/// Offset of `tail`.
-const TAIL: usize = 64;
-/// Offset of the producer lock.
-const LOCK: usize = 72;
-/// Offset of `head`.
-const HEAD: usize = 128;
+/// Offset of `tail` (producers' published end, u64).
+pub const TAIL: usize = 64;
+/// Offset of the producer lock (u32: 0 or the writer's pid).
+pub const LOCK: usize = 72;
+/// Offset of `head` (the consumer's published position, u64).
+pub const HEAD: usize = 128;
 /// Offset of the consumer's sleeping flag.
 const SLEEPING: usize = 192;
 /// Frame header size.
 pub const FRAME: usize = 16;
-const FRAME_MAGIC: u32 = 0x4641_4645; // "EFAF"
+/// The first word of every frame header (`"EFAF"` little-endian).
+pub const FRAME_MAGIC: u32 = 0x4641_4645;
 /// Longest a producer waits for the lock before it drops the packet.
 pub const LOCK_PATIENCE: Duration = Duration::from_millis(10);
 
