@@ -187,7 +187,8 @@ impl Ring {
                 {
                     return Ok(());
                 }
-            } else if holder != me && round % 256 == 255 && !process_exists(holder) {
+            } else if holder != me && (round == 64 || round % 256 == 255) && !process_exists(holder)
+            {
                 // The holder died inside its critical section: nothing it wrote is
                 // published (tail did not move), so the lock can be taken over.
                 if lock
@@ -202,6 +203,18 @@ impl Ring {
                 core::hint::spin_loop();
             } else {
                 if start.elapsed() > LOCK_PATIENCE {
+                    // One last look (a slow or loaded machine may not have reached the
+                    // periodic one): a dead holder never blocks the ring for good.
+                    let holder = lock.load(Ordering::Relaxed);
+                    if holder != 0
+                        && holder != me
+                        && !process_exists(holder)
+                        && lock
+                            .compare_exchange(holder, me, Ordering::Acquire, Ordering::Relaxed)
+                            .is_ok()
+                    {
+                        return Ok(());
+                    }
                     return Err(PushError::Stuck);
                 }
                 std::thread::yield_now();

@@ -6,7 +6,9 @@
 //!
 //! * with nothing outstanding and nothing arriving it sleeps in `poll` on its socket for
 //!   up to [`IDLE_SLEEP`], its inbox's sleeping flag set, so the first frame that arrives
-//!   has its sender wake it (a 4-byte datagram): no busy core when nothing happens;
+//!   has its sender wake it (a 4-byte datagram), and so does this process when it needs
+//!   the timers again (its first outstanding request, a held-back datagram of fault
+//!   injection: `Endpoint::kick`): no busy core when nothing happens;
 //! * while a poller of one of its CQs drives the inbox ([`Runtime::progress`]) it sleeps
 //!   without the flag (senders pay no wake-up) and looks again every [`POLLED_NAP`]; it
 //!   notices within that time when the pollers stopped.
