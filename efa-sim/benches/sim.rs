@@ -6,6 +6,12 @@
 //!   datagram path's posting cost is inside the `two_processes` numbers;
 //! * `poll_empty` / `poll_retire`: ns per `Cq::peek` on an empty CQ, and per
 //!   `peek + retire` of a waiting completion;
+//! * `in_process/rdma_write64/batch32|batch1`: ns per 64-byte RDMA write between two
+//!   QPs of this process, post + poll (`sim/in_process.rs`);
+//! * `two_processes/send64_pingpong`: half a round trip of a 64-byte SEND to a child that
+//!   answers each one, next to `two_processes/floor_shm_pingpong`, a cache line handed
+//!   back and forth through shared memory between two processes (`sim/pingpong.rs`,
+//!   `sim/floors.rs`);
 //! * `two_processes/send64_msg_rate/batch16` (the headline message rate): 64-byte
 //!   SENDs/s to a receiver in a child process, posted 16 WRs per
 //!   `post_send_batch` call (as `ibv_wr_start` … `ibv_wr_complete` sessions and
@@ -16,11 +22,21 @@
 //!   process (16 outstanding, a modest send queue: `ib_write_bw` keeps 128);
 //!   the responder copies with one `process_vm_readv` per WR, so the kernel's
 //!   cross-process copy is its ceiling;
+//!   `two_processes/rdma_read/1MiB` is the same for reads; next to both,
+//!   `two_processes/floor_process_vm_writev/1MiB` and `…readv/1MiB`: one bare call of
+//!   the same size into / out of the child's buffer;
 //! * `memcpy/1MiB`: single-core memcpy bandwidth of a cache-resident 1 MiB
 //!   buffer, measured in the same run, as the yardstick for the RDMA number
 //!   (same transfer size); `memcpy/64MiB`: the same from DRAM, for context.
 //!
 //! The child is this bench binary re-executed with `EFA_SIM_BENCH_CHILD` set.
+
+#[path = "sim/floors.rs"]
+mod floors;
+#[path = "sim/in_process.rs"]
+mod in_process;
+#[path = "sim/pingpong.rs"]
+mod pingpong;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use efa_sim::model::*;
@@ -180,8 +196,14 @@ struct Kid {
 
 impl Kid {
     fn spawn(role: &str) -> Kid {
+        Kid::spawn_with(role, &[])
+    }
+
+    /// A child in `role` with more environment; waits for its `READY qpn addr rkey`.
+    fn spawn_with(role: &str, env: &[(&str, String)]) -> Kid {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .env("EFA_SIM_BENCH_CHILD", role)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -348,6 +370,8 @@ fn bench_two_process(c: &mut Criterion) {
     g.sample_size(10)
         .measurement_time(Duration::from_secs(5))
         .warm_up_time(Duration::from_secs(1));
+    floors::shm_pingpong(&mut g);
+    pingpong::send64_pingpong(&mut g);
     {
         let kid = Kid::spawn("recv");
         g.throughput(Throughput::Elements(1));
@@ -375,25 +399,31 @@ fn bench_two_process(c: &mut Criterion) {
     }
     {
         let kid = Kid::spawn("target");
+        floors::process_vm(&mut g, kid.child.id(), addr, kid.addr);
         g.throughput(Throughput::Bytes(MIB as u64));
-        g.bench_function(BenchmarkId::new("rdma_write", "1MiB"), |b| {
-            b.iter_custom(|iters| {
-                pump(&s, iters, RDMA_WINDOW, 1, |i| {
-                    send_wr(
-                        &ah,
-                        kid.qpn,
-                        i,
-                        SendOp::RdmaWrite,
-                        Sge {
-                            addr,
-                            length: MIB as u32,
-                            lkey: mr.lkey(),
-                        },
-                        Some((kid.addr, kid.rkey)),
-                    )
+        for (name, op, local) in [
+            ("rdma_write", SendOp::RdmaWrite, addr),
+            ("rdma_read", SendOp::RdmaRead, addr + MIB as u64),
+        ] {
+            g.bench_function(BenchmarkId::new(name, "1MiB"), |b| {
+                b.iter_custom(|iters| {
+                    pump(&s, iters, RDMA_WINDOW, 1, |i| {
+                        send_wr(
+                            &ah,
+                            kid.qpn,
+                            i,
+                            op,
+                            Sge {
+                                addr: local,
+                                length: MIB as u32,
+                                lkey: mr.lkey(),
+                            },
+                            Some((kid.addr, kid.rkey)),
+                        )
+                    })
                 })
-            })
-        });
+            });
+        }
     }
     g.finish();
 }
@@ -425,11 +455,16 @@ fn bench_memcpy(c: &mut Criterion) {
 
 fn main() {
     if let Ok(role) = std::env::var("EFA_SIM_BENCH_CHILD") {
-        child(&role);
+        match role.as_str() {
+            "shm_echo" => floors::shm_echo_child(),
+            "echo" => pingpong::echo_child(),
+            _ => child(&role),
+        }
         return;
     }
     let mut c = Criterion::default().configure_from_args();
     bench_post_poll(&mut c);
+    in_process::rdma_write64_post_poll(&mut c);
     bench_memcpy(&mut c);
     bench_two_process(&mut c);
     c.final_summary();

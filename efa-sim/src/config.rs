@@ -14,6 +14,7 @@
 //! | `EFA_SIM_FAULTS` | [`Config::faults`] (see [`crate::transport`]) | none |
 //! | `EFA_SIM_NO_PROCESS_VM=1` | [`Config::no_process_vm`] | off |
 //! | `EFA_SIM_DIRECT=0` | [`Config::direct`] | on |
+//! | `EFA_SIM_TRANSPORT=auto\|udp\|shm` | [`Config::transport`] | `auto` |
 //! | `EFA_SIM_TRACE=1` | [`Config::trace`] | off |
 //! | `EFA_SIM_LIB` | [`library_override`] (the CLI only) | — |
 //! | `EFA_SIM_GPU_LIB` | [`gpu_library_override`] (the CLI's `--gpus` only) | — |
@@ -36,6 +37,22 @@ pub const DEFAULT_DEVICES: u32 = 2;
 /// UDP port base when `EFA_SIM_PORT_BASE` is unset.
 pub const DEFAULT_PORT_BASE: u16 = 47000;
 
+/// How processes of one host reach each other (`EFA_SIM_TRANSPORT`, see
+/// [`crate::transport`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Transport {
+    /// Shared-memory inboxes for peers that have one (same address, user and namespaces),
+    /// UDP for every other peer.
+    #[default]
+    Auto,
+    /// UDP only (no inboxes).
+    Udp,
+    /// Shared memory mandatory between processes of one address: a device that cannot
+    /// create its inbox does not start, and a peer of this address without a usable
+    /// inbox is unreachable. Peers of other addresses still use UDP.
+    Shm,
+}
+
 /// Everything that configures the software devices of a process.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -54,6 +71,8 @@ pub struct Config {
     pub no_process_vm: bool,
     /// Same-process requests may execute in the posting call (only without faults).
     pub direct: bool,
+    /// Shared memory or UDP between processes of one host.
+    pub transport: Transport,
     /// Print a line on stderr for every WR that times out.
     pub trace: bool,
 }
@@ -68,6 +87,7 @@ impl Default for Config {
             faults: FaultSpec::default(),
             no_process_vm: false,
             direct: true,
+            transport: Transport::Auto,
             trace: false,
         }
     }
@@ -151,6 +171,18 @@ impl Config {
         }
         c.no_process_vm = flag(get("EFA_SIM_NO_PROCESS_VM"), "EFA_SIM_NO_PROCESS_VM", false)?;
         c.direct = flag(get("EFA_SIM_DIRECT"), "EFA_SIM_DIRECT", true)?;
+        if let Some(t) = get("EFA_SIM_TRANSPORT") {
+            c.transport = match t.trim() {
+                "auto" => Transport::Auto,
+                "udp" => Transport::Udp,
+                "shm" => Transport::Shm,
+                other => {
+                    return Err(format!(
+                        "EFA_SIM_TRANSPORT=`{other}` must be auto, udp or shm"
+                    ))
+                }
+            };
+        }
         c.trace = flag(get("EFA_SIM_TRACE"), "EFA_SIM_TRACE", false)?;
         Ok(c)
     }
@@ -208,6 +240,7 @@ mod tests {
         assert_eq!(c.addr, Ipv4Addr::LOCALHOST);
         assert_eq!(c.port_base, 47000);
         assert!(c.direct_path() && !c.no_process_vm && !c.trace);
+        assert_eq!(c.transport, Transport::Auto);
         assert!(c.profiles[0].read_completes_as_send);
     }
 
@@ -223,6 +256,7 @@ mod tests {
             ("EFA_SIM_FAULTS", "loss=0.5"),
             ("EFA_SIM_NO_PROCESS_VM", "1"),
             ("EFA_SIM_DIRECT", "0"),
+            ("EFA_SIM_TRANSPORT", "shm"),
             ("EFA_SIM_TRACE", "1"),
         ]))
         .unwrap();
@@ -234,6 +268,7 @@ mod tests {
         assert_eq!(c.port_base, 20000);
         assert_eq!(c.lock_dir, PathBuf::from("/tmp/x"));
         assert!(c.faults.active() && c.no_process_vm && c.trace && !c.direct);
+        assert_eq!(c.transport, Transport::Shm);
         // Faults alone also turn the direct path off.
         let f = Config::from_vars(vars(&[("EFA_SIM_FAULTS", "dup=0.1")])).unwrap();
         assert!(f.direct && !f.direct_path());
@@ -249,6 +284,7 @@ mod tests {
             ("EFA_SIM_PORT_BASE", "65000"),
             ("EFA_SIM_FAULTS", "loss=2"),
             ("EFA_SIM_DIRECT", "sometimes"),
+            ("EFA_SIM_TRANSPORT", "carrier-pigeon"),
         ] {
             let e = Config::from_vars(vars(&[(k, v)])).unwrap_err();
             assert!(e.contains(k), "{k}={v}: {e}");

@@ -91,7 +91,9 @@ fn register() -> &'static Reader {
 
 #[cold]
 fn register_thread() -> Option<&'static Reader> {
-    let r = HANDLE.try_with(|h| h.get_or_init(|| Handle(register())).0).ok()?;
+    let r = HANDLE
+        .try_with(|h| h.get_or_init(|| Handle(register())).0)
+        .ok()?;
     MINE.try_with(|m| m.set(Some(r))).ok()?;
     Some(r)
 }
@@ -202,10 +204,7 @@ pub fn synchronize() {
         .try_with(|m| m.get().map(|r| r as *const Reader))
         .ok()
         .flatten();
-    let readers: Vec<&'static Reader> = READERS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
+    let readers: Vec<&'static Reader> = READERS.lock().unwrap_or_else(|e| e.into_inner()).clone();
     for r in readers {
         if Some(r as *const Reader) == me {
             continue;
@@ -328,7 +327,10 @@ mod tests {
             d.store(true, Ordering::SeqCst);
         });
         std::thread::sleep(Duration::from_millis(50));
-        assert!(!done.load(Ordering::SeqCst), "returned while a section was open");
+        assert!(
+            !done.load(Ordering::SeqCst),
+            "returned while a section was open"
+        );
         release.store(true, Ordering::SeqCst);
         t.join().unwrap();
         w.join().unwrap();

@@ -185,6 +185,7 @@ impl Cq {
     /// waiting the notifier fires at once, so an arm-then-poll consumer never misses one.
     pub fn arm(&self) {
         self.poller.arm(self);
+        self.rt.pollers_park();
     }
 
     /// Called (from any thread) once per arm when a completion is added.
@@ -228,7 +229,11 @@ impl Cq {
         bytes[cqe::FLAGS] ^= efa_sys::io::CDESC_COMMON_PHASE_MASK;
         let slot = u32::from(p.at.count);
         // A send completion is the 16-byte efa_io_tx_cdesc; the rest of the slot is unused.
-        let len = if e.is_recv() { cqe::SIZE } else { cqe::SEND_SIZE };
+        let len = if e.is_recv() {
+            cqe::SIZE
+        } else {
+            cqe::SEND_SIZE
+        };
         self.ring.write_slot(slot, &bytes[..len]);
         self.ring.write_byte(slot, cqe::FLAGS, flags);
         p.at.advance(self.depth);

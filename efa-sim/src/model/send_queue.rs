@@ -27,6 +27,7 @@ use super::runtime::requester::{complete, Origin};
 use super::runtime::stats::bump;
 use super::runtime::Runtime;
 use super::{profile, Qp, QpState, QpType, SendOp, Sge, MAX_INLINE};
+use crate::provider::SpinMutex;
 use crate::ring::wqe::{WqeBuf, DATA, RDMA_LOCAL};
 use crate::ring::{Cursor, Ring};
 use arrayvec::ArrayVec;
@@ -39,7 +40,6 @@ use efa_sys::io::{
 };
 use efa_sys::vendor::comp_status as st;
 use std::sync::atomic::{AtomicU16, Ordering};
-use crate::provider::SpinMutex;
 
 /// A WQE as the device executes it.
 #[derive(Clone, Debug)]
@@ -169,7 +169,9 @@ impl DeviceSq {
             }
             rt.end_batch();
             if direct > 0 {
-                rt.stats.direct.fetch_add(direct, core::sync::atomic::Ordering::Relaxed);
+                rt.stats
+                    .direct
+                    .fetch_add(direct, core::sync::atomic::Ordering::Relaxed);
             }
             if consumed > 0 {
                 any = true;

@@ -1,5 +1,18 @@
-//! Moves packets between software devices: one UDP socket per opened device
-//! per process.
+//! Moves packets between software devices: per opened device and process, one UDP
+//! socket and one shared-memory inbox ([`shm`]). Packets to an endpoint of this host's
+//! address go into its inbox when it has a usable one (same user, pid and network
+//! namespace; [`routes`] decides per destination), else over UDP (other hosts, other
+//! network namespaces, peers without inbox). `EFA_SIM_TRANSPORT=udp|shm` forces either
+//! (see [`crate::config::Transport`]). Both carry the same datagrams, so the reliability
+//! layer above is the same for both.
+//!
+//! # Waking a sleeping receiver
+//!
+//! A process's engine thread sleeps in `poll` on its UDP socket. Before it sleeps it sets
+//! its inbox's sleeping flag; the first sender that appends a frame afterwards clears the
+//! flag and sends a 4-byte wake datagram ([`WAKE`]) to the socket. While a consumer's
+//! pollers drive the inbox themselves (see `crate::model::runtime`), its engine sleeps
+//! without the flag and nobody pays for a wake-up.
 //!
 //! # Addressing
 //!
@@ -27,7 +40,7 @@
 //! # Faults
 //!
 //! `EFA_SIM_FAULTS=seed=42,reorder=0.2,delay_us=50,loss=0.05,dup=0.05` ([`FaultSpec`])
-//! (every key optional): each outgoing datagram is dropped with
+//! (every key optional), on both transports alike: each outgoing datagram is dropped with
 //! probability `loss`, sent twice with probability `dup`, held back for a
 //! random 0..=1 ms (so later datagrams overtake it) with probability
 //! `reorder`, and always held back `delay_us` microseconds. Requests and
@@ -38,13 +51,22 @@
 //! within the bounded peer timeout of `crate::model::runtime`).
 
 pub mod faults;
+pub mod routes;
+pub mod shm;
+pub mod shm_ring;
 pub mod slots;
 pub mod wire;
 
-use crate::config::Config;
+use crate::config::{Config, Transport};
+use crate::model::runtime::stats::{bump, StatsInner};
+use crate::rcu::Guard;
+use routes::{Route, Routes};
+use shm::Inbox;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -73,7 +95,10 @@ struct Delayed {
     data: Vec<u8>,
 }
 
-/// One device's UDP endpoint in this process.
+/// The datagram that wakes a sleeping engine (ignored otherwise).
+pub const WAKE: &[u8; 4] = b"EFAW";
+
+/// One device's endpoint in this process: its UDP socket and its inbox.
 pub struct Endpoint {
     sock: UdpSocket,
     /// Local address the socket is bound to.
@@ -83,12 +108,23 @@ pub struct Endpoint {
     lock_dir: PathBuf,
     faults: Faults,
     delayed: Mutex<Vec<Delayed>>,
+    inbox: Option<Inbox>,
+    routes: Routes,
+    stats: Arc<StatsInner>,
+    /// The engine sleeps for long and must be woken for new work (see `kick`).
+    idle: AtomicBool,
 }
 
 impl Endpoint {
     /// Binds the endpoint of `device` at `ip` for this process's slot under the
-    /// configured lock directory.
-    pub fn bind(ip: Ipv4Addr, device: u32, config: &Config) -> Result<Endpoint, String> {
+    /// configured lock directory, and creates its inbox (unless UDP is forced). Its
+    /// counters go to `stats`.
+    pub(crate) fn bind(
+        ip: Ipv4Addr,
+        device: u32,
+        config: &Config,
+        stats: Arc<StatsInner>,
+    ) -> Result<Endpoint, String> {
         let slot = slots::process_slot(&config.lock_dir)?;
         let port = port_for(config.port_base, device, slot).ok_or("port out of range")?;
         let local = SocketAddrV4::new(ip, port);
@@ -118,6 +154,20 @@ impl Endpoint {
             }
         }
         slots::publish_bound(&config.lock_dir, local);
+        let inbox = match config.transport {
+            Transport::Udp => None,
+            Transport::Auto => Inbox::create(&config.lock_dir, slot, device, local).ok(),
+            Transport::Shm => Some(
+                Inbox::create(&config.lock_dir, slot, device, local)
+                    .map_err(|e| format!("cannot create the shared-memory inbox: {e}"))?,
+            ),
+        };
+        // Without an inbox of our own, peers cannot answer through shared memory either.
+        let mode = if inbox.is_some() {
+            config.transport
+        } else {
+            Transport::Udp
+        };
         Ok(Endpoint {
             sock,
             local,
@@ -126,7 +176,97 @@ impl Endpoint {
             lock_dir: config.lock_dir.clone(),
             faults: Faults::new(&config.faults),
             delayed: Mutex::new(Vec::new()),
+            inbox,
+            routes: Routes::new(ip, config.port_base, config.lock_dir.clone(), mode),
+            stats,
+            idle: AtomicBool::new(false),
         })
+    }
+
+    /// Wakes this endpoint's own engine thread (it sleeps in `poll` on the socket).
+    pub fn send_wake_to_self(&self) {
+        let _ = self.sock.send_to(WAKE, self.local);
+    }
+
+    /// The engine is about to sleep for long (nothing outstanding): from now on
+    /// [`Endpoint::kick`] wakes it. The caller looks for work once more afterwards.
+    pub fn enter_idle(&self) {
+        self.idle.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+    }
+
+    /// The engine woke up (or found work before sleeping).
+    pub fn leave_idle(&self) {
+        self.idle.store(false, Ordering::Relaxed);
+    }
+
+    /// Work appeared that needs the engine's timers (a first outstanding request, a
+    /// held-back datagram): wakes it if it sleeps for long. Called after the work was
+    /// published, so either the engine's last look sees it or this sees the engine idle.
+    pub fn kick(&self) {
+        fence(Ordering::SeqCst);
+        if self.idle.load(Ordering::Relaxed) && self.idle.swap(false, Ordering::AcqRel) {
+            self.send_wake_to_self();
+        }
+    }
+
+    /// Whether held-back datagrams wait for their time (fault injection).
+    pub fn has_delayed(&self) -> bool {
+        self.faults.active()
+            && !self
+                .delayed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_empty()
+    }
+
+    /// This endpoint's inbox (None when UDP is forced or it could not be created).
+    pub fn inbox(&self) -> Option<&Inbox> {
+        self.inbox.as_ref()
+    }
+
+    /// The destination `to` may be dead (a request towards it timed out): forget its
+    /// shared-memory link if its owner is gone.
+    pub fn suspect(&self, to: SocketAddrV4) {
+        self.routes.suspect(to);
+    }
+
+    /// Frees routes replaced since the last call (the engine's timer: no lock held).
+    pub fn collect_routes(&self) {
+        self.routes.collect();
+    }
+
+    /// Sends one datagram over the way `routes` chose for `to` (no faults here).
+    fn deliver(&self, data: &[u8], to: SocketAddrV4) {
+        {
+            let g = Guard::enter();
+            match self.routes.get(to, &g) {
+                Some(Route::Shm(link)) => {
+                    let ring = link.ring();
+                    match ring.push(self.local, data) {
+                        Ok(()) => {
+                            bump(&self.stats.shm_sent);
+                            if ring.needs_wake() {
+                                bump(&self.stats.wakeups);
+                                let _ = self.sock.send_to(WAKE, to);
+                            }
+                        }
+                        Err(_) => {
+                            bump(&self.stats.shm_drops);
+                            drop(g);
+                            self.routes.suspect(to);
+                        }
+                    }
+                    return;
+                }
+                Some(Route::Udp(_)) if self.routes.shm_only() => {
+                    bump(&self.stats.shm_drops);
+                    return;
+                }
+                _ => {}
+            }
+        }
+        let _ = self.sock.send_to(data, to);
     }
 
     /// The slot this endpoint's process holds.
@@ -156,7 +296,7 @@ impl Endpoint {
     /// swallowed: the reliability layer retransmits.
     pub fn send(&self, data: &[u8], to: SocketAddrV4) {
         if !self.faults.active() {
-            let _ = self.sock.send_to(data, to);
+            self.deliver(data, to);
             return;
         }
         self.faults.count_send();
@@ -174,14 +314,17 @@ impl Endpoint {
         }
         for _ in 0..copies {
             if delay.is_zero() {
-                let _ = self.sock.send_to(data, to);
+                self.deliver(data, to);
             } else {
-                let mut q = self.delayed.lock().unwrap_or_else(|e| e.into_inner());
-                q.push(Delayed {
-                    due: Instant::now() + delay,
-                    to,
-                    data: data.to_vec(),
-                });
+                self.delayed
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(Delayed {
+                        due: Instant::now() + delay,
+                        to,
+                        data: data.to_vec(),
+                    });
+                self.kick();
             }
         }
     }
@@ -202,7 +345,7 @@ impl Endpoint {
             due
         };
         for d in &due {
-            let _ = self.sock.send_to(&d.data, d.to);
+            self.deliver(&d.data, d.to);
         }
         !self
             .delayed

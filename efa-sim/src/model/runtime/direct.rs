@@ -16,14 +16,14 @@ use crate::model::Qp;
 use crate::rcu::Guard;
 use crate::transport::wire::{self, Header, Op};
 use efa_sys::vendor::comp_status as st;
-use std::net::SocketAddrV4;
 
 impl Runtime {
     /// Executes request `h` (payload `data`: for a read, the validated local SGE as one
     /// `Data::Local` range) on the same-process `target` and completes the WQE, inside the
     /// caller's read section `g`. Returns false (nothing done) when the outcome needs the
     /// datagram path: RNR (retried with delay), fallback, or a silent drop (times out).
-    /// The caller counts direct executions ([`super::Stats::direct`]).
+    /// The caller counts direct executions ([`super::Stats::direct`]) and marks the peer
+    /// heard.
     pub(crate) fn try_direct(
         &self,
         target: &Runtime,
@@ -31,7 +31,6 @@ impl Runtime {
         o: &Origin,
         h: &Header,
         data: Data<'_>,
-        dest: SocketAddrV4,
         g: &Guard,
     ) -> bool {
         let mut read_src = None;
@@ -56,7 +55,6 @@ impl Runtime {
                 }
             }
         }
-        self.mark_heard(dest);
         complete(qp, o, status);
         true
     }

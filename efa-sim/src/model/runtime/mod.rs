@@ -63,6 +63,7 @@
 pub(crate) mod chunks;
 pub(crate) mod direct;
 pub(crate) mod engine;
+pub(crate) mod inbound;
 pub(crate) mod requester;
 pub(crate) mod responder;
 pub(crate) mod responses;
@@ -71,15 +72,15 @@ pub(crate) mod tables;
 pub(crate) mod trust;
 
 use crate::config::Config;
-use crate::rcu::Guard;
 use crate::model::{Device, Errno, Gid, Mr, Profile, Qp, MAX_QPS_PER_PROCESS};
+use crate::rcu::Guard;
 use crate::transport::{self, Endpoint};
 use requester::Pending;
 pub use stats::Stats;
 use stats::StatsInner;
 use std::collections::{HashMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tables::{AhTable, MrTable, QpTable};
@@ -154,15 +155,26 @@ pub(crate) struct Runtime {
     /// Addresses known to be in `heard`, direct-mapped by port (a hit needs no lock).
     heard_cache: Box<[AtomicU64]>,
     proofs: Mutex<IdMap<SocketAddrV4, trust::Proof>>,
-    pub stats: StatsInner,
+    pub stats: Arc<StatsInner>,
     pub(crate) watcher: crate::model::watcher::Watcher,
+    /// The inbound path (engine thread or a poller, see [`inbound`]).
+    inbound: Mutex<inbound::Inbound>,
+    /// Bumped by pollers that look for work (the engine then sleeps without wake-ups).
+    pub(crate) poll_ticks: AtomicU64,
+    /// A CQ was armed since the engine last looked (its consumer blocks instead).
+    pub(crate) pollers_parked: AtomicBool,
+    /// The engine naps without its inbox's sleeping flag.
+    pub(crate) engine_napping: AtomicBool,
+    /// The inbox consumer position as last published (a lock-free "anything new?" hint).
+    pub(crate) inbox_hint: AtomicU64,
 }
 
 impl Runtime {
     /// Binds the device's endpoint and starts its engine thread.
     pub(crate) fn start(dev: &Arc<Device>) -> Result<Arc<Runtime>, String> {
         let config = dev.config().clone();
-        let ep = Endpoint::bind(dev.addr, dev.index, &config)?;
+        let stats = Arc::new(StatsInner::default());
+        let ep = Endpoint::bind(dev.addr, dev.index, &config, stats.clone())?;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
@@ -192,8 +204,13 @@ impl Runtime {
             heard: Mutex::new(HashSet::new()),
             heard_cache: (0..HEARD_CACHE).map(|_| AtomicU64::new(0)).collect(),
             proofs: Mutex::new(IdMap::default()),
-            stats: StatsInner::default(),
+            stats,
             watcher: Default::default(),
+            inbound: Mutex::new(inbound::Inbound::default()),
+            poll_ticks: AtomicU64::new(0),
+            pollers_parked: AtomicBool::new(false),
+            engine_napping: AtomicBool::new(false),
+            inbox_hint: AtomicU64::new(0),
         });
         RUNTIMES
             .lock()

@@ -8,9 +8,9 @@ use super::tables::MrTable;
 use super::{Runtime, INLINE_RDMA, RTO};
 use crate::model::mem::{self, Data, Place};
 use crate::model::send_queue::Request;
-use crate::rcu::Guard;
 use crate::model::{Pd, Qp, QpType, SendOp, Sge, ACCESS_LOCAL_WRITE, MAX_INLINE, MAX_SEND_SGE};
 use crate::provider::send::op_type;
+use crate::rcu::Guard;
 use crate::ring::cqe::Cqe;
 use crate::transport::wire::{self, Header, Op};
 use efa_sys::vendor::comp_status as st;
@@ -178,7 +178,8 @@ impl Runtime {
         } else {
             0
         };
-        let mut hosts = arrayvec::ArrayVec::<(usize, usize), { efa_sys::io::TX_DESC_NUM_BUFS }>::new();
+        let mut hosts =
+            arrayvec::ArrayVec::<(usize, usize), { efa_sys::io::TX_DESC_NUM_BUFS }>::new();
         let mut first = None;
         let mut all_host = true;
         for sge in &r.sges {
@@ -203,7 +204,8 @@ impl Runtime {
                 } else {
                     Data::Bytes(&r.inline)
                 };
-                if self.try_direct(target, qp, &o, &h, data, dest, &g) {
+                if self.try_direct(target, qp, &o, &h, data, &g) {
+                    self.mark_heard(dest);
                     return true;
                 }
             }
@@ -254,10 +256,12 @@ impl Runtime {
         let Some(qp_arc) = qp.arc() else { return };
         let now = Instant::now();
         let mut chunks = Outbox::new();
+        let first_pending;
         let req_id = {
             // Allocate the id under the lock that publishes it, so the low
             // watermark (computed under the same lock) never passes a live id.
             let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            first_pending = pend.is_empty();
             let req_id = self.next_req.fetch_add(1, Ordering::Relaxed);
             spec.header.req_id = req_id;
             pend.insert(
@@ -279,6 +283,11 @@ impl Runtime {
             }
             req_id
         };
+        if first_pending {
+            // The engine may sleep for long with nothing outstanding: its timers are
+            // needed from now on (retransmission, peer timeout).
+            self.ep.kick();
+        }
         if chunk_now {
             return self.after_settle(None, chunks);
         }

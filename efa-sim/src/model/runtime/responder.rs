@@ -9,8 +9,7 @@ use super::Runtime;
 use crate::model::mem::{self, Data, Place};
 use crate::model::recv_queue::Head;
 use crate::model::{
-    qp, Gid, Qp, QpState, QpType, Sge, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ,
-    ACCESS_REMOTE_WRITE,
+    qp, Gid, Qp, QpState, QpType, Sge, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
 };
 use crate::rcu::Guard;
 use crate::ring::cqe::{Cqe, NO_AH};
@@ -45,14 +44,7 @@ impl Runtime {
     }
 
     /// A receive completion of `qp` for request `h`.
-    fn recv_cqe(
-        qp: &Qp,
-        h: &Header,
-        g: &Guard,
-        req_id: u16,
-        op_type: u8,
-        imm: Option<u32>,
-    ) -> Cqe {
+    fn recv_cqe(qp: &Qp, h: &Header, g: &Guard, req_id: u16, op_type: u8, imm: Option<u32>) -> Cqe {
         let (slid, sgid) = Self::receiver_info(qp, h, g);
         Cqe {
             req_id,

@@ -107,6 +107,8 @@ impl Runtime {
         }
         for (pd, spec, dest) in &resend {
             bump(&self.stats.retransmits);
+            // A silent peer may have died: its inbox link is dropped if so.
+            self.ep.suspect(*dest);
             if !self.transmit(pd, spec, *dest) {
                 self.finish(spec.header.req_id, st::LOCAL_ERROR_INVALID_LKEY as u8);
             }

@@ -64,6 +64,20 @@ counters! {
     bad_wqes,
     /// Completions that found their CQ ring full and waited for the consumer.
     cq_overflows,
+    /// Datagrams appended to a peer's shared-memory inbox (the rest went over UDP).
+    shm_sent,
+    /// Datagrams taken from this endpoint's inbox.
+    shm_received,
+    /// Garbage found in this endpoint's inbox (a frame or position no sender writes),
+    /// skipped with everything after it that was published at the time.
+    shm_garbage,
+    /// Datagrams dropped because a peer's inbox was full, its lock stuck, or (with
+    /// `EFA_SIM_TRANSPORT=shm`) a peer of this address had no usable inbox.
+    shm_drops,
+    /// Wake datagrams sent to a peer whose engine slept.
+    wakeups,
+    /// Times a poller drove this device's inbox (no thread hop).
+    polled_progress,
 }
 
 /// Adds one to a counter.

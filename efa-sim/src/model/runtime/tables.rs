@@ -59,7 +59,10 @@ impl<T> Slots<T> {
         };
         let chunk = c.load(Ordering::Acquire);
         // SAFETY: as in `get`; only the pointer value is read.
-        chunk.is_null() || unsafe { &*chunk }[i % CHUNK].load(Ordering::Acquire).is_null()
+        chunk.is_null()
+            || unsafe { &*chunk }[i % CHUNK]
+                .load(Ordering::Acquire)
+                .is_null()
     }
 
     /// Publishes `v` in slot `i` (the caller holds the writer lock; the slot is empty).
@@ -69,8 +72,9 @@ impl<T> Slots<T> {
         };
         let mut chunk = c.load(Ordering::Acquire);
         if chunk.is_null() {
-            let fresh: Box<[AtomicPtr<T>; CHUNK]> =
-                Box::new(core::array::from_fn(|_| AtomicPtr::new(core::ptr::null_mut())));
+            let fresh: Box<[AtomicPtr<T>; CHUNK]> = Box::new(core::array::from_fn(|_| {
+                AtomicPtr::new(core::ptr::null_mut())
+            }));
             chunk = Box::into_raw(fresh);
             c.store(chunk, Ordering::Release);
         }

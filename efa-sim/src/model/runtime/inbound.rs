@@ -1,0 +1,293 @@
+//! The inbound path of one device: packets from the UDP socket or the shared-memory
+//! inbox are handled here (requests executed by the responder, responses given to the
+//! requester), answered with responses bundled per destination, and duplicate requests
+//! answered from a per-requester cache without executing them again.
+//!
+//! Its state ([`Inbound`]) is behind one lock, so that whoever holds it drives the path:
+//! the engine thread, or a thread polling one of the device's CQs
+//! ([`Runtime::progress`]), which then sees the completions its packets produce without
+//! waiting for another thread to be scheduled.
+
+use super::requester::STATUS_RNR;
+use super::responder::Outcome;
+use super::stats::bump;
+use super::{IdMap, Runtime};
+use crate::model::mem::{self, Data};
+use crate::rcu::Guard;
+use crate::transport::shm_ring::Pop;
+use crate::transport::wire::{self, Header, Op};
+use efa_sys::vendor::comp_status as st;
+use crate::transport::WAKE;
+use std::net::SocketAddrV4;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// Duplicate-suppression state for one requester incarnation.
+#[derive(Default)]
+struct PeerDedup {
+    watermark: u64,
+    done: IdMap<u64, u8>,
+    last_seen: Option<Instant>,
+}
+
+/// A requester incarnation silent this long is forgotten by the responder
+/// (its WRs have long timed out).
+const PEER_FORGET: Duration = Duration::from_secs(30);
+
+/// Most inbox frames one poll takes (the rest waits for the next poll or the engine).
+const POLL_BATCH: usize = 64;
+
+/// The inbound path's state (one holder at a time).
+pub(crate) struct Inbound {
+    peers: IdMap<(SocketAddrV4, u64), PeerDedup>,
+    out: Vec<u8>,
+    /// Responses of the current batch, bundled per destination.
+    outs: Vec<wire::BundleBuf>,
+    /// Consumer position in this device's inbox (the shared copy is only a hint).
+    head: u64,
+    /// A frame copied out of the inbox.
+    frame: Vec<u8>,
+}
+
+impl Default for Inbound {
+    fn default() -> Self {
+        Inbound {
+            peers: IdMap::default(),
+            out: vec![0u8; wire::MAX_DATAGRAM],
+            outs: Vec::new(),
+            head: 0,
+            frame: vec![0u8; wire::MAX_DATAGRAM],
+        }
+    }
+}
+
+impl Inbound {
+    /// The consumer position in the inbox.
+    pub(crate) fn head(&self) -> u64 {
+        self.head
+    }
+}
+
+impl Runtime {
+    /// The inbound path's state (blocking: the engine thread).
+    pub(crate) fn inbound(&self) -> std::sync::MutexGuard<'_, Inbound> {
+        self.inbound.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A CQ of this device was armed: its consumer is about to block rather than poll, so
+    /// the engine must take the inbox's frames from now on (it is woken if it napped).
+    pub(crate) fn pollers_park(&self) {
+        self.pollers_parked.store(true, Ordering::SeqCst);
+        if self.engine_napping.load(Ordering::SeqCst) {
+            self.ep.send_wake_to_self();
+        }
+    }
+
+    /// Handles one datagram (a packet or a bundle of them) from `from`.
+    pub(crate) fn handle_datagram(&self, ib: &mut Inbound, pkt: &[u8], from: SocketAddrV4) {
+        if pkt == WAKE {
+            return;
+        }
+        // A bug in a handler must not take the device down with it.
+        let r =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                match wire::bundle_items(pkt) {
+                    Some(items) => {
+                        for item in items {
+                            self.handle(ib, item, from);
+                        }
+                    }
+                    None => self.handle(ib, pkt, from),
+                }
+            }));
+        if r.is_err() {
+            bump(&self.stats.malformed);
+        }
+    }
+
+    /// Takes up to `max` frames from this device's inbox; how many it took.
+    pub(crate) fn drain_inbox(&self, ib: &mut Inbound, max: usize) -> usize {
+        let Some(inbox) = self.ep.inbox() else {
+            return 0;
+        };
+        let ring = inbox.ring();
+        let mut n = 0;
+        while n < max {
+            let mut frame = std::mem::take(&mut ib.frame);
+            let popped = ring.pop(&mut ib.head, &mut frame, wire::MAX_DATAGRAM);
+            match popped {
+                Pop::Empty => {
+                    ib.frame = frame;
+                    break;
+                }
+                Pop::Garbage => bump(&self.stats.shm_garbage),
+                Pop::Frame(len, from) => {
+                    bump(&self.stats.shm_received);
+                    self.handle_datagram(ib, &frame[..len], from);
+                }
+            }
+            ib.frame = frame;
+            n += 1;
+        }
+        n
+    }
+
+    /// Called by a poller that found its CQ empty: drives the inbound path if frames are
+    /// waiting and nobody else is at it. Returns whether it handled any.
+    pub(crate) fn progress(&self) -> bool {
+        // Tell the engine pollers are active (it then sleeps without asking for wakes).
+        let t = self.poll_ticks.load(Ordering::Relaxed);
+        self.poll_ticks.store(t.wrapping_add(1), Ordering::Relaxed);
+        let Some(inbox) = self.ep.inbox() else {
+            return false;
+        };
+        if !inbox
+            .ring()
+            .has_data(self.inbox_hint.load(Ordering::Relaxed))
+        {
+            return false;
+        }
+        let mut ib = match self.inbound.try_lock() {
+            Ok(ib) => ib,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return false,
+        };
+        let n = self.drain_inbox(&mut ib, POLL_BATCH);
+        self.inbox_hint.store(ib.head, Ordering::Relaxed);
+        self.flush_outs(&mut ib);
+        drop(ib);
+        if n > 0 {
+            bump(&self.stats.polled_progress);
+        }
+        n > 0
+    }
+
+    fn handle(&self, ib: &mut Inbound, pkt: &[u8], from: SocketAddrV4) {
+        let Some((h, data)) = Header::decode(pkt) else {
+            bump(&self.stats.malformed);
+            return;
+        };
+        if h.kind == wire::KIND_RESP {
+            self.handle_response(&h, data, from);
+            return;
+        }
+        if h.flags & wire::FLAG_UD != 0 {
+            self.ud_receive(&h, data);
+            return;
+        }
+        let dedup = h.op != Op::Read;
+        if dedup {
+            let peer = ib.peers.entry((from, h.epoch)).or_default();
+            peer.last_seen = Some(Instant::now());
+            if h.watermark > peer.watermark {
+                peer.watermark = h.watermark;
+                if peer.done.len() > 1024 {
+                    let wm = peer.watermark;
+                    peer.done.retain(|k, _| *k >= wm);
+                }
+            }
+            if h.req_id < peer.watermark {
+                bump(&self.stats.stale);
+                return;
+            }
+            if let Some(st) = peer.done.get(&h.req_id).copied() {
+                bump(&self.stats.duplicates);
+                self.respond(ib, &h, st, 0, from);
+                return;
+            }
+        }
+        let mut resp_len = 0usize;
+        let g = Guard::enter();
+        let mut read_src = None;
+        let mut outcome = self.execute(&h, Data::Bytes(data), Some(from), &g, &mut read_src);
+        if matches!(outcome, Outcome::Respond(0))
+            && h.op == Op::Read
+            && h.flags & wire::FLAG_FAST == 0
+        {
+            resp_len = h.total_len as usize;
+            let out = &mut ib.out[wire::HEADER..wire::HEADER + resp_len];
+            // SAFETY: `read_src` is the responder's validated range of `total_len` bytes
+            // (at most MAX_DATA, checked by execute) in a live MR: the section is open.
+            let copied = read_src.map(|at| unsafe { mem::read_registered(at, out) });
+            if !matches!(copied, Some(Ok(()))) {
+                resp_len = 0;
+                outcome = Outcome::Respond(st::REMOTE_ERROR_BAD_ADDRESS as u8);
+            }
+        }
+        drop(g);
+        match outcome {
+            Outcome::Drop => {}
+            Outcome::Respond(st) => {
+                if st == STATUS_RNR {
+                    bump(&self.stats.rnr_naks);
+                } else if dedup && st != wire::STATUS_FALLBACK {
+                    ib.peers
+                        .entry((from, h.epoch))
+                        .or_default()
+                        .done
+                        .insert(h.req_id, st);
+                }
+                self.respond(ib, &h, st, resp_len, from);
+            }
+        }
+    }
+
+    /// Queues a response; `ib.out[HEADER..HEADER+data_len]` holds read data.
+    fn respond(
+        &self,
+        ib: &mut Inbound,
+        req: &Header,
+        status: u8,
+        data_len: usize,
+        to: SocketAddrV4,
+    ) {
+        let mut h = Header::new(wire::KIND_RESP, req.op);
+        h.status = status;
+        h.epoch = req.epoch;
+        h.req_id = req.req_id;
+        h.src_gid = self.gid;
+        h.src_qpn = req.dst_qpn;
+        h.dst_qpn = req.src_qpn;
+        let data_len = if status == 0 { data_len } else { 0 };
+        h.data_len = data_len as u32;
+        h.encode(&mut ib.out);
+        let pkt = &ib.out[..wire::HEADER + data_len];
+        let slot = match ib.outs.iter().position(|b| b.to == Some(to)) {
+            Some(i) if ib.outs[i].fits(pkt.len()) => i,
+            Some(i) => {
+                self.ep.send(ib.outs[i].datagram(), to);
+                ib.outs[i].clear();
+                i
+            }
+            None => match ib.outs.iter().position(|b| b.to.is_none()) {
+                Some(i) => i,
+                None => {
+                    ib.outs.push(wire::BundleBuf::default());
+                    ib.outs.len() - 1
+                }
+            },
+        };
+        ib.outs[slot].push(to, pkt);
+    }
+
+    /// Sends the bundled responses of this batch.
+    pub(crate) fn flush_outs(&self, ib: &mut Inbound) {
+        for b in &mut ib.outs {
+            if let Some(to) = b.to {
+                self.ep.send(b.datagram(), to);
+                b.clear();
+            }
+        }
+    }
+
+    /// Drops the dedup state of requester incarnations silent for [`PEER_FORGET`].
+    pub(crate) fn forget_silent_peers(&self, ib: &mut Inbound) {
+        if ib.peers.len() > 64 {
+            let now = Instant::now();
+            ib.peers.retain(|_, p| {
+                p.last_seen
+                    .is_some_and(|t| now.duration_since(t) < PEER_FORGET)
+            });
+        }
+    }
+}
