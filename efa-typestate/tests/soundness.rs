@@ -105,22 +105,29 @@ fn hole_2_sges_and_peers_of_another_pd_or_device_are_refused() {
         pd.register_with_iova(vec![0u8; 64], IOVA, AccessFlags::LOCAL_WRITE)
             .unwrap()
     }
-    let (mut victims, mut foreign) = (vec![reg(&pd0)], vec![reg(&pd1)]);
-    for _ in 0..100_000 {
-        let (v, f) = (
-            victims.last().unwrap().lkey(),
-            foreign.last().unwrap().lkey(),
-        );
-        if v == f {
-            break;
-        }
-        if v < f {
-            victims.push(reg(&pd0));
-        } else {
-            foreign.push(reg(&pd1));
+    // Alternate between the devices until a key of one is also a key of the other (other
+    // tests of this binary register and deregister on the same devices meanwhile, so the
+    // keys need not grow in step).
+    let (mut victims, mut foreign) = (Vec::new(), Vec::new());
+    let (mut keys0, mut keys1) = (
+        std::collections::HashMap::new(),
+        std::collections::HashMap::new(),
+    );
+    let mut pair = None;
+    while pair.is_none() && victims.len() < 30_000 {
+        let v = reg(&pd0);
+        keys0.insert(v.lkey(), victims.len());
+        pair = keys1.get(&v.lkey()).map(|&j| (victims.len(), j));
+        victims.push(v);
+        if pair.is_none() {
+            let f = reg(&pd1);
+            keys1.insert(f.lkey(), foreign.len());
+            pair = keys0.get(&f.lkey()).map(|&i| (i, foreign.len()));
+            foreign.push(f);
         }
     }
-    let (victim, other) = (victims.last().unwrap(), foreign.last().unwrap());
+    let (i, j) = pair.expect("no colliding lkeys found");
+    let (victim, other) = (&victims[i], &foreign[j]);
     assert_eq!(victim.lkey(), other.lkey(), "no colliding lkeys found");
     let same_device = other_pd0
         .register(vec![0u8; 64], AccessFlags::LOCAL_WRITE)

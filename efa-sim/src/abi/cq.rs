@@ -210,7 +210,7 @@ export!("EFA_1.2", efadv_create_cq => efadv_create_cq);
 
 unsafe extern "C" fn efadv_cq_from_ibv_cq_ex(cq: *mut v::ibv_cq_ex) -> *mut EfadvCq {
     // SAFETY: cq is ours.
-    unsafe { &(*(cq as *mut SimCq)).efa as *const EfadvCq as *mut EfadvCq }
+    unsafe { core::ptr::addr_of_mut!((*(cq as *mut SimCq)).efa) }
 }
 export!("EFA_1.2", efadv_cq_from_ibv_cq_ex => efadv_cq_from_ibv_cq_ex);
 

@@ -79,18 +79,21 @@ pub unsafe extern "C" fn poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut v::ibv_w
 
 /// Puts the cursor's completion into the `ibv_cq_ex` plain fields; ENOENT without one.
 ///
+/// The fields are written through `cq`, the consumer's own pointer: never through a
+/// pointer derived from a `&SimCq`, which the compiler may take for memory that does not
+/// change (an optimised build then dropped the writes, and every polled `wr_id` read 0).
+///
 /// # Safety
-/// The poll lock is held by this thread (session protocol).
+/// `cq` is ours and the poll lock is held by this thread (session protocol).
 #[inline]
-unsafe fn publish(sim: &SimCq, c: Option<Completion>) -> c_int {
+unsafe fn publish(cq: *mut v::ibv_cq_ex, c: Option<Completion>) -> c_int {
     match c {
         Some(c) => {
-            let ex = &sim.ex as *const v::ibv_cq_ex as *mut v::ibv_cq_ex;
             // SAFETY: status/wr_id are plain fields of our CQ, written only under the poll
-            // lock (the caller holds it).
+            // lock (the caller holds it); `cq` is valid (caller contract).
             unsafe {
-                (*ex).status = wc_status(c.status);
-                (*ex).wr_id = c.wr_id;
+                (*cq).status = wc_status(c.status);
+                (*cq).wr_id = c.wr_id;
             }
             0
         }
@@ -116,8 +119,8 @@ pub(super) unsafe extern "C" fn start_poll(
         p.unlock();
         return ENOENT;
     }
-    // SAFETY: poll lock held.
-    unsafe { publish(sim, c) }
+    // SAFETY: poll lock held; cq is ours.
+    unsafe { publish(cq, c) }
 }
 
 pub(super) unsafe extern "C" fn next_poll(cq: *mut v::ibv_cq_ex) -> c_int {
@@ -128,7 +131,7 @@ pub(super) unsafe extern "C" fn next_poll(cq: *mut v::ibv_cq_ex) -> c_int {
     unsafe {
         p.retire();
         let c = p.next(&sim.model).copied();
-        publish(sim, c)
+        publish(cq, c)
     }
 }
 

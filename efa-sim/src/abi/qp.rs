@@ -365,7 +365,7 @@ export!("IBVERBS_1.6", ibv_qp_to_qp_ex => qp_to_qp_ex);
 
 unsafe extern "C" fn efadv_qp_from_ibv_qp_ex(qp: *mut v::ibv_qp_ex) -> *mut EfadvQp {
     // SAFETY: qp is ours.
-    unsafe { &(*(qp as *mut SimQp)).efa as *const EfadvQp as *mut EfadvQp }
+    unsafe { core::ptr::addr_of_mut!((*(qp as *mut SimQp)).efa) }
 }
 export!("EFA_1.6", efadv_qp_from_ibv_qp_ex => efadv_qp_from_ibv_qp_ex);
 
