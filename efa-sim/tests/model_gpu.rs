@@ -276,12 +276,18 @@ fn an_export_that_refuses_mmap_moves_through_the_drivers_copies() {
     // on the same-process direct path (one copy through the driver).
     let moved = |a: &Side, b: &Side| {
         let (sa, sb) = (a.dev.stats(), b.dev.stats());
-        (sa.chunked + sb.chunked + sa.direct + sb.direct, sa.process_vm + sb.process_vm)
+        (
+            sa.chunked + sb.chunked + sa.direct + sb.direct,
+            sa.process_vm + sb.process_vm,
+        )
     };
     let (before, vm_before) = moved(&a, &b);
     exercise(g, &a, &b, &mr, va, bulk);
     let (after, vm_after) = moved(&a, &b);
-    assert!(after > before, "bulk RDMA on GPU memory moved in chunks or directly");
+    assert!(
+        after > before,
+        "bulk RDMA on GPU memory moved in chunks or directly"
+    );
     assert_eq!(vm_after, vm_before, "process_vm_* never used on GPU memory");
 }
 

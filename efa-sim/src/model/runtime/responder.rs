@@ -274,8 +274,7 @@ impl Runtime {
                 let to = pos + take;
                 if to > from {
                     // SAFETY: at..at+take is in a live MR with LOCAL_WRITE (section open).
-                    if unsafe { data.write_to(at.add(from - pos), from - skip, to - from) }
-                        .is_err()
+                    if unsafe { data.write_to(at.add(from - pos), from - skip, to - from) }.is_err()
                     {
                         ok = false;
                         break;
