@@ -13,6 +13,9 @@ pub fn rdma_write64_post_poll(c: &mut Criterion) {
     let a = side(&dev, 1024);
     let b = side(&dev, 1024);
     let ah = a.pd.create_ah(&dev.gid).unwrap();
+    // The target's PD must know the requester for one-sided operations (an AH to it),
+    // as on EFA; without it every write completes with UNKNOWN_PEER.
+    let _known = b.pd.create_ah(&dev.gid).unwrap();
     let (src, src_mr) = region(&a.pd, 4096);
     let (dst, dst_mr) = region(&b.pd, 4096);
     let mut g = c.benchmark_group("in_process");
