@@ -12,7 +12,7 @@ mod support;
 #[path = "support/transfers.rs"]
 mod transfers;
 
-use backends::{with_backend, Backend};
+use backends::{cases, with_backend, Backend};
 use transfers::{in_process, Gpus, Mem};
 
 fn run(test: &str, backend: Backend, mem: Mem, extra_profile: &str) {
@@ -24,15 +24,6 @@ fn run(test: &str, backend: Backend, mem: Mem, extra_profile: &str) {
         };
         in_process(&gpus, mem, &Backend::from_env().checks());
     });
-}
-
-macro_rules! cases {
-    ($($name:ident: $backend:ident, $mem:ident, $profile:literal;)*) => {$(
-        #[test]
-        fn $name() {
-            run(stringify!($name), Backend::$backend, Mem::$mem, $profile);
-        }
-    )*};
 }
 
 cases! {

@@ -11,7 +11,7 @@ mod support;
 #[path = "support/transfers.rs"]
 mod transfers;
 
-use backends::{with_backend, Backend};
+use backends::{cases, with_backend, Backend};
 use transfers::{initiator_from_env, target, Gpus, Mem};
 
 fn run(test: &str, backend: Backend, mem: Mem, extra_profile: &str) {
@@ -34,15 +34,6 @@ fn run(test: &str, backend: Backend, mem: Mem, extra_profile: &str) {
 #[ignore = "the initiator of the two-process tests below, started by them"]
 fn initiator_side() {
     initiator_from_env(support::sim(), &Backend::from_env().checks());
-}
-
-macro_rules! cases {
-    ($($name:ident: $backend:ident, $mem:ident, $profile:literal;)*) => {$(
-        #[test]
-        fn $name() {
-            run(stringify!($name), Backend::$backend, Mem::$mem, $profile);
-        }
-    )*};
 }
 
 cases! {

@@ -73,3 +73,15 @@ pub fn with_backend(test: &str, backend: Backend, extra_profile: &str, body: imp
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     crate::support::in_child(test, &env, body);
 }
+
+/// One `#[test]` per `name: Backend, Mem, "extra profile";` line, each calling the
+/// including file's `run(name, backend, memory, extra_profile)`.
+macro_rules! cases {
+    ($($name:ident: $backend:ident, $mem:ident, $profile:literal;)*) => {$(
+        #[test]
+        fn $name() {
+            run(stringify!($name), Backend::$backend, Mem::$mem, $profile);
+        }
+    )*};
+}
+pub(crate) use cases;
