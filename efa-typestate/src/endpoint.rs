@@ -56,6 +56,25 @@ impl fmt::Debug for Gid {
     }
 }
 
+/// The error for a wire buffer of `got` bytes (out of line: it is the cold path).
+#[cold]
+#[inline(never)]
+fn wire_length(got: usize) -> crate::Error {
+    InvalidInput::WireLength {
+        expected: EndpointInfo::WIRE_SIZE as u32,
+        got,
+    }
+    .into()
+}
+
+/// The error for a QP number that does not fit 24 bits (out of line, so that the
+/// error's fields do not split the `Ok` value into pieces on the hot path).
+#[cold]
+#[inline(never)]
+fn qpn_out_of_range(qpn: u32) -> crate::Error {
+    InvalidInput::QpnOutOfRange(qpn).into()
+}
+
 /// Largest QP number the wire format carries (24 bits).
 pub const MAX_QPN: u32 = 0x00ff_ffff;
 
@@ -84,7 +103,7 @@ impl EndpointInfo {
     #[inline]
     pub fn new(gid: Gid, qpn: u32, qkey: u32) -> Result<EndpointInfo> {
         if qpn > MAX_QPN {
-            return Err(InvalidInput::QpnOutOfRange(qpn).into());
+            return Err(qpn_out_of_range(qpn));
         }
         Ok(EndpointInfo {
             gid,
@@ -106,12 +125,23 @@ impl EndpointInfo {
     /// Parses the 24-byte wire format.
     #[inline]
     pub fn parse(bytes: &[u8]) -> Result<EndpointInfo> {
-        let info = EndpointInfo::read_from_bytes(bytes).map_err(|_| InvalidInput::WireLength {
-            expected: 24,
-            got: bytes.len(),
-        })?;
-        info.validate()?;
-        Ok(info)
+        // Field by field rather than `read_from_bytes` + `validate()?`: that moved the
+        // value through the result in odd-sized pieces (twice C's instructions).
+        let Ok(wire) = <&[u8; Self::WIRE_SIZE]>::try_from(bytes) else {
+            return Err(wire_length(bytes.len()));
+        };
+        let (gid, rest) = wire.split_at(16);
+        let (qpn, qkey) = rest.split_at(4);
+        // The lengths are constants: these conversions cannot fail and fold away.
+        let qpn = U32::from_bytes(qpn.try_into().unwrap_or_default());
+        if qpn.get() > MAX_QPN {
+            return Err(qpn_out_of_range(qpn.get()));
+        }
+        Ok(EndpointInfo {
+            gid: Gid(gid.try_into().unwrap_or_default()),
+            qpn,
+            qkey: U32::from_bytes(qkey.try_into().unwrap_or_default()),
+        })
     }
 
     /// Checks the value ranges (useful after a zero-copy cast that bypassed [`parse`](Self::parse)).
@@ -119,7 +149,7 @@ impl EndpointInfo {
     pub fn validate(&self) -> Result<()> {
         let qpn = self.qpn.get();
         if qpn > MAX_QPN {
-            return Err(InvalidInput::QpnOutOfRange(qpn).into());
+            return Err(qpn_out_of_range(qpn));
         }
         Ok(())
     }
