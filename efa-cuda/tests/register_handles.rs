@@ -105,10 +105,7 @@ fn gpu_sges_go_in_the_same_batches_as_host_memory_under_the_same_pd_check() {
     assert_eq!(s.len(), 5);
     let addrs: Vec<u64> = s
         .iter()
-        .map(|w| match w.payload() {
-            efa_typestate::Payload::Sge(sge) => sge.addr(),
-            other => panic!("unexpected payload {other:?}"),
-        })
+        .map(|w| w.sge_addr().expect("a one-SGE payload"))
         .collect();
     assert_eq!(
         addrs[1..],

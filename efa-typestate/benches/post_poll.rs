@@ -36,11 +36,11 @@ fn drain<C: CompletionQueue>(cq: &C, n: usize) {
 
 fn no_device(c: &mut Criterion) {
     // Baseline for "build SendBatch<16>": the bare cost of pushing 16 values of the
-    // same size as a SendWr into an ArrayVec, measured before any device (and its
-    // threads) exists.
-    const WORDS: usize = core::mem::size_of::<SendWr<'static>>() / 8;
+    // same size as a batch's stored work request (StagedSend) into an ArrayVec,
+    // measured before any device (and its threads) exists.
+    const WORDS: usize = core::mem::size_of::<StagedSend<'static>>() / 8;
     c.bench_function(
-        "ArrayVec push of 16 prebuilt SendWr-sized values",
+        "ArrayVec push of 16 prebuilt StagedSend-sized values",
         |bench| {
             let v = [0u64; WORDS];
             bench.iter(|| {

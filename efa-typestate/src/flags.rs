@@ -10,6 +10,7 @@ macro_rules! flag_set {
     ) => {
         $(#[$meta])*
         #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+        #[repr(transparent)]
         pub struct $name($ty);
 
         impl $name {

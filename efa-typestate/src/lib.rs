@@ -320,5 +320,5 @@ pub use qp::{
 };
 pub use wr::{
     Payload, QpLimits, RdmaChunks, RecvBatch, RecvBufs, RecvTarget, RecvWr, SendBatch, SendOp,
-    SendOps, SendTarget, SendWr,
+    SendOps, SendTarget, SendWr, StagedSend,
 };

@@ -8,10 +8,11 @@ use core::ptr::NonNull;
 use arrayvec::ArrayVec;
 
 use super::completion::VERBS_WC_FLAGS;
+use super::ReqNotifyFn;
 use super::{choose_channel, destroy_cq, notify_fn, request_notify_with, sealed};
 use super::{CompChannel, Completion, CompletionFlags, CompletionQueue, CqOptions, OwnChannel};
-use super::{ReqNotifyFn, WcOpcode, WcStatus};
 use crate::context::Context;
+use crate::endpoint::Gid;
 use crate::error::{Error, Result, Unsupported, Verb};
 use crate::ffi;
 use crate::parent::{Keep, Parent, Sibling};
@@ -107,45 +108,71 @@ impl<C: Parent<Target = Context>> Cq<C> {
     }
 }
 
-/// Entries fetched per `ibv_poll_cq` call.
-const CHUNK: usize = 16;
-
 impl<C> Cq<C> {
-    /// Converts the `n` entries the first `ibv_poll_cq` of [`poll`](CompletionQueue::poll)
-    /// returned (asked for `want`, or a negative errno) into `out`, polling on while the
-    /// CQ fills every chunk and `out` has room.
+    /// Turns the `n` entries (or negative errno) the `ibv_poll_cq` of
+    /// [`poll`](CompletionQueue::poll) wrote, as a packed `ibv_wc` array at the start of
+    /// `out`'s spare capacity, into completions: each moves to its own slot (the last
+    /// first, so that none is overwritten before it has moved), has the fields the
+    /// provider may have left unwritten cleared, and is then counted in `out`.
+    #[inline]
     fn take<const N: usize>(
-        &self,
         out: &mut ArrayVec<Completion, N>,
-        wcs: &mut [MaybeUninit<ffi::ibv_wc>; CHUNK],
-        mut n: c_int,
-        mut want: usize,
+        n: c_int,
+        want: usize,
     ) -> Result<usize> {
-        let mut total = 0;
-        loop {
-            if n < 0 {
-                return Err(Error::verb(Verb::PollCq, -n));
-            }
-            for wc in &wcs[..n as usize] {
-                // SAFETY: the provider initialised the first `n` entries' fields it sets;
-                // we read them through a raw pointer without assuming the rest.
-                let c = unsafe { completion_from_wc(wc.as_ptr()) };
-                // `n <= want <= remaining capacity`, so this cannot fail.
-                let _ = out.try_push(c);
-            }
-            total += n as usize;
-            if (n as usize) < want {
-                return Ok(total);
-            }
-            want = out.remaining_capacity().min(CHUNK);
-            if want == 0 {
-                return Ok(total);
-            }
-            // SAFETY: as in `poll`.
-            n = unsafe {
-                (self.poll_cq)(self.raw.as_ptr(), want as c_int, wcs.as_mut_ptr().cast())
-            };
+        if n < 0 {
+            return Err(Error::verb(Verb::PollCq, -n));
         }
+        // A provider never returns more than asked; if one did, the rest is dropped.
+        let n = (n as usize).min(want);
+        let len = out.len();
+        // SAFETY: `len + n <= N`: the spare slots `len..len + n` are in the buffer.
+        let slots = unsafe { out.as_mut_ptr().add(len) };
+        let wcs = slots.cast::<ffi::ibv_wc>();
+        for i in (0..n).rev() {
+            // SAFETY: entry `i` of the packed array ends before slot `i + 1` begins
+            // (48 * (i + 1) <= 64 * (i + 1)) and later entries have moved already, so
+            // the copy (memmove) moves only entry `i`'s bytes, into slot `i`, whose
+            // first 48 bytes are laid out as an `ibv_wc`.
+            unsafe { core::ptr::copy(wcs.add(i).cast::<u8>(), slots.add(i).cast::<u8>(), WC_SIZE) };
+            // SAFETY: slot `i` holds entry `i`, written by the provider.
+            unsafe { settle(slots.add(i)) };
+        }
+        // SAFETY: slots `len..len + n` are now initialised completions.
+        unsafe { out.set_len(len + n) };
+        Ok(n)
+    }
+}
+
+/// Bytes of one `ibv_wc`: the prefix of a [`Completion`] that `ibv_poll_cq` writes.
+const WC_SIZE: usize = core::mem::size_of::<ffi::ibv_wc>();
+
+/// Makes the `ibv_wc` the provider wrote at the start of `c` a complete [`Completion`]:
+/// the flags masked to those verbs defines, the receive-only fields (which the
+/// provider leaves unwritten for send completions) set to 0, and no sender GID. A
+/// receive's immediate is left as it is: it is written, and read, only with
+/// `IBV_WC_WITH_IMM`.
+///
+/// # Safety
+/// `c` must be valid for writes and its first 48 bytes an `ibv_wc` written by
+/// `ibv_poll_cq` (wr_id, status, opcode, vendor_err, qp_num and wc_flags always; for
+/// receives byte_len, src_qp and slid too, and imm_data with `IBV_WC_WITH_IMM`).
+#[inline(always)]
+unsafe fn settle(c: *mut Completion) {
+    use core::ptr::addr_of_mut;
+    // SAFETY: per the contract, every field read here was written by the provider, and
+    // every field written is in bounds; no reference to the partly written value is made.
+    unsafe {
+        let flags = addr_of_mut!((*c).flags);
+        let bits = flags.read().bits() & VERBS_WC_FLAGS;
+        flags.write(CompletionFlags::from_bits_retain(bits));
+        if !addr_of_mut!((*c).opcode).read().is_recv() {
+            addr_of_mut!((*c).byte_len).write(0);
+            addr_of_mut!((*c).imm_be).write(MaybeUninit::new(0));
+            addr_of_mut!((*c).src_qp).write(0);
+            addr_of_mut!((*c).slid).write(0);
+        }
+        addr_of_mut!((*c).sgid).write(Gid([0; 16]));
     }
 }
 
@@ -156,23 +183,24 @@ impl<C> CompletionQueue for Cq<C> {
         self.raw.as_ptr()
     }
 
-    // The first `ibv_poll_cq` call, and with it the empty case, is inlined into the
-    // caller (as C's `ibv_poll_cq` is); converting entries is `Cq::take`.
+    // The `ibv_poll_cq` call, and with it the empty case, is inlined into the caller
+    // (as C's `ibv_poll_cq` is); moving the entries into place is `Cq::take`.
     #[inline]
     fn poll<const N: usize>(&self, out: &mut ArrayVec<Completion, N>) -> Result<usize> {
-        let want = out.remaining_capacity().min(CHUNK);
+        let want = out.remaining_capacity().min(c_int::MAX as usize);
         if want == 0 {
             return Ok(0);
         }
-        let mut wcs = [const { MaybeUninit::<ffi::ibv_wc>::uninit() }; CHUNK];
-        // SAFETY: valid CQ; `wcs` has room for `want` entries; the provider writes `n`
-        // of them and returns n (or a negative errno).
-        let n =
-            unsafe { (self.poll_cq)(self.raw.as_ptr(), want as c_int, wcs.as_mut_ptr().cast()) };
+        // SAFETY: `len <= N`, so this is the start of the spare capacity.
+        let spare = unsafe { out.as_mut_ptr().add(out.len()) }.cast::<ffi::ibv_wc>();
+        // SAFETY: valid CQ; the spare capacity (`want` slots of 64 bytes) has room for
+        // `want` packed `ibv_wc`s (48 bytes each); the provider writes `n` of them and
+        // returns n (or a negative errno).
+        let n = unsafe { (self.poll_cq)(self.raw.as_ptr(), want as c_int, spare) };
         if n == 0 {
             return Ok(0);
         }
-        self.take(out, &mut wcs, n, want)
+        Self::take(out, n, want)
     }
 
     fn request_notify(&self) -> Result<()> {
@@ -181,39 +209,6 @@ impl<C> CompletionQueue for Cq<C> {
 
     fn own_channel(&self) -> Option<&OwnChannel> {
         self.own.as_ref()
-    }
-}
-
-/// Reads a `struct ibv_wc` the provider filled.
-///
-/// # Safety
-/// `wc` must point at an `ibv_wc` written by `ibv_poll_cq`. Fields the provider leaves
-/// untouched for send completions (byte_len, imm, src_qp, slid) may be stale: they are
-/// only read for receive completions.
-#[inline]
-unsafe fn completion_from_wc(wc: *const ffi::ibv_wc) -> Completion {
-    // SAFETY: caller guarantees the struct was written by the provider (status, opcode,
-    // vendor_err, qp_num, wc_flags, wr_id always).
-    unsafe {
-        let opcode = WcOpcode((*wc).opcode);
-        let mut c = Completion {
-            wr_id: (*wc).wr_id,
-            status: WcStatus((*wc).status),
-            opcode,
-            vendor_err: (*wc).vendor_err,
-            qp_num: (*wc).qp_num,
-            flags: CompletionFlags::from_bits_retain((*wc).wc_flags & VERBS_WC_FLAGS),
-            ..Completion::EMPTY
-        };
-        if opcode.is_recv() {
-            c.byte_len = (*wc).byte_len;
-            c.src_qp = (*wc).src_qp;
-            c.slid = (*wc).slid;
-            if c.flags.contains(CompletionFlags::WITH_IMM) {
-                c.imm = u32::from_be((*wc).imm_data_invalidated_rkey_union.imm_data);
-            }
-        }
-        c
     }
 }
 
@@ -248,5 +243,85 @@ impl<C> core::fmt::Debug for Cq<C> {
             .field("depth", &self.depth())
             .field("waitable", &self.own.is_some())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cq::{WcOpcode, WcStatus};
+    use crate::ffi::ibv_wc_opcode::{IBV_WC_RECV, IBV_WC_SEND};
+
+    /// What a provider writes: every field of a receive, and for a send completion only
+    /// what verbs requires (the rest keeps whatever the memory held: here 0xee bytes).
+    fn write_wc(at: *mut ffi::ibv_wc, wr_id: u64, opcode: u32, flags: u32, imm_be: u32) {
+        // SAFETY: `at` is valid for one ibv_wc (the tests pass spare ArrayVec capacity).
+        unsafe {
+            at.cast::<u8>().write_bytes(0xee, WC_SIZE);
+            (*at).wr_id = wr_id;
+            (*at).status = 0;
+            (*at).opcode = opcode;
+            (*at).vendor_err = 0;
+            (*at).qp_num = 7;
+            (*at).wc_flags = flags;
+            if opcode == IBV_WC_RECV {
+                (*at).byte_len = 100 + wr_id as u32;
+                (*at).src_qp = 9;
+                (*at).slid = 3;
+                (*at).imm_data_invalidated_rkey_union.imm_data = imm_be;
+            }
+        }
+    }
+
+    #[test]
+    fn packed_entries_move_into_their_slots_with_stale_fields_cleared() {
+        let mut out = ArrayVec::<Completion, 5>::new();
+        let mut first = ArrayVec::<Completion, 1>::new();
+        let wcs = first.as_mut_ptr().cast::<ffi::ibv_wc>();
+        write_wc(wcs, 1, IBV_WC_RECV, 0, 0);
+        Cq::<()>::take(&mut first, 1, 1).unwrap();
+        out.push(first[0]);
+
+        // Four packed entries at the start of the spare capacity (after one completion).
+        // SAFETY: slot 1.. is spare capacity, room for 4 * 64 >= 4 * 48 bytes.
+        let wcs = unsafe { out.as_mut_ptr().add(1) }.cast::<ffi::ibv_wc>();
+        let with_imm = ffi::ibv_wc_flags::IBV_WC_WITH_IMM.0;
+        // SAFETY: entries 0..4 of the packed array lie inside the spare capacity.
+        unsafe {
+            write_wc(wcs, 2, IBV_WC_SEND, 0, 0);
+            write_wc(wcs.add(1), 3, IBV_WC_RECV, with_imm, 0x1234u32.to_be());
+            // Bit 16 is the crate's UNSOLICITED: a provider's bit there is dropped.
+            write_wc(wcs.add(2), 4, IBV_WC_RECV, 1 << 16, 0);
+            write_wc(wcs.add(3), 5, IBV_WC_SEND, 0, 0);
+        }
+        // More than asked for is never taken in.
+        assert_eq!(Cq::<()>::take(&mut out, 5, 4), Ok(4));
+        assert_eq!(out.len(), 5);
+
+        let ids: ArrayVec<u64, 5> = out.iter().map(|c| c.wr_id()).collect();
+        assert_eq!(ids.as_slice(), &[1, 2, 3, 4, 5]);
+        for c in &out {
+            assert_eq!((c.status(), c.qp_num()), (WcStatus::SUCCESS, 7));
+            assert_eq!(c.sender_gid(), None);
+            assert!(!c.is_unsolicited());
+        }
+        for send in [&out[1], &out[4]] {
+            assert_eq!(send.opcode(), WcOpcode::SEND);
+            assert_eq!((send.byte_len(), send.src_qp(), send.slid()), (0, 0, 0));
+            assert_eq!(send.imm(), None);
+        }
+        assert_eq!((out[0].byte_len(), out[0].imm()), (101, None));
+        assert_eq!((out[2].byte_len(), out[2].imm()), (103, Some(0x1234)));
+        assert_eq!((out[2].src_qp(), out[2].slid()), (9, 3));
+        assert_eq!(out[3].flags(), CompletionFlags::empty());
+        assert_eq!(out[3].imm(), None);
+
+        // A negative count is the provider's errno.
+        let mut none = ArrayVec::<Completion, 2>::new();
+        assert_eq!(
+            Cq::<()>::take(&mut none, -libc::EIO, 2),
+            Err(Error::verb(Verb::PollCq, libc::EIO))
+        );
+        assert!(none.is_empty());
     }
 }

@@ -1,5 +1,7 @@
 //! The completion value and its status, opcode and flag types.
 
+use core::mem::MaybeUninit;
+
 use crate::ah::AH_UNKNOWN;
 use crate::endpoint::Gid;
 use crate::error::{EfaStatus, Error, Result};
@@ -8,6 +10,7 @@ use crate::flags::flag_set;
 
 /// A verbs completion status (`ibv_wc_status`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[repr(transparent)]
 pub struct WcStatus(pub u32);
 
 impl WcStatus {
@@ -73,6 +76,7 @@ impl WcStatus {
 
 /// A completion opcode (`ibv_wc_opcode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[repr(transparent)]
 pub struct WcOpcode(pub u32);
 
 impl WcOpcode {
@@ -114,19 +118,96 @@ pub(crate) const VERBS_WC_FLAGS: u32 = 0xffff;
 /// One completion, copied out of the CQ: a plain `Copy` value. Only polling makes one
 /// (there is no public constructor): a [`Posted`](crate::lease::Posted) lease trusts
 /// that a completion carrying its `wr_id` really came from the device.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+///
+/// Its first 48 bytes are laid out as `struct ibv_wc` (checked at compile time), so
+/// that a classic CQ's `ibv_poll_cq` writes straight into the output and each entry
+/// only moves to its slot and has its stale fields cleared; the sender GID follows.
+#[derive(Clone, Copy)]
+#[repr(C)]
 pub struct Completion {
     pub(crate) wr_id: u64,
     pub(crate) status: WcStatus,
     pub(crate) opcode: WcOpcode,
     pub(crate) vendor_err: u32,
     pub(crate) byte_len: u32,
-    pub(crate) imm: u32,
+    /// Network order, as the device reports it. Initialised whenever `flags` has
+    /// `WITH_IMM` (only then does a provider write it): read only through `imm()`.
+    pub(crate) imm_be: MaybeUninit<u32>,
     pub(crate) qp_num: u32,
     pub(crate) src_qp: u32,
-    pub(crate) slid: u16,
     pub(crate) flags: CompletionFlags,
+    /// `ibv_wc.pkey_index`: not reported (EFA has no partitions); maybe never written.
+    _pkey_index: MaybeUninit<u16>,
+    pub(crate) slid: u16,
+    /// `ibv_wc.sl`, `dlid_path_bits` and padding: not reported; maybe never written.
+    _sl_path_bits: MaybeUninit<[u8; 4]>,
     pub(crate) sgid: Gid,
+}
+
+/// The fields `Completion` shares with `ibv_wc`, at the same offsets.
+macro_rules! same_offset {
+    ($($ours:ident = $theirs:ident),* $(,)?) => {
+        $(static_assertions::const_assert_eq!(
+            core::mem::offset_of!(Completion, $ours),
+            core::mem::offset_of!(ffi::ibv_wc, $theirs)
+        );)*
+    };
+}
+same_offset!(
+    wr_id = wr_id,
+    status = status,
+    opcode = opcode,
+    vendor_err = vendor_err,
+    byte_len = byte_len,
+    imm_be = imm_data_invalidated_rkey_union,
+    qp_num = qp_num,
+    src_qp = src_qp,
+    flags = wc_flags,
+    _pkey_index = pkey_index,
+    slid = slid,
+    _sl_path_bits = sl,
+);
+static_assertions::const_assert_eq!(
+    core::mem::offset_of!(Completion, sgid),
+    core::mem::size_of::<ffi::ibv_wc>()
+);
+static_assertions::assert_eq_size!(Completion, [u8; 64]);
+
+impl PartialEq for Completion {
+    /// Compares what the accessors report (the unreported `ibv_wc` fields are skipped).
+    fn eq(&self, other: &Self) -> bool {
+        self.wr_id == other.wr_id
+            && self.status == other.status
+            && self.opcode == other.opcode
+            && self.vendor_err == other.vendor_err
+            && self.byte_len == other.byte_len
+            && self.imm() == other.imm()
+            && self.qp_num == other.qp_num
+            && self.src_qp == other.src_qp
+            && self.flags == other.flags
+            && self.slid == other.slid
+            && self.sgid == other.sgid
+    }
+}
+
+impl Eq for Completion {}
+
+impl core::fmt::Debug for Completion {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Completion")
+            .field("wr_id", &self.wr_id)
+            .field("status", &self.status)
+            .field("opcode", &self.opcode)
+            .field("vendor_err", &self.vendor_err)
+            .field("byte_len", &self.byte_len)
+            .field("imm", &self.imm())
+            .field("qp_num", &self.qp_num)
+            .field("src_qp", &self.src_qp)
+            .field("slid", &self.slid)
+            .field("flags", &self.flags)
+            .field("sgid", &self.sgid)
+            .finish()
+    }
 }
 
 impl Completion {
@@ -137,11 +218,13 @@ impl Completion {
         opcode: WcOpcode(0),
         vendor_err: 0,
         byte_len: 0,
-        imm: 0,
+        imm_be: MaybeUninit::zeroed(),
         qp_num: 0,
         src_qp: 0,
-        slid: 0,
         flags: CompletionFlags::empty(),
+        _pkey_index: MaybeUninit::zeroed(),
+        slid: 0,
+        _sl_path_bits: MaybeUninit::zeroed(),
         sgid: Gid([0; 16]),
     };
 
@@ -178,9 +261,11 @@ impl Completion {
     /// Immediate data in host byte order, if any.
     #[inline]
     pub fn imm(&self) -> Option<u32> {
-        self.flags
-            .contains(CompletionFlags::WITH_IMM)
-            .then_some(self.imm)
+        if !self.flags.contains(CompletionFlags::WITH_IMM) {
+            return None;
+        }
+        // SAFETY: with WITH_IMM set the immediate is initialised (the field's invariant).
+        Some(u32::from_be(unsafe { self.imm_be.assume_init() }))
     }
     /// Local QP number.
     #[inline]

@@ -1,6 +1,7 @@
 //! [`ExtCq`]: the extended completion queue (`ibv_create_cq_ex` / `efadv_create_cq`).
 
 use core::ffi::c_int;
+use core::mem::MaybeUninit;
 use core::ops::Deref;
 use core::ptr::NonNull;
 
@@ -264,7 +265,7 @@ impl<C> ExtCq<C> {
             c.src_qp = (o.read_src_qp)(cq);
             c.slid = (o.read_slid)(cq) as u16;
             if flags.contains(CompletionFlags::WITH_IMM) {
-                c.imm = u32::from_be((o.read_imm_data)(cq));
+                c.imm_be = MaybeUninit::new((o.read_imm_data)(cq));
             }
             if o.efadv_fields {
                 if let Some(f) = o.is_unsolicited {

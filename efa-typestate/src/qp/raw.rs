@@ -11,7 +11,7 @@ use crate::context::DeviceCaps;
 use crate::endpoint::{EndpointInfo, Gid};
 use crate::error::{Error, InvalidInput, Result, Unsupported, Verb};
 use crate::ffi::{self, ibv_qp_attr_mask as Mask, ibv_send_flags};
-use crate::wr::{OpKind, Payload, QpLimits, RecvBatch, RecvBufs, SendBatch, SendOps};
+use crate::wr::{LocalKind, OpKind, QpLimits, RecvBatch, RecvBufs, SendBatch, SendOps};
 
 // ibv_qp_attr_mask bits used here.
 pub(crate) const ATTR_STATE: u32 = Mask::IBV_QP_STATE.0;
@@ -304,30 +304,30 @@ impl QpInner {
             (SendFns::at(&f.start))(q);
             for wr in batch.wrs.iter() {
                 (*q).wr_id = wr.wr_id;
-                (*q).wr_flags = match wr.payload {
-                    Payload::Inline(_) => SEND_SIGNALED | SEND_INLINE,
-                    _ => SEND_SIGNALED,
+                (*q).wr_flags = match wr.local {
+                    LocalKind::Inline => SEND_SIGNALED | SEND_INLINE,
+                    LocalKind::Sge | LocalKind::Sges => SEND_SIGNALED,
                 };
-                let o = &wr.op;
-                match o.kind {
+                match wr.kind {
                     OpKind::Send => (SendFns::at(&f.send))(q),
-                    OpKind::SendImm => (SendFns::at(&f.send_imm))(q, o.imm.to_be()),
-                    OpKind::Write => (SendFns::at(&f.write))(q, o.rkey, o.raddr),
+                    OpKind::SendImm => (SendFns::at(&f.send_imm))(q, wr.imm().to_be()),
+                    OpKind::Write => (SendFns::at(&f.write))(q, wr.rkey(), wr.raddr),
                     OpKind::WriteImm => {
-                        (SendFns::at(&f.write_imm))(q, o.rkey, o.raddr, o.imm.to_be())
+                        (SendFns::at(&f.write_imm))(q, wr.rkey(), wr.raddr, wr.imm().to_be())
                     }
-                    OpKind::Read => (SendFns::at(&f.read))(q, o.rkey, o.raddr),
+                    OpKind::Read => (SendFns::at(&f.read))(q, wr.rkey(), wr.raddr),
                 }
-                let d = &wr.dest;
-                (SendFns::at(&f.set_ud_addr))(q, d.ah.as_ptr(), d.qpn, d.qkey);
-                match wr.payload {
-                    Payload::Sge(s) => (SendFns::at(&f.set_sge))(q, s.lkey(), s.addr(), s.len()),
-                    Payload::Sges(l) => {
-                        (SendFns::at(&f.set_sge_list))(q, l.len(), l.raw().as_ptr())
+                (SendFns::at(&f.set_ud_addr))(q, wr.ah.as_ptr(), wr.qpn, wr.qkey);
+                match wr.local {
+                    LocalKind::Sge => (SendFns::at(&f.set_sge))(q, wr.lkey(), wr.addr(), wr.len()),
+                    LocalKind::Sges => {
+                        (SendFns::at(&f.set_sge_list))(q, wr.len() as usize, wr.sge_list())
                     }
-                    Payload::Inline(b) => {
-                        (SendFns::at(&f.set_inline))(q, b.as_ptr() as *mut _, b.len())
-                    }
+                    LocalKind::Inline => (SendFns::at(&f.set_inline))(
+                        q,
+                        wr.inline_bytes() as *mut _,
+                        wr.len() as usize,
+                    ),
                 }
             }
             match (SendFns::at(&f.complete))(q) {

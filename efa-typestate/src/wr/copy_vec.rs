@@ -4,9 +4,12 @@
 
 use core::mem::MaybeUninit;
 
+#[repr(C)]
 pub(crate) struct CopyVec<T: Copy, const N: usize> {
-    items: [MaybeUninit<T>; N],
+    // First: an item's store (at a non-negative index past `len`) then provably never
+    // overwrites `len`, so a loop of pushes keeps `len` in a register.
     len: usize,
+    items: [MaybeUninit<T>; N],
 }
 
 impl<T: Copy, const N: usize> CopyVec<T, N> {
@@ -27,7 +30,9 @@ impl<T: Copy, const N: usize> CopyVec<T, N> {
     }
     #[inline]
     pub(crate) fn is_full(&self) -> bool {
-        self.len == N
+        // `>=`, not `==`: after this test the optimiser knows `len < N`, so `push`'s own
+        // bounds check folds away.
+        self.len >= N
     }
     #[inline]
     pub(crate) fn clear(&mut self) {

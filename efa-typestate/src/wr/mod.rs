@@ -19,6 +19,7 @@ mod copy_vec;
 mod limits;
 mod recv;
 mod send;
+mod staged;
 
 pub use chunks::RdmaChunks;
 pub use limits::QpLimits;
@@ -27,6 +28,8 @@ pub use send::{SendBatch, SendWr};
 
 pub(crate) use limits::Origin;
 pub(crate) use send::Dest;
+pub(crate) use staged::LocalKind;
+pub use staged::StagedSend;
 
 flag_set! {
     /// Send operations a QP is created for (`IBV_QP_EX_WITH_*`). Adding an operation

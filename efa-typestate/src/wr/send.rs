@@ -5,7 +5,7 @@ use core::ptr::NonNull;
 
 use super::copy_vec::CopyVec;
 use super::limits::Origin;
-use super::{Payload, QpLimits, RdmaChunks, SendOp, SendTarget, StoredOp};
+use super::{Payload, QpLimits, RdmaChunks, SendOp, SendTarget, StagedSend, StoredOp};
 use crate::ah::Peer;
 use crate::error::{InvalidInput, Result};
 use crate::ffi;
@@ -116,7 +116,7 @@ impl<'a> SendWr<'a> {
 #[derive(Debug)]
 pub struct SendBatch<'a, const N: usize> {
     pub(crate) limits: &'a QpLimits,
-    pub(crate) wrs: CopyVec<SendWr<'a>, N>,
+    pub(crate) wrs: CopyVec<StagedSend<'a>, N>,
 }
 
 impl<'a, const N: usize> SendBatch<'a, N> {
@@ -149,7 +149,7 @@ impl<'a, const N: usize> SendBatch<'a, N> {
             return Err(QpLimits::queue_full(self.limits.max_send_wr));
         }
         self.limits.check_send(&wr, origin)?;
-        self.wrs.push(wr);
+        self.wrs.push(StagedSend::of(&wr));
         Ok(())
     }
     #[inline(always)]
@@ -298,8 +298,8 @@ impl<'a, const N: usize> SendBatch<'a, N> {
     pub fn clear(&mut self) {
         self.wrs.clear();
     }
-    /// The work requests.
-    pub fn iter(&self) -> impl Iterator<Item = &SendWr<'a>> {
+    /// The work requests, in order, as the batch holds them once checked.
+    pub fn iter(&self) -> impl Iterator<Item = &StagedSend<'a>> {
         self.wrs.iter()
     }
 }
