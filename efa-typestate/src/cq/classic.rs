@@ -12,7 +12,6 @@ use super::ReqNotifyFn;
 use super::{choose_channel, destroy_cq, notify_fn, request_notify_with, sealed};
 use super::{CompChannel, Completion, CompletionFlags, CompletionQueue, CqOptions, OwnChannel};
 use crate::context::Context;
-use crate::endpoint::Gid;
 use crate::error::{Error, Result, Unsupported, Verb};
 use crate::ffi;
 use crate::parent::{Keep, Parent, Sibling};
@@ -149,9 +148,9 @@ const WC_SIZE: usize = core::mem::size_of::<ffi::ibv_wc>();
 
 /// Makes the `ibv_wc` the provider wrote at the start of `c` a complete [`Completion`]:
 /// the flags masked to those verbs defines, the receive-only fields (which the
-/// provider leaves unwritten for send completions) set to 0, and no sender GID. A
-/// receive's immediate is left as it is: it is written, and read, only with
-/// `IBV_WC_WITH_IMM`.
+/// provider leaves unwritten for send completions) set to 0. A receive's immediate is
+/// left as it is: it is written, and read, only with `IBV_WC_WITH_IMM`; the sender GID
+/// is never read (the mask leaves `SENDER_GID` clear).
 ///
 /// # Safety
 /// `c` must be valid for writes and its first 48 bytes an `ibv_wc` written by
@@ -172,7 +171,6 @@ unsafe fn settle(c: *mut Completion) {
             addr_of_mut!((*c).src_qp).write(0);
             addr_of_mut!((*c).slid).write(0);
         }
-        addr_of_mut!((*c).sgid).write(Gid([0; 16]));
     }
 }
 

@@ -141,7 +141,8 @@ pub struct Completion {
     pub(crate) slid: u16,
     /// `ibv_wc.sl`, `dlid_path_bits` and padding: not reported; maybe never written.
     _sl_path_bits: MaybeUninit<[u8; 4]>,
-    pub(crate) sgid: Gid,
+    /// Initialised whenever `flags` has `SENDER_GID`: read only through `sender_gid()`.
+    pub(crate) sgid: MaybeUninit<Gid>,
 }
 
 /// The fields `Completion` shares with `ibv_wc`, at the same offsets.
@@ -186,7 +187,7 @@ impl PartialEq for Completion {
             && self.src_qp == other.src_qp
             && self.flags == other.flags
             && self.slid == other.slid
-            && self.sgid == other.sgid
+            && self.sender_gid() == other.sender_gid()
     }
 }
 
@@ -205,29 +206,12 @@ impl core::fmt::Debug for Completion {
             .field("src_qp", &self.src_qp)
             .field("slid", &self.slid)
             .field("flags", &self.flags)
-            .field("sgid", &self.sgid)
+            .field("sender_gid", &self.sender_gid())
             .finish()
     }
 }
 
 impl Completion {
-    /// A zeroed completion that the poll loops fill in.
-    pub(crate) const EMPTY: Completion = Completion {
-        wr_id: 0,
-        status: WcStatus(0),
-        opcode: WcOpcode(0),
-        vendor_err: 0,
-        byte_len: 0,
-        imm_be: MaybeUninit::zeroed(),
-        qp_num: 0,
-        src_qp: 0,
-        flags: CompletionFlags::empty(),
-        _pkey_index: MaybeUninit::zeroed(),
-        slid: 0,
-        _sl_path_bits: MaybeUninit::zeroed(),
-        sgid: Gid([0; 16]),
-    };
-
     /// The work request id given when posting (0 for unsolicited write-with-imm).
     #[inline]
     pub fn wr_id(&self) -> u64 {
@@ -301,9 +285,11 @@ impl Completion {
     /// CQs created with [`CqOptions::sender_gid`](super::CqOptions::sender_gid).
     #[inline]
     pub fn sender_gid(&self) -> Option<Gid> {
-        self.flags
-            .contains(CompletionFlags::SENDER_GID)
-            .then_some(self.sgid)
+        if !self.flags.contains(CompletionFlags::SENDER_GID) {
+            return None;
+        }
+        // SAFETY: with SENDER_GID set the GID is initialised (the field's invariant).
+        Some(unsafe { self.sgid.assume_init() })
     }
     /// `Ok(self)` on success, else the typed error.
     #[inline]

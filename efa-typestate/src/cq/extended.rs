@@ -234,56 +234,71 @@ impl<C: Parent<Target = Context>> ExtCq<C> {
 }
 
 impl<C> ExtCq<C> {
-    /// Reads the current entry (between a successful start/next_poll and the next call)
-    /// into `c`, field by field as each call returns (as C fills its own struct), so that
-    /// nothing is kept across the provider calls.
+    /// Writes the current entry (between a successful start/next_poll and the next
+    /// call) into the slot `c`, field by field as each call returns (as C fills its own
+    /// struct), so that nothing is kept across the provider calls and nothing is
+    /// written twice: every field a [`Completion`] needs initialised is written once
+    /// (the immediate and sender GID only when their flag says they are there).
     ///
     /// # Safety
-    /// Must be called only while the CQ is positioned on a valid entry.
+    /// Must be called only while the CQ is positioned on a valid entry; `c` must be
+    /// valid for writes of a `Completion`.
     #[inline(always)]
-    unsafe fn read_current(&self, c: &mut Completion) {
+    unsafe fn read_current(&self, c: *mut Completion) {
+        use core::ptr::addr_of_mut;
         let cq = self.raw.as_ptr();
         let o = &self.ops;
-        // SAFETY: caller guarantees a current entry; all pointers were checked at creation
-        // and the plain fields are valid while the CQ is locked by start_poll.
+        // SAFETY: caller guarantees a current entry and a writable slot; all pointers were
+        // checked at creation and the plain fields are valid while start_poll holds the
+        // CQ. No reference to the partly written slot is made.
         unsafe {
-            c.wr_id = (*cq).wr_id;
-            c.status = WcStatus((*cq).status);
-            c.opcode = WcOpcode((o.read_opcode)(cq));
+            addr_of_mut!((*c).wr_id).write((*cq).wr_id);
+            let status = WcStatus((*cq).status);
+            addr_of_mut!((*c).status).write(status);
+            let opcode = WcOpcode((o.read_opcode)(cq));
+            addr_of_mut!((*c).opcode).write(opcode);
             // EFA reports vendor status 0 with every success: skip the call then.
-            if c.status != WcStatus::SUCCESS {
-                c.vendor_err = (o.read_vendor_err)(cq);
-            }
-            c.qp_num = (o.read_qp_num)(cq);
+            let vendor_err = if status != WcStatus::SUCCESS {
+                (o.read_vendor_err)(cq)
+            } else {
+                0
+            };
+            addr_of_mut!((*c).vendor_err).write(vendor_err);
+            addr_of_mut!((*c).qp_num).write((o.read_qp_num)(cq));
             // Send-side completions carry nothing more on EFA (flags 0): read only for receives.
-            if !c.opcode.is_recv() {
+            if !opcode.is_recv() {
+                addr_of_mut!((*c).byte_len).write(0);
+                addr_of_mut!((*c).src_qp).write(0);
+                addr_of_mut!((*c).slid).write(0);
+                addr_of_mut!((*c).flags).write(CompletionFlags::empty());
                 return;
             }
             let mut flags =
                 CompletionFlags::from_bits_retain((o.read_wc_flags)(cq) & VERBS_WC_FLAGS);
-            c.byte_len = (o.read_byte_len)(cq);
-            c.src_qp = (o.read_src_qp)(cq);
-            c.slid = (o.read_slid)(cq) as u16;
+            addr_of_mut!((*c).byte_len).write((o.read_byte_len)(cq));
+            addr_of_mut!((*c).src_qp).write((o.read_src_qp)(cq));
+            let slid = (o.read_slid)(cq) as u16;
+            addr_of_mut!((*c).slid).write(slid);
             if flags.contains(CompletionFlags::WITH_IMM) {
-                c.imm_be = MaybeUninit::new((o.read_imm_data)(cq));
+                addr_of_mut!((*c).imm_be).write(MaybeUninit::new((o.read_imm_data)(cq)));
             }
             if o.efadv_fields {
                 if let Some(f) = o.is_unsolicited {
-                    if c.opcode == WcOpcode::RECV_RDMA_WITH_IMM && f(o.efa) {
+                    if opcode == WcOpcode::RECV_RDMA_WITH_IMM && f(o.efa) {
                         flags |= CompletionFlags::UNSOLICITED;
                     }
                 }
                 if let Some(f) = o.read_sgid {
-                    if c.slid == AH_UNKNOWN {
+                    if slid == AH_UNKNOWN {
                         let mut gid = ffi::ibv_gid { raw: [0; 16] };
                         if f(o.efa, &mut gid) == 0 {
-                            c.sgid = Gid(gid.raw);
+                            addr_of_mut!((*c).sgid).write(MaybeUninit::new(Gid(gid.raw)));
                             flags |= CompletionFlags::SENDER_GID;
                         }
                     }
                 }
             }
-            c.flags = flags;
+            addr_of_mut!((*c).flags).write(flags);
         }
     }
 
@@ -350,14 +365,16 @@ impl<C> ExtCq<C> {
         let cq = self.raw.as_ptr();
         let mut n = 0;
         loop {
-            // Room was checked before this entry was fetched; the entry is read into
-            // its slot in place.
-            if out.try_push(Completion::EMPTY).is_ok() {
-                if let Some(slot) = out.last_mut() {
-                    // SAFETY: positioned on a valid entry (start/next_poll returned 0).
-                    unsafe { self.read_current(slot) };
-                }
-            }
+            // Room was checked before this entry was fetched (`len < N`); the entry is
+            // read into the next spare slot in place, then counted.
+            let len = out.len();
+            // SAFETY: `len < N`: the slot is inside the buffer.
+            let slot = unsafe { out.as_mut_ptr().add(len) };
+            // SAFETY: positioned on a valid entry (start/next_poll returned 0); the slot
+            // is spare capacity, valid for writes.
+            unsafe { self.read_current(slot) };
+            // SAFETY: `read_current` initialised the slot.
+            unsafe { out.set_len(len + 1) };
             n += 1;
             if out.is_full() {
                 break;
