@@ -76,7 +76,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use efa_bench::{run, Case, Rig, Side};
 
 fn benches(c: &mut Criterion) {
-    let rig = Rig::new().unwrap_or_else(|e| panic!("vs_c needs an EFA device (efa-sim): {e}"));
+    let mut rig = Rig::new().unwrap_or_else(|e| panic!("vs_c needs an EFA device (efa-sim): {e}"));
     let fw = rig.fw_ver();
     assert!(
         efa_sim_select::fw_matches_selection(&fw),
@@ -87,7 +87,7 @@ fn benches(c: &mut Criterion) {
         for side in Side::BOTH {
             g.bench_function(side.name(), |b| {
                 b.iter_custom(|units| {
-                    run(&rig, case, side, units)
+                    run(&mut rig, case, side, units)
                         .unwrap_or_else(|e| panic!("{} ({}): {e}", case.name(), side.name()))
                 })
             });

@@ -30,8 +30,8 @@ fn child(case: &str, side: &str, n: &str) -> Result<(), String> {
     let case = Case::from_name(case).ok_or(format!("unknown case {case:?}"))?;
     let side = Side::from_name(side).ok_or(format!("unknown side {side:?}"))?;
     let n: u64 = n.parse().map_err(|_| format!("bad unit count {n:?}"))?;
-    let rig = Rig::new().map_err(|e| format!("no EFA device (efa-sim): {e}"))?;
-    run(&rig, case, side, n).map_err(|e| format!("{} ({}): {e}", case.name(), side.name()))?;
+    let mut rig = Rig::new().map_err(|e| format!("no EFA device (efa-sim): {e}"))?;
+    run(&mut rig, case, side, n).map_err(|e| format!("{} ({}): {e}", case.name(), side.name()))?;
     Ok(())
 }
 

@@ -173,7 +173,7 @@ fn c_result(rc: i64) -> Result<()> {
 /// Runs `units` units of `case` on `side` and returns the time spent in that side's
 /// functions only (set-up and clean-up are untimed). Fails on any error of either side,
 /// or when a completion carries an unexpected status.
-pub fn run(rig: &Rig, case: Case, side: Side, units: u64) -> Result<Duration> {
+pub fn run(rig: &mut Rig, case: Case, side: Side, units: u64) -> Result<Duration> {
     let mut total = Duration::ZERO;
     let mut done = 0u64;
     while done < units {
@@ -185,7 +185,7 @@ pub fn run(rig: &Rig, case: Case, side: Side, units: u64) -> Result<Duration> {
 }
 
 /// One timed section of `k` units, with its set-up and clean-up.
-fn section(rig: &Rig, case: Case, side: Side, k: u32, base: u64) -> Result<Duration> {
+fn section(rig: &mut Rig, case: Case, side: Side, k: u32, base: u64) -> Result<Duration> {
     let r = &rig.raw;
     let timed = |f: &mut dyn FnMut() -> Result<()>| -> Result<Duration> {
         let t = Instant::now();
@@ -248,7 +248,13 @@ fn section(rig: &Rig, case: Case, side: Side, k: u32, base: u64) -> Result<Durat
                 for j in 0..k as u64 {
                     let id = (base + j) * BATCH as u64;
                     match side {
-                        Side::Ours => ours::vs_ours_write_batch(rig, MSG, BATCH, id)?,
+                        Side::Ours => ours::vs_ours_write_batch(
+                            &mut rig.a,
+                            &rig.to_b,
+                            &rig.src,
+                            rig.remote,
+                            (MSG, BATCH, id),
+                        )?,
                         // SAFETY: raw views of live rig objects; src and target hold
                         // BATCH x MSG bytes.
                         Side::C => c_result(unsafe {
@@ -269,7 +275,15 @@ fn section(rig: &Rig, case: Case, side: Side, k: u32, base: u64) -> Result<Durat
                 match side {
                     Side::Ours => {
                         let mut out = ArrayVec::new();
-                        ours::vs_ours_round_trip(rig, MSG, ROUND_TRIP, id, &mut out)?;
+                        let parts = ours::RoundTripRig {
+                            receiver: &rig.e,
+                            inbox: &rig.inbox_e,
+                            to: &rig.to_e,
+                            src: &rig.src,
+                            cq: &rig.cq_a,
+                        };
+                        let args = (MSG, ROUND_TRIP, id);
+                        ours::vs_ours_round_trip(&mut rig.a, parts, args, &mut out)?;
                         check_ours(&out, 2 * ROUND_TRIP)?;
                     }
                     Side::C => {

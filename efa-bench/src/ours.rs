@@ -10,7 +10,7 @@ use std::hint::black_box;
 
 use efa::*;
 
-use crate::rig::{Rig, BATCH, ROUND_TRIP, SLOTS};
+use crate::rig::{Rig, RigQp, SharedPd, BATCH, ROUND_TRIP, SLOTS};
 
 /// Empty polls after which a drain gives up (as the C side's `SPIN_LIMIT`).
 const SPIN_LIMIT: u32 = 1 << 28;
@@ -81,22 +81,32 @@ pub fn vs_ours_send_2sge(rig: &Rig, len: u32, wr_id: u64, count: u32) -> Result<
     Ok(())
 }
 
-/// One doorbell of `n` (at most [`BATCH`]) RDMA writes of `len` bytes.
+/// One doorbell of `n` (at most [`BATCH`]) RDMA writes of `len` bytes from `src` to
+/// `remote`, each handed to the provider as it is checked ([`Qp::post_with`]).
 #[no_mangle]
 #[inline(never)]
-pub fn vs_ours_write_batch(rig: &Rig, len: u32, n: u32, wr_id: u64) -> Result<()> {
-    let mut b = SendBatch::<{ BATCH as usize }>::new(&rig.a);
-    for i in 0..n {
-        let off = (i * len) as u64;
-        b.write(
-            wr_id + i as u64,
-            &rig.to_b,
-            rig.src.sge(off, len as u64)?,
-            rig.remote.slice(off, len as u64)?,
-        )?;
-    }
+pub fn vs_ours_write_batch(
+    a: &mut RigQp,
+    to: &Peer<SharedPd>,
+    src: &Mr<SharedPd, Vec<u8>>,
+    remote: RemoteBuffer,
+    (len, n, wr_id): (u32, u32, u64),
+) -> Result<()> {
     // SAFETY: as in `vs_ours_send`.
-    unsafe { rig.a.post_send(&b) }
+    unsafe {
+        a.post_with(|s| {
+            for i in 0..n {
+                let off = (i * len) as u64;
+                s.write(
+                    wr_id + i as u64,
+                    to,
+                    src.sge(off, len as u64)?,
+                    remote.slice(off, len as u64)?,
+                )?;
+            }
+            Ok(())
+        })
+    }
 }
 
 /// Builds a batch of `n` RDMA writes without posting it; returns its length.
@@ -140,30 +150,47 @@ fn collect<Q: CompletionQueue, const N: usize>(
 #[no_mangle]
 #[inline(never)]
 pub fn vs_ours_round_trip(
-    rig: &Rig,
-    len: u32,
-    n: u32,
-    wr_id: u64,
+    a: &mut RigQp,
+    rig: RoundTripRig<'_>,
+    (len, n, wr_id): (u32, u32, u64),
     out: &mut ArrayVec<Completion, { 2 * ROUND_TRIP as usize }>,
 ) -> Result<()> {
-    let slot = rig.inbox_e.len() / BATCH as u64;
-    let mut r = RecvBatch::<{ ROUND_TRIP as usize }>::new(&rig.e);
+    let slot = rig.inbox.len() / BATCH as u64;
+    let mut r = RecvBatch::<{ ROUND_TRIP as usize }>::new(rig.receiver);
     for i in 0..n {
-        r.push(wr_id + i as u64, rig.inbox_e.sge(i as u64 * slot, slot)?)?;
+        r.push(wr_id + i as u64, rig.inbox.sge(i as u64 * slot, slot)?)?;
     }
     // SAFETY: the inbox is never read.
-    unsafe { rig.e.post_recv(&r)? };
-    let mut s = SendBatch::<{ ROUND_TRIP as usize }>::new(&rig.a);
-    for i in 0..n {
-        s.send(
-            wr_id + i as u64,
-            &rig.to_e,
-            rig.src.sge((i * len) as u64, len as u64)?,
-        )?;
-    }
+    unsafe { rig.receiver.post_recv(&r)? };
     // SAFETY: as in `vs_ours_send`.
-    unsafe { rig.a.post_send(&s)? };
-    collect(&*rig.cq_a, out, 2 * n as usize)
+    unsafe {
+        a.post_with(|s| {
+            for i in 0..n {
+                s.send(
+                    wr_id + i as u64,
+                    rig.to,
+                    rig.src.sge((i * len) as u64, len as u64)?,
+                )?;
+            }
+            Ok(())
+        })?
+    };
+    collect(rig.cq, out, 2 * n as usize)
+}
+
+/// What the round trip uses besides the sender (borrowed beside `&mut` of it).
+#[derive(Clone, Copy)]
+pub struct RoundTripRig<'r> {
+    /// The receiving QP.
+    pub receiver: &'r RigQp,
+    /// Its receive slots.
+    pub inbox: &'r Mr<SharedPd, Vec<u8>>,
+    /// The sender's peer for it.
+    pub to: &'r Peer<SharedPd>,
+    /// The send source.
+    pub src: &'r Mr<SharedPd, Vec<u8>>,
+    /// The CQ both sides complete on.
+    pub cq: &'r ExtCq<std::sync::Arc<Context>>,
 }
 
 /// `count` polls of an empty extended CQ; returns how many found a completion (0).

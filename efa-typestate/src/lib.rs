@@ -184,6 +184,9 @@
 //!   `nvidia_peermem`), plugged in through `unsafe impl`s of [`DmaBufMemory`] and
 //!   [`DeviceAddressMemory`] (as `efa-cuda` does for CUDA memory).
 //! * Every send is signaled: there is no way to ask for an unsignaled one (EFA rejects them).
+//! * A posting session ([`Qp::post_with`]) exists only inside its closure, on a QP
+//!   borrowed mutably, on one thread: it is always closed, and nothing else posts to the
+//!   QP while it holds the provider's send-queue lock.
 //! * Posting through a batch is `unsafe`; posting a lease is safe, and a posted lease is
 //!   moved into its ticket, out of reach until the completion gives it back. Completions
 //!   have no public constructor.
@@ -196,7 +199,10 @@
 //! (`max_msg_sz`), RDMA length (`max_rdma_size`) and RDMA range; the queue depth
 //! ([`InvalidInput::BatchLargerThanQueue`]: a batch can never outgrow its queue); `wr_id`
 //! bit 63 (reserved for leases). Posting checks that the batch was built for this QP (a
-//! pointer compare). Registrations refuse `REMOTE_WRITE` on slice-giving MRs and remote
+//! pointer compare). A [`SendSession`] ([`Qp::post_with`]) makes the same checks, with
+//! the same errors, but hands each request to the provider as it is added, with nothing
+//! staged (what C code using `ibv_wr_*` does), and stays all or nothing: a closure that
+//! fails has its session aborted (`ibv_wr_abort`). Registrations refuse `REMOTE_WRITE` on slice-giving MRs and remote
 //! access to memory that does not stay allocated if leaked. QP creation refuses options
 //! the QP type or the device lacks; RTS refuses out-of-range RNR retry counts. Each is a
 //! typed [`Error`] naming the value and the limit.
@@ -316,7 +322,7 @@ pub use pool::{BufferPool, Slot};
 pub use qp::Transfer;
 pub use qp::{
     DynQp, Init, Qp, QpAttr, QpCaps, QpConfig, QpState, QpStateKind, QpType, RecvReady, Reset,
-    RnrRetry, Rtr, Rts, RtsOptions, TransitionError, WqLayout, DEFAULT_RNR_RETRY,
+    RnrRetry, Rtr, Rts, RtsOptions, SendSession, TransitionError, WqLayout, DEFAULT_RNR_RETRY,
 };
 pub use wr::{
     Payload, QpLimits, RdmaChunks, RecvBatch, RecvBufs, RecvTarget, RecvWr, SendBatch, SendOp,

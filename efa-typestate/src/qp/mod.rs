@@ -19,6 +19,7 @@ mod config;
 mod create;
 mod dynamic;
 mod raw;
+mod session;
 mod state;
 #[cfg(feature = "std")]
 mod transfer;
@@ -26,6 +27,7 @@ mod transfer;
 pub use config::DEFAULT_RNR_RETRY;
 pub use config::{QpAttr, QpCaps, QpConfig, QpType, RnrRetry, RtsOptions, WqLayout};
 pub use dynamic::DynQp;
+pub use session::SendSession;
 pub use state::{Init, QpState, QpStateKind, RecvReady, Reset, Rtr, Rts, TransitionError};
 #[cfg(feature = "std")]
 pub use transfer::Transfer;

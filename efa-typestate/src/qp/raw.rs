@@ -11,7 +11,7 @@ use crate::context::DeviceCaps;
 use crate::endpoint::{EndpointInfo, Gid};
 use crate::error::{Error, InvalidInput, Result, Unsupported, Verb};
 use crate::ffi::{self, ibv_qp_attr_mask as Mask, ibv_send_flags};
-use crate::wr::{LocalKind, OpKind, QpLimits, RecvBatch, RecvBufs, SendBatch, SendOps};
+use crate::wr::{LocalKind, OpKind, QpLimits, RecvBatch, RecvBufs, SendBatch, SendOps, StagedSend};
 
 // ibv_qp_attr_mask bits used here.
 pub(crate) const ATTR_STATE: u32 = Mask::IBV_QP_STATE.0;
@@ -40,6 +40,7 @@ pub(crate) type PostRecvFn = unsafe extern "C" fn(
 pub(crate) struct SendFns {
     start: QpxFn,
     complete: unsafe extern "C" fn(*mut ffi::ibv_qp_ex) -> c_int,
+    abort: QpxFn,
     set_ud_addr: unsafe extern "C" fn(*mut ffi::ibv_qp_ex, *mut ffi::ibv_ah, u32, u32),
     set_sge: unsafe extern "C" fn(*mut ffi::ibv_qp_ex, u32, u64, u32),
     set_sge_list: unsafe extern "C" fn(*mut ffi::ibv_qp_ex, usize, *const ffi::ibv_sge),
@@ -66,6 +67,83 @@ impl SendFns {
         unsafe { core::ptr::read_volatile(f) }
     }
 
+    /// Opens a posting session (`ibv_wr_start`): takes the provider's SQ lock.
+    ///
+    /// # Safety
+    /// `q` must be the live `ibv_qp_ex` these pointers were loaded from, with no session
+    /// open; [`complete`](Self::complete) or [`abort`](Self::abort) must follow.
+    #[inline(always)]
+    pub(crate) unsafe fn start(&self, q: *mut ffi::ibv_qp_ex) {
+        // SAFETY: forwarded contract.
+        unsafe { (Self::at(&self.start))(q) }
+    }
+
+    /// Rings the doorbell for the session's work requests (`ibv_wr_complete`); on error
+    /// the provider has discarded all of them.
+    ///
+    /// # Safety
+    /// A session opened by [`start`](Self::start) on `q`.
+    #[inline(always)]
+    pub(crate) unsafe fn complete(&self, q: *mut ffi::ibv_qp_ex) -> Result<()> {
+        // SAFETY: forwarded contract.
+        match unsafe { (Self::at(&self.complete))(q) } {
+            0 => Ok(()),
+            libc::ENOMEM => Err(Error::SendQueueFull),
+            e => Err(Error::verb(Verb::PostSend, e)),
+        }
+    }
+
+    /// Discards the session's work requests and releases the SQ lock (`ibv_wr_abort`).
+    ///
+    /// # Safety
+    /// A session opened by [`start`](Self::start) on `q`.
+    #[inline(always)]
+    pub(crate) unsafe fn abort(&self, q: *mut ffi::ibv_qp_ex) {
+        // SAFETY: forwarded contract.
+        unsafe { (Self::at(&self.abort))(q) }
+    }
+
+    /// Hands one checked work request to the provider (`wr_id`, flags, the operation,
+    /// the address, the local side), inside an open session.
+    ///
+    /// # Safety
+    /// A session opened by [`start`](Self::start) on `q`; `wr` was checked against this
+    /// QP (so its operation is enabled: the stubs are never called), and the AH, SGE
+    /// list or inline bytes it borrows are alive (the provider copies them into the WQE
+    /// before this returns).
+    #[inline(always)]
+    pub(crate) unsafe fn emit(&self, q: *mut ffi::ibv_qp_ex, wr: &StagedSend<'_>) {
+        let f = self;
+        // SAFETY: per the contract; the session holds the SQ lock, so writing
+        // wr_id/wr_flags is race-free.
+        unsafe {
+            (*q).wr_id = wr.wr_id;
+            (*q).wr_flags = match wr.local {
+                LocalKind::Inline => SEND_SIGNALED | SEND_INLINE,
+                LocalKind::Sge | LocalKind::Sges => SEND_SIGNALED,
+            };
+            match wr.kind {
+                OpKind::Send => (SendFns::at(&f.send))(q),
+                OpKind::SendImm => (SendFns::at(&f.send_imm))(q, wr.imm().to_be()),
+                OpKind::Write => (SendFns::at(&f.write))(q, wr.rkey(), wr.raddr),
+                OpKind::WriteImm => {
+                    (SendFns::at(&f.write_imm))(q, wr.rkey(), wr.raddr, wr.imm().to_be())
+                }
+                OpKind::Read => (SendFns::at(&f.read))(q, wr.rkey(), wr.raddr),
+            }
+            (SendFns::at(&f.set_ud_addr))(q, wr.ah.as_ptr(), wr.qpn, wr.qkey);
+            match wr.local {
+                LocalKind::Sge => (SendFns::at(&f.set_sge))(q, wr.lkey(), wr.addr(), wr.len()),
+                LocalKind::Sges => {
+                    (SendFns::at(&f.set_sge_list))(q, wr.len() as usize, wr.sge_list())
+                }
+                LocalKind::Inline => {
+                    (SendFns::at(&f.set_inline))(q, wr.inline_bytes() as *mut _, wr.len() as usize)
+                }
+            }
+        }
+    }
+
     /// # Safety
     /// `qpx` must be a live `ibv_qp_ex`.
     pub(crate) unsafe fn load(qpx: *mut ffi::ibv_qp_ex, ops: SendOps) -> Option<SendFns> {
@@ -75,6 +153,7 @@ impl SendFns {
         Some(SendFns {
             start: q.wr_start?,
             complete: q.wr_complete?,
+            abort: q.wr_abort?,
             set_ud_addr: q.wr_set_ud_addr?,
             set_sge: q.wr_set_sge?,
             set_sge_list: q.wr_set_sge_list?,
@@ -301,40 +380,11 @@ impl QpInner {
         // inline bytes and AHs are borrowed by the batch and valid for the call; the
         // provider copies SGEs and inline data into the WQE before wr_complete returns.
         unsafe {
-            (SendFns::at(&f.start))(q);
+            f.start(q);
             for wr in batch.wrs.iter() {
-                (*q).wr_id = wr.wr_id;
-                (*q).wr_flags = match wr.local {
-                    LocalKind::Inline => SEND_SIGNALED | SEND_INLINE,
-                    LocalKind::Sge | LocalKind::Sges => SEND_SIGNALED,
-                };
-                match wr.kind {
-                    OpKind::Send => (SendFns::at(&f.send))(q),
-                    OpKind::SendImm => (SendFns::at(&f.send_imm))(q, wr.imm().to_be()),
-                    OpKind::Write => (SendFns::at(&f.write))(q, wr.rkey(), wr.raddr),
-                    OpKind::WriteImm => {
-                        (SendFns::at(&f.write_imm))(q, wr.rkey(), wr.raddr, wr.imm().to_be())
-                    }
-                    OpKind::Read => (SendFns::at(&f.read))(q, wr.rkey(), wr.raddr),
-                }
-                (SendFns::at(&f.set_ud_addr))(q, wr.ah.as_ptr(), wr.qpn, wr.qkey);
-                match wr.local {
-                    LocalKind::Sge => (SendFns::at(&f.set_sge))(q, wr.lkey(), wr.addr(), wr.len()),
-                    LocalKind::Sges => {
-                        (SendFns::at(&f.set_sge_list))(q, wr.len() as usize, wr.sge_list())
-                    }
-                    LocalKind::Inline => (SendFns::at(&f.set_inline))(
-                        q,
-                        wr.inline_bytes() as *mut _,
-                        wr.len() as usize,
-                    ),
-                }
+                f.emit(q, wr);
             }
-            match (SendFns::at(&f.complete))(q) {
-                0 => Ok(()),
-                libc::ENOMEM => Err(Error::SendQueueFull),
-                e => Err(Error::verb(Verb::PostSend, e)),
-            }
+            f.complete(q)
         }
     }
 

@@ -262,5 +262,66 @@
 //! qp.post_send(sends)?; // error: call to unsafe function requires an unsafe block
 //! # Ok(()) }
 //! ```
+//!
+//! # A posting session lives only inside its closure
+//!
+//! [`Qp::post_with`](crate::Qp::post_with) holds the provider's send-queue lock while
+//! its closure runs. Nothing else can post to the QP meanwhile (that post would wait
+//! for the lock forever):
+//!
+//! ```compile_fail,E0502
+//! # use efa_typestate::*;
+//! # fn f(qp: &mut Qp<&Pd<&Context>, Rts>, peer: &Peer<&Pd<&Context>>,
+//! #      sends: &SendBatch<'_, 1>) -> Result<()> {
+//! unsafe {
+//!     qp.post_with(|s| {
+//!         s.send_inline(1, peer, b"x")?;
+//!         qp.post_send(sends) // error: `*qp` is already borrowed mutably
+//!     })?
+//! };
+//! # Ok(()) }
+//! ```
+//!
+//! the session cannot be kept past the closure (so it is always closed):
+//!
+//! ```compile_fail,E0521
+//! # use efa_typestate::*;
+//! # fn f(qp: &mut Qp<&Pd<&Context>, Rts>) -> Result<()> {
+//! let mut kept = None;
+//! unsafe {
+//!     qp.post_with(|s| {
+//!         kept = Some(s); // error: borrowed data escapes outside of closure
+//!         Ok(())
+//!     })?
+//! };
+//! # Ok(()) }
+//! ```
+//!
+//! nor used from another thread (the lock belongs to this one):
+//!
+//! ```compile_fail,E0277
+//! # use efa_typestate::*;
+//! # fn f(qp: &mut Qp<&Pd<&Context>, Rts>, peer: &Peer<&Pd<&Context>>) -> Result<()> {
+//! unsafe {
+//!     qp.post_with(|s| {
+//!         std::thread::scope(|t| {
+//!             t.spawn(|| s.send_inline(1, peer, b"x")); // error: SendSession is not Send
+//!         });
+//!         Ok(())
+//!     })?
+//! };
+//! # Ok(()) }
+//! ```
+//!
+//! and a QP that is not in RTS has no session:
+//!
+//! ```compile_fail,E0599
+//! # use efa_typestate::*;
+//! # fn f(ctx: &Context) -> Result<()> {
+//! # let pd = ctx.alloc_pd()?; let cq = ctx.create_cq(CqOptions::new(8))?;
+//! let mut qp = pd.create_qp(&cq, &cq, &QpConfig::srd())?.init(0x11)?.rtr()?;
+//! unsafe { qp.post_with(|s| Ok(s.len()))? }; // error: no method `post_with` on Qp<_, Rtr>
+//! # Ok(()) }
+//! ```
 
 pub mod memory;
