@@ -154,3 +154,40 @@ fn a_panic_in_the_session_aborts_it() {
     assert_eq!(target.to_vec(), vec![9u8; 64]);
     let _ = (&ctx, &b, &cqb);
 }
+
+#[test]
+fn a_dyn_qp_opens_a_session_only_in_rts() {
+    pair!(ctx, pd, cqa, cqb, a, b, to_b, _to_a);
+    let src = pd.register(vec![3u8; 16], AccessFlags::empty()).unwrap();
+    let target = write_target(&pd, 16);
+    let mut rts = a.into_dyn();
+    // SAFETY: `src` is never written; the completion is polled below.
+    unsafe { rts.post_with(|s| s.write(8, &to_b, src.sge_all()?, target.remote())) }.unwrap();
+    assert_eq!(expect_n(&cqa, 1)[0].wr_id(), 8);
+    assert_eq!(target.to_vec(), vec![3u8; 16]);
+
+    let cfg = QpConfig::srd();
+    let mut init = pd
+        .create_qp(&cqa, &cqa, &cfg)
+        .unwrap()
+        .init(0x77)
+        .unwrap()
+        .into_dyn();
+    let mut called = false;
+    // SAFETY: nothing can be posted (the QP is in INIT).
+    let r = unsafe {
+        init.post_with(|_| {
+            called = true;
+            Ok(())
+        })
+    };
+    assert_eq!(
+        r,
+        Err(Error::Invalid(InvalidInput::WrongQpState {
+            expected: QpStateKind::Rts,
+            actual: QpStateKind::Init
+        }))
+    );
+    assert!(!called);
+    let _ = (&ctx, &b, &cqb);
+}

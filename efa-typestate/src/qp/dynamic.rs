@@ -5,6 +5,7 @@ use core::marker::PhantomData;
 
 use super::config::{QpAttr, QpCaps, RtsOptions};
 use super::raw::{QpInner, ATTR_QKEY};
+use super::session::SendSession;
 use super::state::{QpState, QpStateKind, TransitionError};
 use super::Qp;
 use crate::endpoint::EndpointInfo;
@@ -126,6 +127,25 @@ impl<P> DynQp<P> {
         }
         // SAFETY: forwarded contract.
         unsafe { self.inner.post_send(batch) }
+    }
+    /// Posts what `build` adds to a session ([`Qp::post_with`]) if the QP is in RTS (else
+    /// [`InvalidInput::WrongQpState`], and `build` is not called).
+    ///
+    /// # Safety
+    /// As [`Qp::post_with`].
+    pub unsafe fn post_with<R>(
+        &mut self,
+        build: impl FnOnce(&mut SendSession<'_>) -> Result<R>,
+    ) -> Result<R> {
+        if self.state != QpStateKind::Rts {
+            return Err(InvalidInput::WrongQpState {
+                expected: QpStateKind::Rts,
+                actual: self.state,
+            }
+            .into());
+        }
+        // SAFETY: forwarded contract; the QP is in RTS.
+        unsafe { self.inner.post_with(build) }
     }
     /// Posts receives (a batch built for this QP) if the QP is in INIT or later (else
     /// [`InvalidInput::WrongQpState`]).

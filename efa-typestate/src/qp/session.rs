@@ -202,7 +202,22 @@ impl<P> Qp<P, Rts> {
         &mut self,
         build: impl FnOnce(&mut SendSession<'_>) -> Result<R>,
     ) -> Result<R> {
-        let qp = &self.inner;
+        // SAFETY: forwarded contract.
+        unsafe { self.inner.post_with(build) }
+    }
+}
+
+impl QpInner {
+    /// The session of [`Qp::post_with`] (the state was checked by the caller).
+    ///
+    /// # Safety
+    /// As [`Qp::post_with`]; the QP is in RTS.
+    #[inline(always)]
+    pub(crate) unsafe fn post_with<R>(
+        &mut self,
+        build: impl FnOnce(&mut SendSession<'_>) -> Result<R>,
+    ) -> Result<R> {
+        let qp = &*self;
         let q: *mut ffi::ibv_qp_ex = qp.qpx;
         // SAFETY: this live QP's ibv_qp_ex; `&mut self` means no session is open on it.
         // The guard and the two arms below close it on every path.
