@@ -26,7 +26,8 @@
 use super::runtime::requester::{complete, Origin};
 use super::runtime::stats::bump;
 use super::runtime::Runtime;
-use super::{profile, Qp, QpState, QpType, SendOp, Sge, MAX_INLINE};
+use super::{profile, Qp, QpState, QpType, SendOp, Sge};
+use crate::rcu::Guard;
 use crate::provider::SpinMutex;
 use crate::ring::wqe::{WqeBuf, DATA, RDMA_LOCAL};
 use crate::ring::{Cursor, Ring};
@@ -41,9 +42,10 @@ use efa_sys::io::{
 use efa_sys::vendor::comp_status as st;
 use std::sync::atomic::{AtomicU16, Ordering};
 
-/// A WQE as the device executes it.
+/// A WQE as the device executes it (inline data borrowed from the WQE copy it was
+/// decoded from: no per-WR copy of a 128-byte area).
 #[derive(Clone, Debug)]
-pub(crate) struct Request {
+pub(crate) struct Request<'w> {
     /// Request id (echoed in the completion).
     pub req_id: u16,
     /// Operation.
@@ -59,7 +61,7 @@ pub(crate) struct Request {
     /// Local buffers.
     pub sges: ArrayVec<Sge, TX_DESC_NUM_BUFS>,
     /// Inline data (instead of buffers).
-    pub inline: ArrayVec<u8, MAX_INLINE>,
+    pub inline: &'w [u8],
     /// RDMA remote memory: (address, rkey, length).
     pub remote: Option<(u64, u32, u32)>,
     /// A completion was requested.
@@ -139,6 +141,9 @@ impl DeviceSq {
             }
             let mut consumed = 0u32;
             let mut direct = 0u64;
+            // One read section and one datagram bundle per doorbell, not per WQE.
+            let g = Guard::enter();
+            let mut heard = None;
             rt.begin_batch();
             let mut raw = WqeBuf::default();
             let size = self.ring.entry_size();
@@ -160,7 +165,7 @@ impl DeviceSq {
                     Ok(r) if state == QpState::Err => {
                         complete(qp, &Origin::of(&r), st::FLUSHED as u8)
                     }
-                    Ok(r) => direct += u64::from(rt.start_send(qp, &r)),
+                    Ok(r) => direct += u64::from(rt.start_send(qp, &r, &g, &mut heard)),
                     Err((bad, status)) => {
                         bump(&rt.stats.bad_wqes);
                         complete(qp, &bad, status);
@@ -168,6 +173,7 @@ impl DeviceSq {
                 }
             }
             rt.end_batch();
+            drop(g);
             if direct > 0 {
                 rt.stats
                     .direct
@@ -187,6 +193,7 @@ impl DeviceSq {
 }
 
 /// The operation of a well-formed meta descriptor, or the status it completes with.
+#[inline(always)]
 fn check(w: &WqeBuf, size: usize, qp: &Qp) -> Result<SendOp, u8> {
     let (c1, c2) = (w.ctrl1(), w.ctrl2());
     let internal = st::LOCAL_ERROR_QP_INTERNAL_ERROR as u8;
@@ -227,7 +234,8 @@ fn check(w: &WqeBuf, size: usize, qp: &Qp) -> Result<SendOp, u8> {
 
 /// Decodes and validates one WQE of `qp` (`size` bytes of `w`); on error, what its
 /// completion needs and its status.
-fn decode(w: &WqeBuf, size: usize, qp: &Qp) -> Result<Request, (Origin, u8)> {
+#[inline(always)]
+fn decode<'w>(w: &'w WqeBuf, size: usize, qp: &Qp) -> Result<Request<'w>, (Origin, u8)> {
     let signaled = w.ctrl2() & TX_META_DESC_COMP_REQ_MASK != 0;
     // An unknown op type is reported as the nearest known one (the CQE field has 3 bits).
     let op_type = (w.ctrl1() & TX_META_DESC_OP_TYPE_MASK).min(send_op_type::RDMA_WRITE);
@@ -252,7 +260,7 @@ fn decode(w: &WqeBuf, size: usize, qp: &Qp) -> Result<Request, (Origin, u8)> {
         ahn: w.ah(),
         qkey: w.qkey(),
         sges: ArrayVec::new(),
-        inline: ArrayVec::new(),
+        inline: &[],
         remote: None,
         signaled,
     };
@@ -265,7 +273,7 @@ fn decode(w: &WqeBuf, size: usize, qp: &Qp) -> Result<Request, (Origin, u8)> {
         if len > room {
             return Err(fail(st::LOCAL_ERROR_QP_INTERNAL_ERROR));
         }
-        let _ = r.inline.try_extend_from_slice(&w.0[at..at + len]);
+        r.inline = &w.0[at..at + len];
         len as u64
     } else {
         let max = if rdma {

@@ -38,7 +38,7 @@ pub(crate) struct Origin {
 
 impl Origin {
     /// The origin of request `r`.
-    pub fn of(r: &Request) -> Origin {
+    pub fn of(r: &Request<'_>) -> Origin {
         Origin {
             req_id: r.req_id,
             op_type: op_type(r.op),
@@ -116,13 +116,20 @@ impl Runtime {
         mr.place(sge.addr, sge.length as u64, need)
     }
 
-    /// Executes one WQE the device took from `qp`'s send queue; true if it completed on
-    /// the same-process direct path.
-    pub(crate) fn start_send(&self, qp: &Qp, r: &Request) -> bool {
+    /// Executes one WQE the device took from `qp`'s send queue inside the consumer's read
+    /// section `g` (one per doorbell); true if it completed on the same-process direct
+    /// path. `heard` is the peer this doorbell last marked heard (marked once, not per WR).
+    #[inline]
+    pub(crate) fn start_send(
+        &self,
+        qp: &Qp,
+        r: &Request<'_>,
+        g: &Guard,
+        heard: &mut Option<SocketAddrV4>,
+    ) -> bool {
         let o = Origin::of(r);
-        let g = Guard::enter();
         // The AH must be live and belong to the QP's PD.
-        let (endpoint, local) = match self.ahs().get(r.ahn, &g) {
+        let (endpoint, local) = match self.ahs().get(r.ahn, g) {
             Some(e) if e.pd == Arc::as_ptr(qp.pd()) as usize => {
                 let local = if self.config.direct_path() {
                     e.local_runtime()
@@ -183,7 +190,7 @@ impl Runtime {
         let mut first = None;
         let mut all_host = true;
         for sge in &r.sges {
-            match Self::local_range(self.mrs(), qp.pd(), sge, need, &g) {
+            match Self::local_range(self.mrs(), qp.pd(), sge, need, g) {
                 Some(place) => {
                     first.get_or_insert(place);
                     match place.host() {
@@ -202,15 +209,17 @@ impl Runtime {
                 let data = if r.inline.is_empty() {
                     Data::Local(&hosts)
                 } else {
-                    Data::Bytes(&r.inline)
+                    Data::Bytes(r.inline)
                 };
-                if self.try_direct(target, qp, &o, &h, data, &g) {
-                    self.mark_heard(dest);
+                if self.try_direct(target, qp, &o, &h, data, g) {
+                    if *heard != Some(dest) {
+                        self.mark_heard(dest);
+                        *heard = Some(dest);
+                    }
                     return true;
                 }
             }
         }
-        drop(g);
         self.send_datagram(qp, r, o, h, first, dest);
         false
     }
@@ -220,7 +229,7 @@ impl Runtime {
     fn send_datagram(
         &self,
         qp: &Qp,
-        r: &Request,
+        r: &Request<'_>,
         o: Origin,
         h: Header,
         first: Option<Place>,
@@ -231,7 +240,7 @@ impl Runtime {
         let mut spec = Spec {
             header: h,
             sges: r.sges.iter().copied().collect(),
-            inline: r.inline.clone(),
+            inline: arrayvec::ArrayVec::try_from(r.inline).unwrap_or_default(),
             carries_data: !bulk && r.op != SendOp::RdmaRead,
         };
         // Local GPU memory (no host address) cannot be named to the peer's process_vm_*

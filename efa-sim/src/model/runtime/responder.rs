@@ -68,6 +68,7 @@ impl Runtime {
     /// caller copies them out before closing it). `from` is the datagram's source; `None`
     /// for the same-process direct path, whose header this process built itself and
     /// whose data are the requester's validated ranges.
+    #[inline]
     pub(crate) fn execute(
         &self,
         h: &Header,
@@ -84,6 +85,7 @@ impl Runtime {
         }
     }
 
+    #[inline]
     fn execute_on(
         &self,
         qp: &Qp,
