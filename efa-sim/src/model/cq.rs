@@ -223,23 +223,29 @@ impl Cq {
 
     /// Writes a completion into the next slot (the caller holds the producer lock and
     /// checked there is room): every byte but the flags, then the flags with the phase.
+    #[inline]
     fn write(&self, p: &mut Producer, e: &Cqe) {
-        let mut bytes = e.encode(p.at.phase);
-        let flags = bytes[cqe::FLAGS];
-        bytes[cqe::FLAGS] ^= efa_sys::io::CDESC_COMMON_PHASE_MASK;
         let slot = u32::from(p.at.count);
         // A send completion is the 16-byte efa_io_tx_cdesc; the rest of the slot is unused.
-        let len = if e.is_recv() {
-            cqe::SIZE
+        let flags = if e.is_recv() {
+            let mut bytes = e.encode(p.at.phase);
+            let flags = bytes[cqe::FLAGS];
+            bytes[cqe::FLAGS] ^= efa_sys::io::CDESC_COMMON_PHASE_MASK;
+            self.ring.write_slot(slot, &bytes);
+            flags
         } else {
-            cqe::SEND_SIZE
+            let mut bytes = e.encode_common(p.at.phase);
+            let flags = bytes[cqe::FLAGS];
+            bytes[cqe::FLAGS] ^= efa_sys::io::CDESC_COMMON_PHASE_MASK;
+            self.ring.write_slot(slot, &bytes);
+            flags
         };
-        self.ring.write_slot(slot, &bytes[..len]);
         self.ring.write_byte(slot, cqe::FLAGS, flags);
         p.at.advance(self.depth);
     }
 
     /// The device adds a completion (or keeps it until the ring has room).
+    #[inline]
     pub(crate) fn push(&self, e: &Cqe) {
         {
             let mut p = self.prod.lock();
@@ -328,7 +334,14 @@ impl Cq {
     #[inline]
     fn notify(&self) {
         // Most completions find the CQ unarmed: a load, no read-modify-write.
-        if self.armed.load(Ordering::Acquire) && self.armed.swap(false, Ordering::AcqRel) {
+        if self.armed.load(Ordering::Acquire) {
+            self.notify_armed();
+        }
+    }
+
+    #[cold]
+    fn notify_armed(&self) {
+        if self.armed.swap(false, Ordering::AcqRel) {
             let f = self
                 .notifier
                 .lock()

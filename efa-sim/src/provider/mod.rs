@@ -315,6 +315,7 @@ impl RetireRing {
     }
 
     /// Takes every waiting request id (the caller holds the queue lock).
+    #[inline]
     pub fn drain(&self, mut f: impl FnMut(u16)) {
         let h = self.head.load(Ordering::Relaxed);
         let t = self.tail.load(Ordering::Acquire);

@@ -219,6 +219,17 @@ impl Drop for Ring {
 #[inline]
 unsafe fn copy_to_ring(src: *const u8, dst: *mut u8, n: usize) {
     debug_assert_eq!(dst as usize % 8, 0);
+    // The entry sizes of the queues (16-byte send completions, 32-byte completions,
+    // 64- and 128-byte WQEs) as straight-line word copies.
+    match n {
+        // SAFETY: forwarded contract (n bytes at both ends).
+        16 => return unsafe { words_to_ring::<2>(src, dst) },
+        // SAFETY: as above.
+        32 => return unsafe { words_to_ring::<4>(src, dst) },
+        // SAFETY: as above.
+        64 => return unsafe { words_to_ring::<8>(src, dst) },
+        _ => {}
+    }
     let mut i = 0;
     while i + 8 <= n {
         // SAFETY: i + 8 <= n, inside both ranges (caller); the source may be unaligned,
@@ -245,6 +256,15 @@ unsafe fn copy_to_ring(src: *const u8, dst: *mut u8, n: usize) {
 #[inline]
 unsafe fn copy_from_ring(src: *const u8, dst: *mut u8, n: usize) {
     debug_assert_eq!(src as usize % 8, 0);
+    match n {
+        // SAFETY: forwarded contract (n bytes at both ends).
+        16 => return unsafe { words_from_ring::<2>(src, dst) },
+        // SAFETY: as above.
+        32 => return unsafe { words_from_ring::<4>(src, dst) },
+        // SAFETY: as above.
+        64 => return unsafe { words_from_ring::<8>(src, dst) },
+        _ => {}
+    }
     let mut i = 0;
     while i + 8 <= n {
         // SAFETY: as in `copy_to_ring`, with the roles swapped.
@@ -258,6 +278,36 @@ unsafe fn copy_from_ring(src: *const u8, dst: *mut u8, n: usize) {
         // SAFETY: i < n, inside both ranges (caller).
         unsafe { *dst.add(i) = core::ptr::read_volatile(src.add(i)) };
         i += 1;
+    }
+}
+
+/// `W` 8-byte words into ring memory (volatile stores), unrolled.
+///
+/// # Safety
+/// As [`copy_to_ring`] with `n = 8 * W`.
+#[inline(always)]
+unsafe fn words_to_ring<const W: usize>(src: *const u8, dst: *mut u8) {
+    for i in 0..W {
+        // SAFETY: word i lies inside both ranges (caller); the destination is aligned.
+        unsafe {
+            let w = core::ptr::read_unaligned(src.add(8 * i).cast::<u64>());
+            core::ptr::write_volatile(dst.add(8 * i).cast::<u64>(), w);
+        }
+    }
+}
+
+/// `W` 8-byte words out of ring memory (volatile loads), unrolled.
+///
+/// # Safety
+/// As [`copy_from_ring`] with `n = 8 * W`.
+#[inline(always)]
+unsafe fn words_from_ring<const W: usize>(src: *const u8, dst: *mut u8) {
+    for i in 0..W {
+        // SAFETY: word i lies inside both ranges (caller); the source is aligned.
+        unsafe {
+            let w = core::ptr::read_volatile(src.add(8 * i).cast::<u64>());
+            core::ptr::write_unaligned(dst.add(8 * i).cast::<u64>(), w);
+        }
     }
 }
 
