@@ -31,7 +31,6 @@ use crate::rcu::Guard;
 use crate::provider::SpinMutex;
 use crate::ring::wqe::{WqeBuf, DATA, RDMA_LOCAL};
 use crate::ring::{Cursor, Ring};
-use arrayvec::ArrayVec;
 use efa_sys::io::{
     send_op_type, TX_DESC_INLINE_MAX_SIZE, TX_DESC_INLINE_MAX_SIZE_128, TX_DESC_NUM_BUFS,
     TX_DESC_NUM_RDMA_BUFS, TX_DESC_SIZE_128, TX_META_DESC_COMP_REQ_MASK, TX_META_DESC_FIRST_MASK,
@@ -58,8 +57,11 @@ pub(crate) struct Request<'w> {
     pub ahn: u16,
     /// Destination Q_Key.
     pub qkey: u32,
-    /// Local buffers.
-    pub sges: ArrayVec<Sge, TX_DESC_NUM_BUFS>,
+    /// Local buffers: the first `nsge` (a plain array: cheaper to build and move than
+    /// an ArrayVec).
+    pub sge: [Sge; TX_DESC_NUM_BUFS],
+    /// How many of `sge` are used.
+    pub nsge: u8,
     /// Inline data (instead of buffers).
     pub inline: &'w [u8],
     /// RDMA remote memory: (address, rkey, length).
@@ -72,6 +74,14 @@ struct Consumer {
     at: Cursor,
     /// Where the device last stopped at a stale WQE (counted once per stall).
     stalled: Option<u16>,
+}
+
+impl Request<'_> {
+    /// The local buffers.
+    #[inline]
+    pub fn sges(&self) -> &[Sge] {
+        &self.sge[..usize::from(self.nsge)]
+    }
 }
 
 /// The device side of a send queue.
@@ -161,14 +171,15 @@ impl DeviceSq {
                 c.stalled = None;
                 consumed += 1;
                 self.consumed.store(c.at.count, Ordering::Release);
-                match decode(&raw, size, qp) {
+                // Matched by reference: the decoded request is not moved again.
+                match &decode(&raw, size, qp) {
                     Ok(r) if state == QpState::Err => {
-                        complete(qp, &Origin::of(&r), st::FLUSHED as u8)
+                        complete(qp, &Origin::of(r), st::FLUSHED as u8)
                     }
-                    Ok(r) => direct += u64::from(rt.start_send(qp, &r, &g, &mut heard)),
+                    Ok(r) => direct += u64::from(rt.start_send(qp, r, &g, &mut heard)),
                     Err((bad, status)) => {
                         bump(&rt.stats.bad_wqes);
-                        complete(qp, &bad, status);
+                        complete(qp, bad, *status);
                     }
                 }
             }
@@ -252,18 +263,9 @@ fn decode<'w>(w: &'w WqeBuf, size: usize, qp: &Qp) -> Result<Request<'w>, (Origi
     let rdma = !matches!(op, SendOp::Send | SendOp::SendImm);
     let inline = w.ctrl1() & TX_META_DESC_INLINE_MSG_MASK != 0;
     let len = usize::from(w.length());
-    let mut r = Request {
-        req_id: w.req_id(),
-        op,
-        imm: w.imm(),
-        dest_qpn: u32::from(w.dest_qp()),
-        ahn: w.ah(),
-        qkey: w.qkey(),
-        sges: ArrayVec::new(),
-        inline: &[],
-        remote: None,
-        signaled,
-    };
+    // Built in one expression at the end (straight into the caller's slot).
+    let mut sge = [Sge::default(); TX_DESC_NUM_BUFS];
+    let mut inline_data: &[u8] = &[];
     let local_len = if inline {
         let (at, room) = match (rdma, size == TX_DESC_SIZE_128) {
             (true, _) => (RDMA_LOCAL, TX_DESC_INLINE_MAX_SIZE_128),
@@ -273,7 +275,7 @@ fn decode<'w>(w: &'w WqeBuf, size: usize, qp: &Qp) -> Result<Request<'w>, (Origi
         if len > room {
             return Err(fail(st::LOCAL_ERROR_QP_INTERNAL_ERROR));
         }
-        r.inline = &w.0[at..at + len];
+        inline_data = &w.0[at..at + len];
         len as u64
     } else {
         let max = if rdma {
@@ -284,18 +286,32 @@ fn decode<'w>(w: &'w WqeBuf, size: usize, qp: &Qp) -> Result<Request<'w>, (Origi
         if len > max {
             return Err(fail(st::LOCAL_ERROR_QP_INTERNAL_ERROR));
         }
-        for i in 0..len {
+        for (i, g) in sge.iter_mut().enumerate().take(len) {
             let (addr, lkey, length) = if rdma { w.rdma_local() } else { w.buf(i) };
-            r.sges.push(Sge { addr, length, lkey });
+            *g = Sge { addr, length, lkey };
         }
-        r.sges.iter().map(|g| u64::from(g.length)).sum()
+        sge[..len].iter().map(|g| u64::from(g.length)).sum()
     };
-    if rdma {
+    let remote = if rdma {
         let (addr, rkey, rlen) = w.remote();
         if u64::from(rlen) != local_len {
             return Err(fail(st::LOCAL_ERROR_BAD_LENGTH));
         }
-        r.remote = Some((addr, rkey, rlen));
-    }
-    Ok(r)
+        Some((addr, rkey, rlen))
+    } else {
+        None
+    };
+    Ok(Request {
+        req_id: w.req_id(),
+        op,
+        imm: w.imm(),
+        dest_qpn: u32::from(w.dest_qp()),
+        ahn: w.ah(),
+        qkey: w.qkey(),
+        sge,
+        nsge: if inline { 0 } else { len as u8 },
+        inline: inline_data,
+        remote,
+        signaled,
+    })
 }

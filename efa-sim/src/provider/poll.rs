@@ -114,7 +114,7 @@ impl CqPoller {
     ///
     /// # Safety
     /// The caller holds the poll lock; `cq` is the CQ this poller belongs to.
-    #[inline]
+    #[inline(always)]
     pub unsafe fn next(&self, cq: &Cq) -> Option<&Completion> {
         // SAFETY: forwarded.
         let st = unsafe { self.st() };
@@ -174,7 +174,7 @@ impl CqPoller {
     ///
     /// # Safety
     /// The caller holds the poll lock.
-    #[inline]
+    #[inline(always)]
     pub unsafe fn retire(&self) {
         // SAFETY: forwarded.
         let st = unsafe { self.st() };

@@ -182,9 +182,9 @@ impl SendQueue {
 
     /// Puts the slot of `req_id` back (the lock is held): only a WR of the current
     /// generation that is still taken.
-    #[inline]
+    #[inline(always)]
     fn free(&self, s: &mut SendState, req_id: u16) {
-        if self.ids.wr_id(req_id).is_some() && s.pool.put(self.ids.index(req_id)) {
+        if self.ids.is_current(req_id) && s.pool.put(self.ids.index(req_id)) {
             s.completed = s.completed.wrapping_add(1);
         }
     }

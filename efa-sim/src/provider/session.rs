@@ -62,7 +62,7 @@ impl<'a> Session<'a> {
     /// Starts a WR: the posting rules, then a WQE with its request id in the next ring
     /// slot (`legacy`: `ibv_post_send`, SEND/SEND_IMM only). `imm_be` is the verbs
     /// immediate (network order); the WQE carries it in host order.
-    #[inline]
+    #[inline(always)]
     pub fn wr(
         &mut self,
         state: QpState,
@@ -204,7 +204,7 @@ impl<'a> Session<'a> {
 
     /// Finishes the WR being built: it must have a destination. Writes it into its ring
     /// slot (beyond the doorbell until the session commits).
-    #[inline]
+    #[inline(always)]
     pub fn end_wr(&mut self, ring: &Ring) -> Result<(), Errno> {
         let size = self.q.cfg.wqe_size;
         let Some(c) = self.s.cur.as_ref() else {

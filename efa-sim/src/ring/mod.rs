@@ -67,6 +67,8 @@ pub struct Ring {
     mem: Option<NonNull<u8>>,
     len: usize,
     entry_size: usize,
+    /// log2 of `entry_size` (entry sizes are powers of two).
+    entry_shift: u32,
     entries: u32,
     doorbell: Box<Doorbell>,
 }
@@ -82,6 +84,9 @@ impl Ring {
     /// without memory (a QP without receive queue).
     pub fn new(entries: u32, entry_size: usize) -> Result<Ring, Errno> {
         debug_assert!(entries == 0 || entries.is_power_of_two());
+        if !entry_size.is_power_of_two() {
+            return Err(libc::EINVAL);
+        }
         let len = entries as usize * entry_size;
         let mem = if len == 0 {
             None
@@ -107,6 +112,7 @@ impl Ring {
             mem,
             len,
             entry_size,
+            entry_shift: entry_size.trailing_zeros(),
             entries,
             doorbell: Box::new(Doorbell(AtomicU32::new(0))),
         })
@@ -151,8 +157,8 @@ impl Ring {
     fn slot(&self, index: u32) -> Option<*mut u8> {
         let base = self.mem?;
         let i = (index & (self.entries - 1)) as usize;
-        // SAFETY: i < entries, so the slot lies inside the mapping of entries * entry_size.
-        Some(unsafe { base.as_ptr().add(i * self.entry_size) })
+        // SAFETY: i < entries and entry_size == 1 << entry_shift, so the slot lies inside the mapping of entries * entry_size.
+        Some(unsafe { base.as_ptr().add(i << self.entry_shift) })
     }
 
     /// Copies `bytes` (at most one slot) into slot `index`.

@@ -134,6 +134,8 @@ pub(crate) struct Runtime {
     pub gid: Gid,
     pub profile: Profile,
     pub config: Arc<Config>,
+    /// `config.direct_path()`, decided once (the configuration does not change).
+    direct: bool,
     pid: u32,
     epoch: u64,
     index: u32,
@@ -183,6 +185,7 @@ impl Runtime {
         let rt = Arc::new(Runtime {
             gid: dev.gid,
             profile: dev.profile.clone(),
+            direct: config.direct_path(),
             config,
             pid,
             epoch: now ^ ((pid as u64) << 32) ^ dev.index as u64,

@@ -50,6 +50,7 @@ impl Origin {
 
 /// Writes the send completion of `o` with `status` (none for a successful unsignaled
 /// WQE: errors always complete, as in verbs).
+#[inline]
 pub(crate) fn complete(qp: &Qp, o: &Origin, status: u8) {
     if status != 0 || o.signaled {
         qp.send_cq()
@@ -131,7 +132,7 @@ impl Runtime {
         // The AH must be live and belong to the QP's PD.
         let (endpoint, local) = match self.ahs().get(r.ahn, g) {
             Some(e) if e.pd == Arc::as_ptr(qp.pd()) as usize => {
-                let local = if self.config.direct_path() {
+                let local = if self.direct {
                     e.local_runtime()
                 } else {
                     None
@@ -147,7 +148,7 @@ impl Runtime {
             return failed(qp, &o, st::LOCAL_ERROR_INVALID_AH as u8);
         };
         let total: u64 = if r.inline.is_empty() {
-            r.sges.iter().map(|g| g.length as u64).sum()
+            r.sges().iter().map(|g| g.length as u64).sum()
         } else {
             r.inline.len() as u64
         };
@@ -189,7 +190,7 @@ impl Runtime {
             arrayvec::ArrayVec::<(usize, usize), { efa_sys::io::TX_DESC_NUM_BUFS }>::new();
         let mut first = None;
         let mut all_host = true;
-        for sge in &r.sges {
+        for sge in r.sges() {
             match Self::local_range(self.mrs(), qp.pd(), sge, need, g) {
                 Some(place) => {
                     first.get_or_insert(place);
@@ -239,7 +240,7 @@ impl Runtime {
         let bulk = rdma && h.total_len as usize > INLINE_RDMA;
         let mut spec = Spec {
             header: h,
-            sges: r.sges.iter().copied().collect(),
+            sges: r.sges().iter().copied().collect(),
             inline: arrayvec::ArrayVec::try_from(r.inline).unwrap_or_default(),
             carries_data: !bulk && r.op != SendOp::RdmaRead,
         };

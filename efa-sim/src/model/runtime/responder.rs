@@ -68,7 +68,7 @@ impl Runtime {
     /// caller copies them out before closing it). `from` is the datagram's source; `None`
     /// for the same-process direct path, whose header this process built itself and
     /// whose data are the requester's validated ranges.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn execute(
         &self,
         h: &Header,
@@ -85,7 +85,7 @@ impl Runtime {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn execute_on(
         &self,
         qp: &Qp,
