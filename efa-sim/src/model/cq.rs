@@ -223,7 +223,7 @@ impl Cq {
 
     /// Writes a completion into the next slot (the caller holds the producer lock and
     /// checked there is room): every byte but the flags, then the flags with the phase.
-    #[inline]
+    #[inline(always)]
     fn write(&self, p: &mut Producer, e: &Cqe) {
         let slot = u32::from(p.at.count);
         // A send completion is the 16-byte efa_io_tx_cdesc; the rest of the slot is unused.
@@ -247,6 +247,18 @@ impl Cq {
     /// The device adds a completion (or keeps it until the ring has room).
     #[inline]
     pub(crate) fn push(&self, e: &Cqe) {
+        self.push_inline(e)
+    }
+
+    /// [`Cq::push`] of a send completion, inlined into the requester (its fields are
+    /// known there: no generic encode).
+    #[inline(always)]
+    pub(crate) fn push_send(&self, qp_num: u16, req_id: u16, status: u8, op_type: u8) {
+        self.push_inline(&Cqe::send(qp_num, req_id, status, op_type))
+    }
+
+    #[inline(always)]
+    fn push_inline(&self, e: &Cqe) {
         {
             let mut p = self.prod.lock();
             let used = u32::from(p.at.count.wrapping_sub(self.consumer_index()));

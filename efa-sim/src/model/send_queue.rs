@@ -62,6 +62,9 @@ pub(crate) struct Request<'w> {
     pub sge: [Sge; TX_DESC_NUM_BUFS],
     /// How many of `sge` are used.
     pub nsge: u8,
+    /// Bytes of local data (inline or in the buffers), validated against the RDMA
+    /// remote length.
+    pub total: u64,
     /// Inline data (instead of buffers).
     pub inline: &'w [u8],
     /// RDMA remote memory: (address, rkey, length).
@@ -310,6 +313,7 @@ fn decode<'w>(w: &'w WqeBuf, size: usize, qp: &Qp) -> Result<Request<'w>, (Origi
         qkey: w.qkey(),
         sge,
         nsge: if inline { 0 } else { len as u8 },
+        total: local_len,
         inline: inline_data,
         remote,
         signaled,

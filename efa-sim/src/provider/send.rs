@@ -168,7 +168,7 @@ impl SendQueue {
 
     /// Frees the slot of a retired completion: handed to the next poster, without the
     /// queue lock (callers are serialised by the send CQ's poll lock).
-    #[inline]
+    #[inline(always)]
     pub fn retire(&self, req_id: u16) {
         if !self.retired.push(req_id) {
             self.lock.lock();

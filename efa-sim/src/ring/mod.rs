@@ -162,7 +162,7 @@ impl Ring {
     }
 
     /// Copies `bytes` (at most one slot) into slot `index`.
-    #[inline]
+    #[inline(always)]
     pub fn write_slot(&self, index: u32, bytes: &[u8]) {
         let Some(dst) = self.slot(index) else { return };
         let n = bytes.len().min(self.entry_size);
@@ -172,7 +172,7 @@ impl Ring {
     }
 
     /// Copies slot `index` (at most `out.len()` bytes) out of the ring.
-    #[inline]
+    #[inline(always)]
     pub fn read_slot(&self, index: u32, out: &mut [u8]) {
         let Some(src) = self.slot(index) else {
             out.fill(0);
@@ -222,7 +222,7 @@ impl Drop for Ring {
 /// # Safety
 /// `src..src+n` must be readable, `dst..dst+n` writable and 8-byte aligned at `dst`, and
 /// the ranges disjoint.
-#[inline]
+#[inline(always)]
 unsafe fn copy_to_ring(src: *const u8, dst: *mut u8, n: usize) {
     debug_assert_eq!(dst as usize % 8, 0);
     // The entry sizes of the queues (16-byte send completions, 32-byte completions,
@@ -259,7 +259,7 @@ unsafe fn copy_to_ring(src: *const u8, dst: *mut u8, n: usize) {
 /// # Safety
 /// `src..src+n` must be readable and 8-byte aligned at `src`, `dst..dst+n` writable, and
 /// the ranges disjoint.
-#[inline]
+#[inline(always)]
 unsafe fn copy_from_ring(src: *const u8, dst: *mut u8, n: usize) {
     debug_assert_eq!(src as usize % 8, 0);
     match n {

@@ -300,7 +300,7 @@ impl Runtime {
     }
 
     /// The live QP `qpn`, valid while `g` is open.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn qp<'g>(&'g self, qpn: u32, g: &'g Guard) -> Option<&'g Qp> {
         let idx = self.qp_index(qpn)?;
         self.qps

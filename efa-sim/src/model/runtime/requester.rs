@@ -11,7 +11,6 @@ use crate::model::send_queue::Request;
 use crate::model::{Pd, Qp, QpType, SendOp, Sge, ACCESS_LOCAL_WRITE, MAX_INLINE, MAX_SEND_SGE};
 use crate::provider::send::op_type;
 use crate::rcu::Guard;
-use crate::ring::cqe::Cqe;
 use crate::transport::wire::{self, Header, Op};
 use efa_sys::vendor::comp_status as st;
 use std::cell::RefCell;
@@ -54,7 +53,7 @@ impl Origin {
 pub(crate) fn complete(qp: &Qp, o: &Origin, status: u8) {
     if status != 0 || o.signaled {
         qp.send_cq()
-            .push(&Cqe::send(qp.qpn() as u16, o.req_id, status, o.op_type));
+            .push_send(qp.qpn() as u16, o.req_id, status, o.op_type);
     }
 }
 
@@ -147,11 +146,7 @@ impl Runtime {
         let Some(dest) = self.ep.addr_of(ip, dev, r.dest_qpn) else {
             return failed(qp, &o, st::LOCAL_ERROR_INVALID_AH as u8);
         };
-        let total: u64 = if r.inline.is_empty() {
-            r.sges().iter().map(|g| g.length as u64).sum()
-        } else {
-            r.inline.len() as u64
-        };
+        let total = r.total;
         let rdma = r.op != SendOp::Send && r.op != SendOp::SendImm;
         if (!rdma && total > self.profile.mtu_bytes as u64)
             || (rdma && total > self.profile.max_rdma_size as u64)
