@@ -131,6 +131,7 @@ impl Data<'_> {
     pub fn len(&self) -> usize {
         match self {
             Data::Bytes(b) => b.len(),
+            Data::Local([(_, l)]) => *l,
             Data::Local(r) => r.iter().map(|(_, l)| l).sum(),
         }
     }

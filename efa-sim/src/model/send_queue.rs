@@ -157,7 +157,12 @@ impl DeviceSq {
             // One read section and one datagram bundle per doorbell, not per WQE.
             let g = Guard::enter();
             let mut heard = None;
-            rt.begin_batch();
+            // A single WQE has nothing to bundle with (and skips two thread-local
+            // look-ups).
+            let bundle = new > 1;
+            if bundle {
+                rt.begin_batch();
+            }
             let mut raw = WqeBuf::default();
             let size = self.ring.entry_size();
             while c.at.count != db {
@@ -186,7 +191,9 @@ impl DeviceSq {
                     }
                 }
             }
-            rt.end_batch();
+            if bundle {
+                rt.end_batch();
+            }
             drop(g);
             if direct > 0 {
                 rt.stats

@@ -99,6 +99,7 @@ impl Cqe {
     }
 
     /// The 32 slot bytes with `phase` in the flags byte.
+    #[inline]
     pub fn encode(&self, phase: u8) -> [u8; SIZE] {
         let mut b = [0u8; SIZE];
         b[..SEND_SIZE].copy_from_slice(&self.encode_common(phase));

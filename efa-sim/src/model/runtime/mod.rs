@@ -309,13 +309,17 @@ impl Runtime {
     }
 
     /// Remembers that `from` answered this device (a later silence is status 13, not 15).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn mark_heard(&self, from: SocketAddrV4) {
         let packed = u64::from(u32::from(*from.ip())) << 16 | u64::from(from.port()) | 1 << 63;
         let cached = &self.heard_cache[usize::from(from.port()) % HEARD_CACHE];
-        if cached.load(Ordering::Relaxed) == packed {
-            return;
+        if cached.load(Ordering::Relaxed) != packed {
+            self.mark_heard_slow(from, cached, packed);
         }
+    }
+
+    #[cold]
+    fn mark_heard_slow(&self, from: SocketAddrV4, cached: &AtomicU64, packed: u64) {
         self.heard
             .lock()
             .unwrap_or_else(|e| e.into_inner())
