@@ -296,11 +296,13 @@ fn decode<'w>(w: &'w WqeBuf, size: usize, qp: &Qp) -> Result<Request<'w>, (Origi
         if len > max {
             return Err(fail(st::LOCAL_ERROR_QP_INTERNAL_ERROR));
         }
+        let mut total = 0u64;
         for (i, g) in sge.iter_mut().enumerate().take(len) {
             let (addr, lkey, length) = if rdma { w.rdma_local() } else { w.buf(i) };
             *g = Sge { addr, length, lkey };
+            total += u64::from(length);
         }
-        sge[..len].iter().map(|g| u64::from(g.length)).sum()
+        total
     };
     let remote = if rdma {
         let (addr, rkey, rlen) = w.remote();
