@@ -27,8 +27,8 @@ use super::runtime::requester::{complete, Origin};
 use super::runtime::stats::bump;
 use super::runtime::Runtime;
 use super::{profile, Qp, QpState, QpType, SendOp, Sge};
-use crate::rcu::Guard;
 use crate::provider::SpinMutex;
+use crate::rcu::Guard;
 use crate::ring::wqe::{WqeBuf, DATA, RDMA_LOCAL};
 use crate::ring::{Cursor, Ring};
 use efa_sys::io::{

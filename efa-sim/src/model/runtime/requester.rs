@@ -131,11 +131,7 @@ impl Runtime {
         // The AH must be live and belong to the QP's PD.
         let (endpoint, local) = match self.ahs().get(r.ahn, g) {
             Some(e) if e.pd == Arc::as_ptr(qp.pd()) as usize => {
-                let local = if self.direct {
-                    e.local_runtime()
-                } else {
-                    None
-                };
+                let local = if self.direct { e.local_runtime() } else { None };
                 (e.endpoint, local)
             }
             _ => return failed(qp, &o, st::LOCAL_ERROR_INVALID_AH as u8),
