@@ -223,24 +223,42 @@ impl Cq {
 
     /// Writes a completion into the next slot (the caller holds the producer lock and
     /// checked there is room): every byte but the flags, then the flags with the phase.
+    #[inline(always)]
     fn write(&self, p: &mut Producer, e: &Cqe) {
-        let mut bytes = e.encode(p.at.phase);
-        let flags = bytes[cqe::FLAGS];
-        bytes[cqe::FLAGS] ^= efa_sys::io::CDESC_COMMON_PHASE_MASK;
         let slot = u32::from(p.at.count);
         // A send completion is the 16-byte efa_io_tx_cdesc; the rest of the slot is unused.
-        let len = if e.is_recv() {
-            cqe::SIZE
+        let flags = if e.is_recv() {
+            let mut bytes = e.encode(p.at.phase);
+            let flags = bytes[cqe::FLAGS];
+            bytes[cqe::FLAGS] ^= efa_sys::io::CDESC_COMMON_PHASE_MASK;
+            self.ring.write_slot(slot, &bytes);
+            flags
         } else {
-            cqe::SEND_SIZE
+            let mut bytes = e.encode_common(p.at.phase);
+            let flags = bytes[cqe::FLAGS];
+            bytes[cqe::FLAGS] ^= efa_sys::io::CDESC_COMMON_PHASE_MASK;
+            self.ring.write_slot(slot, &bytes);
+            flags
         };
-        self.ring.write_slot(slot, &bytes[..len]);
         self.ring.write_byte(slot, cqe::FLAGS, flags);
         p.at.advance(self.depth);
     }
 
     /// The device adds a completion (or keeps it until the ring has room).
+    #[inline]
     pub(crate) fn push(&self, e: &Cqe) {
+        self.push_inline(e)
+    }
+
+    /// [`Cq::push`] of a send completion, inlined into the requester (its fields are
+    /// known there: no generic encode).
+    #[inline(always)]
+    pub(crate) fn push_send(&self, qp_num: u16, req_id: u16, status: u8, op_type: u8) {
+        self.push_inline(&Cqe::send(qp_num, req_id, status, op_type))
+    }
+
+    #[inline(always)]
+    fn push_inline(&self, e: &Cqe) {
         {
             let mut p = self.prod.lock();
             let used = u32::from(p.at.count.wrapping_sub(self.consumer_index()));
@@ -328,7 +346,14 @@ impl Cq {
     #[inline]
     fn notify(&self) {
         // Most completions find the CQ unarmed: a load, no read-modify-write.
-        if self.armed.load(Ordering::Acquire) && self.armed.swap(false, Ordering::AcqRel) {
+        if self.armed.load(Ordering::Acquire) {
+            self.notify_armed();
+        }
+    }
+
+    #[cold]
+    fn notify_armed(&self) {
+        if self.armed.swap(false, Ordering::AcqRel) {
             let f = self
                 .notifier
                 .lock()

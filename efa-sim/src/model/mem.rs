@@ -131,6 +131,7 @@ impl Data<'_> {
     pub fn len(&self) -> usize {
         match self {
             Data::Bytes(b) => b.len(),
+            Data::Local([(_, l)]) => *l,
             Data::Local(r) => r.iter().map(|(_, l)| l).sum(),
         }
     }
@@ -145,8 +146,17 @@ impl Data<'_> {
     ///
     /// # Safety
     /// `dst` must be the start of `n` writable bytes of a live MR; `from + n <= self.len()`.
-    #[inline]
+    #[inline(always)]
     pub unsafe fn write_to(&self, dst: Place, from: usize, n: usize) -> Result<(), CopyFailed> {
+        // The same-process path's common case: one host range, copied whole.
+        if let (Data::Local([(host, len)]), Place::Host(h)) = (self, dst) {
+            if from == 0 && n == *len {
+                // SAFETY: the source range is live registered memory (see the type); the
+                // destination is the caller's.
+                unsafe { copy_registered(h, *host, n) };
+                return Ok(());
+            }
+        }
         match self {
             // SAFETY: forwarded; the slice bounds are checked by indexing.
             Data::Bytes(b) => unsafe { write_registered(dst, &b[from..from + n]) },

@@ -208,6 +208,7 @@ impl Mr {
 
     /// Where `[iova, iova+len)` is, if it lies inside this live MR and the MR has `need`
     /// access bits.
+    #[inline(always)]
     pub(crate) fn place(&self, iova: u64, len: u64, need: AccessFlags) -> Option<Place> {
         if self.dead.load(Ordering::Acquire) || self.access & need != need {
             return None;

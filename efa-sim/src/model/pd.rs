@@ -213,7 +213,7 @@ impl Pd {
 
     /// The receiver-side AH number of `gid` in this PD, or 0xFFFF (no lock, no hashing:
     /// a search of the sorted book inside a read section).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn ah_number_of(&self, gid: &Gid, g: &Guard) -> u16 {
         let book = self.book.get(g);
         let found = if book.len() <= 8 {

@@ -448,6 +448,11 @@ impl Qp {
             *live -= u32::from(gone.is_some());
             gone
         };
+        // SAFETY: both poll locks are held (taken above).
+        unsafe {
+            first.poller().forget_qp(self);
+            second.poller().forget_qp(self);
+        }
         if a != b {
             second.poller().unlock();
         }

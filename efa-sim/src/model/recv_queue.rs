@@ -26,18 +26,19 @@ use std::sync::{Mutex, MutexGuard};
 /// Most descriptors one receive WQE may span.
 pub const MAX_WQE_DESCS: usize = super::profile::MAX_RQ_SGE as usize;
 
-/// A receive WQE at the head of the queue.
+/// The buffers of a receive WQE, in order (filled by [`DeviceRq::head`] into the
+/// caller's value, so the few hundred bytes are not moved around).
+pub(crate) type RxBufs = ArrayVec<RxDesc, MAX_WQE_DESCS>;
+
+/// A receive WQE at the head of the queue (its buffers went to the caller's [`RxBufs`]).
 pub(crate) struct RxWqe {
     /// Request id of its first descriptor.
     pub req_id: u16,
-    /// Its buffers, in order.
-    pub bufs: ArrayVec<RxDesc, MAX_WQE_DESCS>,
     /// The consumer position after it.
     pub next: Cursor,
 }
 
 /// What the head of the queue holds (on the stack of the one delivery that looks).
-#[allow(clippy::large_enum_variant)]
 pub(crate) enum Head {
     /// Nothing posted.
     Empty,
@@ -74,8 +75,10 @@ impl DeviceRq {
         self.at.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The WQE at position `at`.
-    pub fn head(&self, rt: &Runtime, at: &Cursor) -> Head {
+    /// The WQE at position `at`; a well-formed one's buffers go to `bufs` (cleared first).
+    #[inline]
+    pub fn head(&self, rt: &Runtime, at: &Cursor, bufs: &mut RxBufs) -> Head {
+        bufs.clear();
         let entries = self.ring.entries();
         if entries == 0 {
             return Head::Empty;
@@ -90,7 +93,6 @@ impl DeviceRq {
         }
         let mut pos = *at;
         let mut raw = [0u8; rx::SIZE];
-        let mut bufs = ArrayVec::new();
         let mut req_id = 0;
         for i in 0..posted.min(self.max_descs as u32) {
             self.ring.read_slot(u32::from(pos.count), &mut raw);
@@ -111,11 +113,7 @@ impl DeviceRq {
             }
             bufs.push(d);
             if d.last {
-                return Head::Wqe(RxWqe {
-                    req_id,
-                    bufs,
-                    next: pos,
-                });
+                return Head::Wqe(RxWqe { req_id, next: pos });
             }
         }
         Head::Malformed(req_id, pos)
@@ -124,14 +122,15 @@ impl DeviceRq {
     /// Whether a receive WQE (well-formed or not) is posted.
     pub fn has_posted(&self, rt: &Runtime) -> bool {
         let at = self.lock();
-        !matches!(self.head(rt, &at), Head::Empty)
+        !matches!(self.head(rt, &at, &mut RxBufs::new()), Head::Empty)
     }
 
     /// Moving to ERR: every posted receive WQE completes with FLUSHED.
     pub fn flush(&self, rt: &Runtime, qp: &Qp) {
         let mut at = self.lock();
+        let mut bufs = RxBufs::new();
         loop {
-            let (req_id, next) = match self.head(rt, &at) {
+            let (req_id, next) = match self.head(rt, &at, &mut bufs) {
                 Head::Empty => break,
                 Head::Wqe(w) => (w.req_id, w.next),
                 Head::Malformed(r, next) => (r, next),

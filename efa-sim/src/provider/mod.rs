@@ -197,6 +197,13 @@ impl WridIds {
         u32::from(req_id & self.idx_mask)
     }
 
+    /// Whether `req_id` belongs to the current generation (and names an index).
+    #[inline]
+    pub fn is_current(&self, req_id: u16) -> bool {
+        req_id & !self.idx_mask == self.shifted_gen.load(Ordering::Acquire)
+            && usize::from(req_id & self.idx_mask) < self.wrid.len()
+    }
+
     /// The `wr_id` of `req_id`, if `req_id` belongs to the current generation.
     #[inline]
     pub fn wr_id(&self, req_id: u16) -> Option<u64> {
@@ -315,6 +322,7 @@ impl RetireRing {
     }
 
     /// Takes every waiting request id (the caller holds the queue lock).
+    #[inline]
     pub fn drain(&self, mut f: impl FnMut(u16)) {
         let h = self.head.load(Ordering::Relaxed);
         let t = self.tail.load(Ordering::Acquire);

@@ -38,6 +38,10 @@ struct PollState {
     told: u16,
     cur: Option<Current>,
     cmd_sn: u8,
+    /// The QP the last send (`[0]`) and receive (`[1]`) completion named, found attached
+    /// to this CQ: (QPN, QP). Saves the table lookup for runs of one QP's completions;
+    /// `Qp::destroy` clears it (under this poll lock) before the QP can go away.
+    seen: [(u16, *const Qp); 2],
 }
 
 /// A CQ's provider state: its poll lock and consumer position.
@@ -69,6 +73,7 @@ impl CqPoller {
                 told: 0,
                 cur: None,
                 cmd_sn: 0,
+                seen: [(0, core::ptr::null()); 2],
             }),
         }
     }
@@ -109,6 +114,7 @@ impl CqPoller {
     ///
     /// # Safety
     /// The caller holds the poll lock; `cq` is the CQ this poller belongs to.
+    #[inline(always)]
     pub unsafe fn next(&self, cq: &Cq) -> Option<&Completion> {
         // SAFETY: forwarded.
         let st = unsafe { self.st() };
@@ -154,7 +160,10 @@ impl CqPoller {
                 ring.doorbell().write(db_value(st, false));
             }
             let e = Cqe::decode(&raw, cq.options().with_sgid);
-            if let Some(cur) = decode(cq, &e) {
+            let Some(qp) = attached(st, cq, e.qp_num, e.is_recv()) else {
+                continue;
+            };
+            if let Some(cur) = decode(qp, &e) {
                 st.cur = Some(cur);
                 return st.cur.as_ref().map(|c| &c.c);
             }
@@ -165,6 +174,7 @@ impl CqPoller {
     ///
     /// # Safety
     /// The caller holds the poll lock.
+    #[inline(always)]
     pub unsafe fn retire(&self) {
         // SAFETY: forwarded.
         let st = unsafe { self.st() };
@@ -185,6 +195,7 @@ impl CqPoller {
     ///
     /// # Safety
     /// The caller holds the poll lock.
+    #[inline]
     pub unsafe fn ring_doorbell(&self, cq: &Cq) {
         // SAFETY: forwarded.
         let st = unsafe { self.st() };
@@ -202,6 +213,21 @@ impl CqPoller {
         cq.ring().doorbell().write(db_value(st, true));
         self.unlock();
         cq.armed_by_doorbell();
+    }
+
+    /// Forgets `qp` (it is being destroyed): later completions naming its QPN are looked
+    /// up in the device's table again, and find it gone.
+    ///
+    /// # Safety
+    /// The caller holds the poll lock.
+    pub unsafe fn forget_qp(&self, qp: *const Qp) {
+        // SAFETY: forwarded.
+        let st = unsafe { self.st() };
+        for s in &mut st.seen {
+            if core::ptr::eq(s.1, qp) {
+                *s = (0, core::ptr::null());
+            }
+        }
     }
 
     /// Counts a delivered CQ event (`ibv_get_cq_event`): the doorbell's command sequence
@@ -232,7 +258,11 @@ impl CqPoller {
             }
             ring.read_slot(slot, &mut raw);
             at.advance(ring.entries());
-            if decode(cq, &Cqe::decode(&raw, cq.options().with_sgid)).is_some() {
+            let e = Cqe::decode(&raw, cq.options().with_sgid);
+            if cq
+                .attached_qp(u32::from(e.qp_num), e.is_recv())
+                .is_some_and(|qp| decode(qp, &e).is_some())
+            {
                 n += 1;
             }
         }
@@ -249,12 +279,28 @@ fn db_value(st: &PollState, arm: bool) -> u32 {
     v
 }
 
-/// The completion `e` stands for, or None when it is stale (QP gone, another
-/// incarnation, not attached to `cq`).
-fn decode(cq: &Cq, e: &Cqe) -> Option<Current> {
-    let qp = cq.attached_qp(u32::from(e.qp_num), e.is_recv())?;
-    // SAFETY: `attached_qp` checked the QP is live and attached to this CQ; the caller
-    // holds the poll lock, which QP destruction takes first.
+/// The live QP `qpn` attached to `cq` (as receive CQ when `recv`), remembered in `st`
+/// for the next completion of the same QP. The pointer is valid while the caller holds
+/// the poll lock (QP destruction takes it first, and clears `st.seen`).
+#[inline(always)]
+fn attached(st: &mut PollState, cq: &Cq, qpn: u16, recv: bool) -> Option<*const Qp> {
+    let seen = &mut st.seen[usize::from(recv)];
+    if seen.0 == qpn && !seen.1.is_null() {
+        // SAFETY: remembered under this poll lock; destruction clears it under the same
+        // lock before the QP can be dropped.
+        return (!unsafe { &*seen.1 }.is_dead()).then_some(seen.1);
+    }
+    let qp = cq.attached_qp(u32::from(qpn), recv)?;
+    *seen = (qpn, qp);
+    Some(qp)
+}
+
+/// The completion `e` of `qp` stands for, or None when it is stale (another
+/// incarnation).
+#[inline(always)]
+fn decode(qp: *const Qp, e: &Cqe) -> Option<Current> {
+    // SAFETY: the caller found the QP live and attached to this CQ while holding the
+    // poll lock, which QP destruction takes first.
     let q = unsafe { &*qp };
     let (wr_id, owner) = if !e.is_recv() {
         (q.sq_provider().wr_id(e.req_id)?, Owner::Sq(qp))

@@ -50,9 +50,9 @@ pub struct SqConfig {
     pub rdma_write: bool,
 }
 
-/// The WR being built in a session.
+/// The WR being built in a session (its WQE is [`SendState::wqe`]).
+#[derive(Clone, Copy)]
 pub(super) struct Current {
-    pub(super) wqe: WqeBuf,
     pub(super) op: SendOp,
     /// Producer position before this WR (its ring slot and phase).
     pub(super) before: Cursor,
@@ -69,6 +69,9 @@ pub(super) struct SendState {
     pub(super) pending: u32,
     pub(super) err: Errno,
     pub(super) cur: Option<Current>,
+    /// The WQE of the WR being built (only its first `wqe_size` bytes are used), kept
+    /// here rather than moved with every call.
+    pub(super) wqe: WqeBuf,
 }
 
 /// A send queue's provider state.
@@ -119,6 +122,7 @@ impl SendQueue {
                 pending: 0,
                 err: 0,
                 cur: None,
+                wqe: WqeBuf::default(),
             }),
             ids: WridIds::new(cfg.entries, gen),
             retired: RetireRing::new(cfg.entries),
@@ -133,6 +137,7 @@ impl SendQueue {
 
     /// Opens a session (`wr_start`, or one `ibv_post_send` list): takes the queue lock,
     /// held until [`Session::commit`] or [`Session::abort`].
+    #[inline]
     pub fn begin(&self) -> Session<'_> {
         self.lock.lock();
         // SAFETY: the lock is held now and until the session ends.
@@ -163,7 +168,7 @@ impl SendQueue {
 
     /// Frees the slot of a retired completion: handed to the next poster, without the
     /// queue lock (callers are serialised by the send CQ's poll lock).
-    #[inline]
+    #[inline(always)]
     pub fn retire(&self, req_id: u16) {
         if !self.retired.push(req_id) {
             self.lock.lock();
@@ -177,8 +182,9 @@ impl SendQueue {
 
     /// Puts the slot of `req_id` back (the lock is held): only a WR of the current
     /// generation that is still taken.
+    #[inline(always)]
     fn free(&self, s: &mut SendState, req_id: u16) {
-        if self.ids.wr_id(req_id).is_some() && s.pool.put(self.ids.index(req_id)) {
+        if self.ids.is_current(req_id) && s.pool.put(self.ids.index(req_id)) {
             s.completed = s.completed.wrapping_add(1);
         }
     }
@@ -208,6 +214,7 @@ impl SendQueue {
     }
 
     /// The posting rules 1–4 of model §3.3 for one more WR (`extra` already staged).
+    #[inline]
     pub(super) fn admit(
         &self,
         s: &mut SendState,
@@ -236,6 +243,7 @@ impl SendQueue {
 
     /// Whether this QP may post `op`: legacy `ibv_post_send` only SEND/SEND_IMM; RDMA
     /// needs SRD, the device capability and (with send ops flags) the op's `WITH_*` bit.
+    #[inline]
     pub(super) fn allowed(&self, op: SendOp, legacy: bool) -> Result<(), Errno> {
         let c = &self.cfg;
         let with = match op {

@@ -25,11 +25,13 @@ impl<'a> Session<'a> {
     }
 
     /// The session's latched error (0 = none).
+    #[inline]
     pub fn error(&self) -> Errno {
         self.s.err
     }
 
     /// Latches the first error of an `ibv_wr_*` session.
+    #[inline]
     pub fn latch(&mut self, r: Result<(), Errno>) {
         if let Err(e) = r {
             if self.s.err == 0 {
@@ -60,6 +62,7 @@ impl<'a> Session<'a> {
     /// Starts a WR: the posting rules, then a WQE with its request id in the next ring
     /// slot (`legacy`: `ibv_post_send`, SEND/SEND_IMM only). `imm_be` is the verbs
     /// immediate (network order); the WQE carries it in host order.
+    #[inline(always)]
     pub fn wr(
         &mut self,
         state: QpState,
@@ -72,7 +75,8 @@ impl<'a> Session<'a> {
         let (q, s) = (self.q, &mut *self.s);
         q.admit(s, state, flags, 0)?;
         q.allowed(op, legacy)?;
-        let mut w = WqeBuf::default();
+        let w = &mut s.wqe;
+        w.clear(q.cfg.wqe_size);
         w.or_ctrl1(TX_META_DESC_META_DESC_MASK | op_type(op));
         if matches!(op, SendOp::SendImm | SendOp::RdmaWriteImm) {
             w.set_imm(u32::from_be(imm_be));
@@ -91,7 +95,6 @@ impl<'a> Session<'a> {
         s.pc.advance(q.cfg.entries);
         s.pending += 1;
         s.cur = Some(Current {
-            wqe: w,
             op,
             before,
             addressed: false,
@@ -99,8 +102,11 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
-    fn cur(&mut self) -> Result<&mut Current, Errno> {
-        self.s.cur.as_mut().ok_or(EINVAL)
+    /// The WR being built and its WQE.
+    #[inline]
+    fn cur(&mut self) -> Result<(&mut Current, &mut WqeBuf), Errno> {
+        let s = &mut *self.s;
+        Ok((s.cur.as_mut().ok_or(EINVAL)?, &mut s.wqe))
     }
 
     /// The opcode of the WR being built.
@@ -109,27 +115,31 @@ impl<'a> Session<'a> {
     }
 
     /// Sets the RDMA remote address (`wr_rdma_*` opcodes).
+    #[inline]
     pub fn set_remote(&mut self, addr: u64, rkey: u32) -> Result<(), Errno> {
-        self.cur()?.wqe.set_remote(addr, rkey);
+        self.cur()?.1.set_remote(addr, rkey);
         Ok(())
     }
 
     /// Sets the destination. An AH that is destroyed or belongs to another PD is sent as
     /// [`NO_AH`]: the device completes the WQE with INVALID_AH, as it would for a bad AH
     /// number.
+    #[inline]
     pub fn set_addr(&mut self, ah: &Ah, pd: &Pd, qpn: u32, qkey: u32) -> Result<(), Errno> {
         let ahn = if ah.usable_in(pd) { ah.number() } else { NO_AH };
-        let c = self.cur()?;
-        c.wqe.set_dest(qpn as u16, ahn, qkey);
+        let (c, w) = self.cur()?;
+        w.set_dest(qpn as u16, ahn, qkey);
         c.addressed = true;
         Ok(())
     }
 
     /// Sets the local buffers. `counted`: `wr_set_sge_list`/`ibv_post_send` (at most the
     /// QP's `max_send_sge`, or 1 for RDMA); `wr_set_sge` has no count check.
+    #[inline]
     pub fn set_sges(&mut self, sges: &[Sge], counted: bool) -> Result<(), Errno> {
         let max_send = self.q.cfg.max_send_sge as usize;
-        let c = self.cur()?;
+        let size = self.q.cfg.wqe_size;
+        let (c, w) = self.cur()?;
         let rdma = is_rdma(c.op);
         let fits = if rdma {
             TX_DESC_NUM_RDMA_BUFS
@@ -144,10 +154,9 @@ impl<'a> Session<'a> {
         if sges.len() > limit {
             return Err(EINVAL);
         }
-        let w = &mut c.wqe;
         // The last payload call wins: clear what an earlier one wrote (not the RDMA
         // remote address the opcode call set).
-        w.0[if rdma { RDMA_LOCAL } else { DATA }..].fill(0);
+        w.clear_from(if rdma { RDMA_LOCAL } else { DATA }, size);
         w.clear_ctrl1(TX_META_DESC_INLINE_MSG_MASK);
         w.set_length(sges.len() as u16);
         if rdma {
@@ -169,14 +178,13 @@ impl<'a> Session<'a> {
     /// more than the QP's `max_inline_data`.
     pub fn set_inline(&mut self, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<(), Errno> {
         let q = self.q;
-        let c = self.cur()?;
+        let (c, w) = self.cur()?;
         if len > q.inline_room(c.op) {
             return Err(EINVAL);
         }
         let rdma = is_rdma(c.op);
         let at = if rdma { RDMA_LOCAL } else { DATA };
-        let w = &mut c.wqe;
-        w.0[at..].fill(0);
+        w.clear_from(at, q.cfg.wqe_size);
         fill(&mut w.0[at..at + len]);
         w.or_ctrl1(TX_META_DESC_INLINE_MSG_MASK);
         w.set_length(len as u16);
@@ -189,13 +197,14 @@ impl<'a> Session<'a> {
     /// Sets the processing hints (`efadv_wr_set_processing_hints`).
     pub fn set_hints(&mut self, hints: u8) -> Result<(), Errno> {
         self.cur()?
-            .wqe
+            .1
             .set_ctrl3(TX_META_DESC_PROCESSING_HINTS_MASK, hints);
         Ok(())
     }
 
     /// Finishes the WR being built: it must have a destination. Writes it into its ring
     /// slot (beyond the doorbell until the session commits).
+    #[inline(always)]
     pub fn end_wr(&mut self, ring: &Ring) -> Result<(), Errno> {
         let size = self.q.cfg.wqe_size;
         let Some(c) = self.s.cur.as_ref() else {
@@ -204,7 +213,7 @@ impl<'a> Session<'a> {
         if !c.addressed {
             return Err(EINVAL);
         }
-        ring.write_slot(u32::from(c.before.count), &c.wqe.0[..size]);
+        ring.write_slot(u32::from(c.before.count), &self.s.wqe.0[..size]);
         self.s.cur = None;
         Ok(())
     }
@@ -223,6 +232,7 @@ impl<'a> Session<'a> {
     /// Ends the session and makes its WRs visible to the device: the doorbell is written
     /// for every `max_batch` WQEs and the device is told after each (`ring_doorbell`).
     /// With a latched error nothing is posted and the error is returned.
+    #[inline]
     pub fn commit(mut self, ring: &Ring, mut ring_doorbell: impl FnMut()) -> Result<(), Errno> {
         let mut r = self.end_wr(ring);
         if self.s.err != 0 {

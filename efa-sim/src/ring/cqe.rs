@@ -77,9 +77,11 @@ impl Cqe {
         self.q_type == queue_type::RECV
     }
 
-    /// The 32 slot bytes with `phase` in the flags byte.
-    pub fn encode(&self, phase: u8) -> [u8; SIZE] {
-        let mut b = [0u8; SIZE];
+    /// The first [`SEND_SIZE`] slot bytes with `phase` in the flags byte: all of a send
+    /// completion, the common part of a receive completion.
+    #[inline]
+    pub fn encode_common(&self, phase: u8) -> [u8; SEND_SIZE] {
+        let mut b = [0u8; SEND_SIZE];
         b[REQ_ID..REQ_ID + 2].copy_from_slice(&self.req_id.to_le_bytes());
         b[STATUS] = self.status;
         let mut flags = (phase & CDESC_COMMON_PHASE_MASK)
@@ -93,6 +95,14 @@ impl Cqe {
         }
         b[FLAGS] = flags;
         b[QP_NUM..QP_NUM + 2].copy_from_slice(&self.qp_num.to_le_bytes());
+        b
+    }
+
+    /// The 32 slot bytes with `phase` in the flags byte.
+    #[inline]
+    pub fn encode(&self, phase: u8) -> [u8; SIZE] {
+        let mut b = [0u8; SIZE];
+        b[..SEND_SIZE].copy_from_slice(&self.encode_common(phase));
         if self.is_recv() {
             b[LENGTH..LENGTH + 2].copy_from_slice(&(self.length as u16).to_le_bytes());
             b[AH..AH + 2].copy_from_slice(&self.ah.to_le_bytes());
@@ -108,6 +118,7 @@ impl Cqe {
     }
 
     /// Decodes a slot; `with_src_addr`: the CQ reports sender GIDs of unknown AHs.
+    #[inline]
     pub fn decode(b: &[u8; SIZE], with_src_addr: bool) -> Cqe {
         let h = |at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
         let flags = b[FLAGS];

@@ -67,6 +67,8 @@ pub struct Ring {
     mem: Option<NonNull<u8>>,
     len: usize,
     entry_size: usize,
+    /// log2 of `entry_size` (entry sizes are powers of two).
+    entry_shift: u32,
     entries: u32,
     doorbell: Box<Doorbell>,
 }
@@ -82,6 +84,9 @@ impl Ring {
     /// without memory (a QP without receive queue).
     pub fn new(entries: u32, entry_size: usize) -> Result<Ring, Errno> {
         debug_assert!(entries == 0 || entries.is_power_of_two());
+        if !entry_size.is_power_of_two() {
+            return Err(libc::EINVAL);
+        }
         let len = entries as usize * entry_size;
         let mem = if len == 0 {
             None
@@ -107,6 +112,7 @@ impl Ring {
             mem,
             len,
             entry_size,
+            entry_shift: entry_size.trailing_zeros(),
             entries,
             doorbell: Box::new(Doorbell(AtomicU32::new(0))),
         })
@@ -151,12 +157,12 @@ impl Ring {
     fn slot(&self, index: u32) -> Option<*mut u8> {
         let base = self.mem?;
         let i = (index & (self.entries - 1)) as usize;
-        // SAFETY: i < entries, so the slot lies inside the mapping of entries * entry_size.
-        Some(unsafe { base.as_ptr().add(i * self.entry_size) })
+        // SAFETY: i < entries and entry_size == 1 << entry_shift, so the slot lies inside the mapping of entries * entry_size.
+        Some(unsafe { base.as_ptr().add(i << self.entry_shift) })
     }
 
     /// Copies `bytes` (at most one slot) into slot `index`.
-    #[inline]
+    #[inline(always)]
     pub fn write_slot(&self, index: u32, bytes: &[u8]) {
         let Some(dst) = self.slot(index) else { return };
         let n = bytes.len().min(self.entry_size);
@@ -166,7 +172,7 @@ impl Ring {
     }
 
     /// Copies slot `index` (at most `out.len()` bytes) out of the ring.
-    #[inline]
+    #[inline(always)]
     pub fn read_slot(&self, index: u32, out: &mut [u8]) {
         let Some(src) = self.slot(index) else {
             out.fill(0);
@@ -216,9 +222,20 @@ impl Drop for Ring {
 /// # Safety
 /// `src..src+n` must be readable, `dst..dst+n` writable and 8-byte aligned at `dst`, and
 /// the ranges disjoint.
-#[inline]
+#[inline(always)]
 unsafe fn copy_to_ring(src: *const u8, dst: *mut u8, n: usize) {
     debug_assert_eq!(dst as usize % 8, 0);
+    // The entry sizes of the queues (16-byte send completions, 32-byte completions,
+    // 64- and 128-byte WQEs) as straight-line word copies.
+    match n {
+        // SAFETY: forwarded contract (n bytes at both ends).
+        16 => return unsafe { words_to_ring::<2>(src, dst) },
+        // SAFETY: as above.
+        32 => return unsafe { words_to_ring::<4>(src, dst) },
+        // SAFETY: as above.
+        64 => return unsafe { words_to_ring::<8>(src, dst) },
+        _ => {}
+    }
     let mut i = 0;
     while i + 8 <= n {
         // SAFETY: i + 8 <= n, inside both ranges (caller); the source may be unaligned,
@@ -242,9 +259,18 @@ unsafe fn copy_to_ring(src: *const u8, dst: *mut u8, n: usize) {
 /// # Safety
 /// `src..src+n` must be readable and 8-byte aligned at `src`, `dst..dst+n` writable, and
 /// the ranges disjoint.
-#[inline]
+#[inline(always)]
 unsafe fn copy_from_ring(src: *const u8, dst: *mut u8, n: usize) {
     debug_assert_eq!(src as usize % 8, 0);
+    match n {
+        // SAFETY: forwarded contract (n bytes at both ends).
+        16 => return unsafe { words_from_ring::<2>(src, dst) },
+        // SAFETY: as above.
+        32 => return unsafe { words_from_ring::<4>(src, dst) },
+        // SAFETY: as above.
+        64 => return unsafe { words_from_ring::<8>(src, dst) },
+        _ => {}
+    }
     let mut i = 0;
     while i + 8 <= n {
         // SAFETY: as in `copy_to_ring`, with the roles swapped.
@@ -258,6 +284,36 @@ unsafe fn copy_from_ring(src: *const u8, dst: *mut u8, n: usize) {
         // SAFETY: i < n, inside both ranges (caller).
         unsafe { *dst.add(i) = core::ptr::read_volatile(src.add(i)) };
         i += 1;
+    }
+}
+
+/// `W` 8-byte words into ring memory (volatile stores), unrolled.
+///
+/// # Safety
+/// As [`copy_to_ring`] with `n = 8 * W`.
+#[inline(always)]
+unsafe fn words_to_ring<const W: usize>(src: *const u8, dst: *mut u8) {
+    for i in 0..W {
+        // SAFETY: word i lies inside both ranges (caller); the destination is aligned.
+        unsafe {
+            let w = core::ptr::read_unaligned(src.add(8 * i).cast::<u64>());
+            core::ptr::write_volatile(dst.add(8 * i).cast::<u64>(), w);
+        }
+    }
+}
+
+/// `W` 8-byte words out of ring memory (volatile loads), unrolled.
+///
+/// # Safety
+/// As [`copy_from_ring`] with `n = 8 * W`.
+#[inline(always)]
+unsafe fn words_from_ring<const W: usize>(src: *const u8, dst: *mut u8) {
+    for i in 0..W {
+        // SAFETY: word i lies inside both ranges (caller); the source is aligned.
+        unsafe {
+            let w = core::ptr::read_volatile(src.add(8 * i).cast::<u64>());
+            core::ptr::write_unaligned(dst.add(8 * i).cast::<u64>(), w);
+        }
     }
 }
 

@@ -50,6 +50,7 @@ impl RxDesc {
     }
 
     /// Decodes 16 ring bytes.
+    #[inline]
     pub fn decode(b: &[u8; SIZE]) -> RxDesc {
         let w = |at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
         let h = |at: usize| u16::from_le_bytes([b[at], b[at + 1]]);

@@ -5,7 +5,7 @@
 use core::mem::offset_of;
 use efa_sys::io::{
     efa_io_rdma_req, efa_io_remote_mem_addr, efa_io_tx_buf_desc, efa_io_tx_meta_desc,
-    efa_io_tx_wqe, TX_DESC_SIZE_128,
+    efa_io_tx_wqe, TX_DESC_SIZE_128, TX_DESC_SIZE_64,
 };
 
 /// Offset of the payload (buffers, inline data or RDMA request) after the meta descriptor.
@@ -118,6 +118,31 @@ impl WqeBuf {
         (addr, get32(b, at + REM_RKEY), get32(b, at + REM_LEN))
     }
 
+    /// Zeroes the first `size` bytes (a 64- or 128-byte WQE).
+    #[inline]
+    pub fn clear(&mut self, size: usize) {
+        if size <= TX_DESC_SIZE_64 {
+            self.0[..TX_DESC_SIZE_64].fill(0);
+        } else {
+            self.0.fill(0);
+        }
+    }
+    /// Zeroes bytes `at..size` of a `size`-byte WQE (fixed-length stores for the 64-byte
+    /// format rather than a `memset` call).
+    #[inline]
+    pub fn clear_from(&mut self, at: usize, size: usize) {
+        if size <= TX_DESC_SIZE_64 {
+            if at == RDMA_LOCAL {
+                self.0[RDMA_LOCAL..TX_DESC_SIZE_64].fill(0);
+            } else if at == DATA {
+                self.0[DATA..TX_DESC_SIZE_64].fill(0);
+            } else {
+                self.0[at.min(TX_DESC_SIZE_64)..TX_DESC_SIZE_64].fill(0);
+            }
+        } else {
+            self.0[at.min(TX_DESC_SIZE_128)..].fill(0);
+        }
+    }
     /// Sets the request id.
     pub fn set_req_id(&mut self, v: u16) {
         put16(&mut self.0, REQ_ID, v)

@@ -24,6 +24,7 @@ impl Runtime {
     /// datagram path: RNR (retried with delay), fallback, or a silent drop (times out).
     /// The caller counts direct executions ([`super::Stats::direct`]) and marks the peer
     /// heard.
+    #[inline(always)]
     pub(crate) fn try_direct(
         &self,
         target: &Runtime,

@@ -134,6 +134,8 @@ pub(crate) struct Runtime {
     pub gid: Gid,
     pub profile: Profile,
     pub config: Arc<Config>,
+    /// `config.direct_path()`, decided once (the configuration does not change).
+    direct: bool,
     pid: u32,
     epoch: u64,
     index: u32,
@@ -183,6 +185,7 @@ impl Runtime {
         let rt = Arc::new(Runtime {
             gid: dev.gid,
             profile: dev.profile.clone(),
+            direct: config.direct_path(),
             config,
             pid,
             epoch: now ^ ((pid as u64) << 32) ^ dev.index as u64,
@@ -297,7 +300,7 @@ impl Runtime {
     }
 
     /// The live QP `qpn`, valid while `g` is open.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn qp<'g>(&'g self, qpn: u32, g: &'g Guard) -> Option<&'g Qp> {
         let idx = self.qp_index(qpn)?;
         self.qps
@@ -306,13 +309,17 @@ impl Runtime {
     }
 
     /// Remembers that `from` answered this device (a later silence is status 13, not 15).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn mark_heard(&self, from: SocketAddrV4) {
         let packed = u64::from(u32::from(*from.ip())) << 16 | u64::from(from.port()) | 1 << 63;
         let cached = &self.heard_cache[usize::from(from.port()) % HEARD_CACHE];
-        if cached.load(Ordering::Relaxed) == packed {
-            return;
+        if cached.load(Ordering::Relaxed) != packed {
+            self.mark_heard_slow(from, cached, packed);
         }
+    }
+
+    #[cold]
+    fn mark_heard_slow(&self, from: SocketAddrV4, cached: &AtomicU64, packed: u64) {
         self.heard
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -11,7 +11,6 @@ use crate::model::send_queue::Request;
 use crate::model::{Pd, Qp, QpType, SendOp, Sge, ACCESS_LOCAL_WRITE, MAX_INLINE, MAX_SEND_SGE};
 use crate::provider::send::op_type;
 use crate::rcu::Guard;
-use crate::ring::cqe::Cqe;
 use crate::transport::wire::{self, Header, Op};
 use efa_sys::vendor::comp_status as st;
 use std::cell::RefCell;
@@ -38,7 +37,7 @@ pub(crate) struct Origin {
 
 impl Origin {
     /// The origin of request `r`.
-    pub fn of(r: &Request) -> Origin {
+    pub fn of(r: &Request<'_>) -> Origin {
         Origin {
             req_id: r.req_id,
             op_type: op_type(r.op),
@@ -50,10 +49,11 @@ impl Origin {
 
 /// Writes the send completion of `o` with `status` (none for a successful unsignaled
 /// WQE: errors always complete, as in verbs).
+#[inline]
 pub(crate) fn complete(qp: &Qp, o: &Origin, status: u8) {
     if status != 0 || o.signaled {
         qp.send_cq()
-            .push(&Cqe::send(qp.qpn() as u16, o.req_id, status, o.op_type));
+            .push_send(qp.qpn() as u16, o.req_id, status, o.op_type);
     }
 }
 
@@ -116,19 +116,22 @@ impl Runtime {
         mr.place(sge.addr, sge.length as u64, need)
     }
 
-    /// Executes one WQE the device took from `qp`'s send queue; true if it completed on
-    /// the same-process direct path.
-    pub(crate) fn start_send(&self, qp: &Qp, r: &Request) -> bool {
+    /// Executes one WQE the device took from `qp`'s send queue inside the consumer's read
+    /// section `g` (one per doorbell); true if it completed on the same-process direct
+    /// path. `heard` is the peer this doorbell last marked heard (marked once, not per WR).
+    #[inline]
+    pub(crate) fn start_send(
+        &self,
+        qp: &Qp,
+        r: &Request<'_>,
+        g: &Guard,
+        heard: &mut Option<SocketAddrV4>,
+    ) -> bool {
         let o = Origin::of(r);
-        let g = Guard::enter();
         // The AH must be live and belong to the QP's PD.
-        let (endpoint, local) = match self.ahs().get(r.ahn, &g) {
+        let (endpoint, local) = match self.ahs().get(r.ahn, g) {
             Some(e) if e.pd == Arc::as_ptr(qp.pd()) as usize => {
-                let local = if self.config.direct_path() {
-                    e.local_runtime()
-                } else {
-                    None
-                };
+                let local = if self.direct { e.local_runtime() } else { None };
                 (e.endpoint, local)
             }
             _ => return failed(qp, &o, st::LOCAL_ERROR_INVALID_AH as u8),
@@ -139,11 +142,7 @@ impl Runtime {
         let Some(dest) = self.ep.addr_of(ip, dev, r.dest_qpn) else {
             return failed(qp, &o, st::LOCAL_ERROR_INVALID_AH as u8);
         };
-        let total: u64 = if r.inline.is_empty() {
-            r.sges.iter().map(|g| g.length as u64).sum()
-        } else {
-            r.inline.len() as u64
-        };
+        let total = r.total;
         let rdma = r.op != SendOp::Send && r.op != SendOp::SendImm;
         if (!rdma && total > self.profile.mtu_bytes as u64)
             || (rdma && total > self.profile.max_rdma_size as u64)
@@ -182,8 +181,8 @@ impl Runtime {
             arrayvec::ArrayVec::<(usize, usize), { efa_sys::io::TX_DESC_NUM_BUFS }>::new();
         let mut first = None;
         let mut all_host = true;
-        for sge in &r.sges {
-            match Self::local_range(self.mrs(), qp.pd(), sge, need, &g) {
+        for sge in r.sges() {
+            match Self::local_range(self.mrs(), qp.pd(), sge, need, g) {
                 Some(place) => {
                     first.get_or_insert(place);
                     match place.host() {
@@ -202,15 +201,17 @@ impl Runtime {
                 let data = if r.inline.is_empty() {
                     Data::Local(&hosts)
                 } else {
-                    Data::Bytes(&r.inline)
+                    Data::Bytes(r.inline)
                 };
-                if self.try_direct(target, qp, &o, &h, data, &g) {
-                    self.mark_heard(dest);
+                if self.try_direct(target, qp, &o, &h, data, g) {
+                    if *heard != Some(dest) {
+                        self.mark_heard(dest);
+                        *heard = Some(dest);
+                    }
                     return true;
                 }
             }
         }
-        drop(g);
         self.send_datagram(qp, r, o, h, first, dest);
         false
     }
@@ -220,7 +221,7 @@ impl Runtime {
     fn send_datagram(
         &self,
         qp: &Qp,
-        r: &Request,
+        r: &Request<'_>,
         o: Origin,
         h: Header,
         first: Option<Place>,
@@ -230,8 +231,8 @@ impl Runtime {
         let bulk = rdma && h.total_len as usize > INLINE_RDMA;
         let mut spec = Spec {
             header: h,
-            sges: r.sges.iter().copied().collect(),
-            inline: r.inline.clone(),
+            sges: r.sges().iter().copied().collect(),
+            inline: arrayvec::ArrayVec::try_from(r.inline).unwrap_or_default(),
             carries_data: !bulk && r.op != SendOp::RdmaRead,
         };
         // Local GPU memory (no host address) cannot be named to the peer's process_vm_*

@@ -7,7 +7,7 @@ use super::requester::STATUS_RNR;
 use super::stats::bump;
 use super::Runtime;
 use crate::model::mem::{self, Data, Place};
-use crate::model::recv_queue::Head;
+use crate::model::recv_queue::{Head, RxBufs};
 use crate::model::{
     qp, Gid, Qp, QpState, QpType, Sge, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE,
 };
@@ -68,6 +68,7 @@ impl Runtime {
     /// caller copies them out before closing it). `from` is the datagram's source; `None`
     /// for the same-process direct path, whose header this process built itself and
     /// whose data are the requester's validated ranges.
+    #[inline(always)]
     pub(crate) fn execute(
         &self,
         h: &Header,
@@ -84,6 +85,7 @@ impl Runtime {
         }
     }
 
+    #[inline(always)]
     fn execute_on(
         &self,
         qp: &Qp,
@@ -195,7 +197,7 @@ impl Runtime {
             } else {
                 let rq = qp.rq_dev();
                 let mut at = rq.lock();
-                match rq.head(self, &at) {
+                match rq.head(self, &at, &mut RxBufs::new()) {
                     Head::Wqe(w) => {
                         *at = w.next;
                         drop(at);
@@ -231,7 +233,8 @@ impl Runtime {
     ) -> Outcome {
         let rq = qp.rq_dev();
         let mut at = rq.lock();
-        let w = match rq.head(self, &at) {
+        let mut bufs = RxBufs::new();
+        let w = match rq.head(self, &at, &mut bufs) {
             Head::Empty => return Outcome::Respond(STATUS_RNR),
             Head::Malformed(req_id, next) => {
                 *at = next;
@@ -245,16 +248,16 @@ impl Runtime {
             }
             Head::Wqe(w) => w,
         };
-        let room: u64 = w.bufs.iter().map(|d| d.length as u64).sum();
-        if room < (skip + data.len()) as u64 {
+        let end = skip + data.len(); // the virtual stream skip + data
+        let room: u64 = bufs.iter().map(|d| d.length as u64).sum();
+        if room < end as u64 {
             return Outcome::Respond(st::REMOTE_ERROR_BAD_LENGTH as u8);
         }
         let mut ok = true;
         {
             let mrs = self.mrs();
-            let mut pos = 0usize; // position in the virtual stream skip + data
-            let end = skip + data.len();
-            for d in &w.bufs {
+            let mut pos = 0usize; // position in the virtual stream
+            for d in &bufs {
                 if pos >= end {
                     break;
                 }
@@ -286,7 +289,7 @@ impl Runtime {
         *at = w.next;
         drop(at);
         let mut c = Self::recv_cqe(qp, h, g, w.req_id, send_op_type::SEND, imm);
-        c.length = (skip + data.len()) as u32;
+        c.length = end as u32;
         if !ok {
             c.status = st::LOCAL_ERROR_INVALID_LKEY as u8;
             c.length = 0;
