@@ -408,16 +408,22 @@ fn drain_section(rig: &Rig, case: Case, side: Side, k: u32, base: u64) -> Result
     for _ in 0..k {
         let t = Instant::now();
         match side {
-            Side::Ours => {
+            Side::Ours if ext => {
                 let mut out = ArrayVec::new();
-                let res = if ext {
-                    ours::vs_ours_drain_ex(rig, &mut out)
-                } else {
-                    ours::vs_ours_drain(rig, &mut out)
-                };
+                let res = ours::vs_ours_drain_ex(rig, &mut out);
                 total += t.elapsed();
                 res?;
                 check_ours(&out, BATCH)?;
+            }
+            Side::Ours => {
+                let mut out = ArrayVec::new();
+                let res = ours::vs_ours_drain(rig, &mut out);
+                total += t.elapsed();
+                res?;
+                if out.len() != BATCH as usize {
+                    return c_result(-5).map(|()| total);
+                }
+                out.iter().try_for_each(|c| c.result().map(drop))?;
             }
             Side::C if ext => {
                 let mut out = [VsComp::default(); BATCH as usize];

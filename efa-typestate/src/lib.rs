@@ -299,7 +299,7 @@ pub use ah::{Ah, Peer, AH_UNKNOWN};
 pub use context::{AsyncEvent, Context, DeviceAttr, DeviceCaps, EfaDeviceAttr, PortAttr};
 pub use cq::{
     CompChannel, Completion, CompletionFlags, CompletionQueue, Cq, CqEvent, CqId, CqLayout,
-    CqOptions, ExtCq, WcOpcode, WcStatus,
+    CqOptions, ExtCq, WcOpcode, WcStatus, WorkCompletion,
 };
 pub use device::{Device, DeviceList};
 pub use endpoint::{EndpointInfo, Gid, MAX_QPN};

@@ -429,3 +429,68 @@ fn receive_scatters_over_two_sges() {
     assert!(r.is_empty());
     let _ = &ctx;
 }
+
+#[test]
+fn a_classic_cq_gives_its_entries_as_written_or_as_completions() {
+    let ctx = open(0);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(CqOptions::new(16)).unwrap();
+    let a = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_A);
+    let b = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_B);
+    let to_b = pd.connect(&b.endpoint()).unwrap();
+    let dst = pd
+        .register(vec![0u8; 64], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    recv_one(&b, 5, dst.sge(0, 32).unwrap());
+    recv_one(&b, 6, dst.sge(32, 32).unwrap());
+    let mut s = SendBatch::<2>::new(&a);
+    s.send_imm(7, &to_b, Payload::Inline(b"first"), 0x0a0b_0c0d)
+        .unwrap();
+    s.send_inline(8, &to_b, b"second!").unwrap();
+    // SAFETY: inline payloads, copied during the call.
+    unsafe { a.post_send(&s) }.unwrap();
+
+    let mut wcs = ArrayVec::<WorkCompletion, 8>::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while wcs.len() < 4 {
+        cq.poll_wc(&mut wcs).unwrap();
+        assert!(std::time::Instant::now() < deadline, "got {wcs:?}");
+    }
+    let find = |id| wcs.iter().find(|w| w.wr_id() == id).expect("entry");
+    for id in [7, 8] {
+        let w = find(id);
+        w.result().unwrap();
+        assert_eq!((w.opcode(), w.qp_num()), (WcOpcode::SEND, a.qpn()));
+        // The provider writes no receive fields for a send: they read as 0.
+        assert_eq!(
+            (w.byte_len(), w.src_qp(), w.slid(), w.imm()),
+            (0, 0, 0, None)
+        );
+        assert_eq!(w.completion().byte_len(), 0);
+    }
+    let r = find(5);
+    assert_eq!(
+        (r.opcode(), r.byte_len(), r.imm()),
+        (WcOpcode::RECV, 5, Some(0x0a0b_0c0d))
+    );
+    assert_eq!((r.src_qp(), r.qp_num()), (a.qpn(), b.qpn()));
+    let second = find(6);
+    assert_eq!((second.byte_len(), second.imm()), (7, None));
+    // The same entries as Completions.
+    let c = r.completion();
+    assert_eq!(
+        (
+            c.wr_id(),
+            c.opcode(),
+            c.byte_len(),
+            c.imm(),
+            c.src_qp(),
+            c.slid()
+        ),
+        (5, WcOpcode::RECV, 5, Some(0x0a0b_0c0d), a.qpn(), r.slid())
+    );
+    assert_eq!((c.sender_gid(), c.is_unsolicited()), (None, false));
+    assert_eq!(second.completion().imm(), None);
+    assert_eq!(&dst.as_slice()[..5], b"first");
+    assert_eq!(&dst.as_slice()[32..39], b"second!");
+}

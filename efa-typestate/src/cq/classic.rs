@@ -8,9 +8,9 @@ use core::ptr::NonNull;
 use arrayvec::ArrayVec;
 
 use super::completion::VERBS_WC_FLAGS;
-use super::ReqNotifyFn;
 use super::{choose_channel, destroy_cq, notify_fn, request_notify_with, sealed};
 use super::{CompChannel, Completion, CompletionFlags, CompletionQueue, CqOptions, OwnChannel};
+use super::{ReqNotifyFn, WorkCompletion};
 use crate::context::Context;
 use crate::error::{Error, Result, Unsupported, Verb};
 use crate::ffi;
@@ -157,7 +157,7 @@ const WC_SIZE: usize = core::mem::size_of::<ffi::ibv_wc>();
 /// `ibv_poll_cq` (wr_id, status, opcode, vendor_err, qp_num and wc_flags always; for
 /// receives byte_len, src_qp and slid too, and imm_data with `IBV_WC_WITH_IMM`).
 #[inline(always)]
-unsafe fn settle(c: *mut Completion) {
+pub(super) unsafe fn settle(c: *mut Completion) {
     use core::ptr::addr_of_mut;
     // SAFETY: per the contract, every field read here was written by the provider, and
     // every field written is in bounds; no reference to the partly written value is made.
@@ -171,6 +171,36 @@ unsafe fn settle(c: *mut Completion) {
             addr_of_mut!((*c).src_qp).write(0);
             addr_of_mut!((*c).slid).write(0);
         }
+    }
+}
+
+impl<C> Cq<C> {
+    /// Polls up to `out`'s spare capacity of entries straight into `out`, as the
+    /// provider writes them (`ibv_poll_cq` into an `ibv_wc` array: nothing is converted
+    /// or copied); returns how many arrived. [`poll`](CompletionQueue::poll) gives the
+    /// same entries as [`Completion`]s.
+    #[inline]
+    pub fn poll_wc<const N: usize>(&self, out: &mut ArrayVec<WorkCompletion, N>) -> Result<usize> {
+        let want = out.remaining_capacity().min(c_int::MAX as usize);
+        if want == 0 {
+            return Ok(0);
+        }
+        let len = out.len();
+        // SAFETY: `len <= N`, so this is the start of the spare capacity;
+        // `WorkCompletion` is a transparent `ibv_wc`.
+        let spare = unsafe { out.as_mut_ptr().add(len) }.cast::<ffi::ibv_wc>();
+        // SAFETY: valid CQ; the spare capacity holds `want` entries; the provider writes
+        // `n` of them and returns n (or a negative errno).
+        let n = unsafe { (self.poll_cq)(self.raw.as_ptr(), want as c_int, spare) };
+        if n < 0 {
+            return Err(Error::verb(Verb::PollCq, -n));
+        }
+        // A provider never returns more than asked; if one did, the rest is dropped.
+        let n = (n as usize).min(want);
+        // SAFETY: any bytes are a valid `WorkCompletion` (a `MaybeUninit<ibv_wc>`); the
+        // first `n` spare entries are the ones the provider wrote.
+        unsafe { out.set_len(len + n) };
+        Ok(n)
     }
 }
 

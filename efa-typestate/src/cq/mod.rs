@@ -1,4 +1,5 @@
-//! Completion queues: the [`Completion`] value, the classic [`Cq`] and the extended
+//! Completion queues: the [`Completion`] value (and a classic CQ's raw
+//! [`WorkCompletion`]), the classic [`Cq`] and the extended
 //! [`ExtCq`], completion channels, waiting with a timeout, and the EFA CQ ring layout.
 
 use core::ffi::c_int;
@@ -18,11 +19,13 @@ mod completion;
 mod extended;
 #[cfg(feature = "std")]
 mod wait;
+mod work_completion;
 
 pub use channel::{CompChannel, CqEvent};
 pub use classic::Cq;
 pub use completion::{Completion, CompletionFlags, WcOpcode, WcStatus};
 pub use extended::ExtCq;
+pub use work_completion::WorkCompletion;
 
 #[doc(hidden)]
 pub use channel::OwnChannel;
