@@ -9,7 +9,7 @@
 //! | `EFA_SIM_PROFILE` | [`Config::profiles`] (inline `key=value,...` list or a file, see [`crate::model::profile`]) | [`Profile::default`] |
 //! | `EFA_SIM_READ_OPCODE=send\|rdma_read` | `read_completes_as_send` of every profile | `send` |
 //! | `EFA_SIM_ADDR=a.b.c.d` | [`Config::addr`] | 127.0.0.1 |
-//! | `EFA_SIM_PORT_BASE` | [`Config::port_base`] | 47000 |
+//! | `EFA_SIM_PORT_BASE` | [`Config::port_base`] | 24000 |
 //! | `EFA_SIM_LOCK_DIR` | [`Config::lock_dir`] | `/tmp/efa-sim-<uid>` |
 //! | `EFA_SIM_FAULTS` | [`Config::faults`] (see [`crate::transport`]) | none |
 //! | `EFA_SIM_NO_PROCESS_VM=1` | [`Config::no_process_vm`] | off |
@@ -34,8 +34,11 @@ use std::path::PathBuf;
 pub const MAX_DEVICES: u32 = 64;
 /// Devices when `EFA_SIM_DEVICES` is unset.
 pub const DEFAULT_DEVICES: u32 = 2;
-/// UDP port base when `EFA_SIM_PORT_BASE` is unset.
-pub const DEFAULT_PORT_BASE: u16 = 47000;
+/// UDP port base when `EFA_SIM_PORT_BASE` is unset. Its 64 × 128 ports (24000..32192)
+/// lie below Linux's ephemeral range (32768..60999 by default): a port there can be
+/// handed to any process's outgoing socket, and then a device of that slot could not
+/// start (it happened, to a TCP client of a test running beside the suite).
+pub const DEFAULT_PORT_BASE: u16 = 24000;
 
 /// How processes of one host reach each other (`EFA_SIM_TRANSPORT`, see
 /// [`crate::transport`]).
@@ -238,7 +241,10 @@ mod tests {
         let c = Config::from_vars(vars(&[])).unwrap();
         assert_eq!(c.devices(), 2);
         assert_eq!(c.addr, Ipv4Addr::LOCALHOST);
-        assert_eq!(c.port_base, 47000);
+        assert_eq!(c.port_base, DEFAULT_PORT_BASE);
+        // Every device of every slot below Linux's default ephemeral range.
+        let top = DEFAULT_PORT_BASE as u32 + MAX_DEVICES * crate::transport::SLOTS;
+        assert!(top <= 32768, "{top}");
         assert!(c.direct_path() && !c.no_process_vm && !c.trace);
         assert_eq!(c.transport, Transport::Auto);
         assert!(c.profiles[0].read_completes_as_send);

@@ -23,7 +23,7 @@
 //! QPNs are unique per device across the processes of one host:
 //! `QPN = slot << 9 | index` with `index` in `1..=511` (never 0, fits 16 bits).
 //! The UDP port of `(device, slot)` is
-//! `EFA_SIM_PORT_BASE (default 47000) + device * 128 + slot`, so
+//! `EFA_SIM_PORT_BASE (default 24000) + device * 128 + slot`, so
 //! `(GID, QPN) → (IP, port)` is computed without any directory. Processes
 //! in different network namespaces on one host share the lock directory (it
 //! is a file system path), so their slots never collide either.
