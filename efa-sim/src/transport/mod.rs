@@ -51,6 +51,7 @@
 //! within the bounded peer timeout of `crate::model::runtime`).
 
 pub mod faults;
+pub mod pinned;
 pub mod routes;
 pub mod shm;
 pub mod shm_ring;
