@@ -169,7 +169,7 @@ impl Ring {
 
     fn lock(&self) -> Result<(), PushError> {
         let lock = self.word32(LOCK);
-        let me = std::process::id();
+        let me = current_pid();
         if lock
             .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
@@ -292,6 +292,27 @@ impl Ring {
         let s = self.word32(SLEEPING);
         s.load(Ordering::Relaxed) != 0 && s.swap(0, Ordering::AcqRel) != 0
     }
+}
+
+/// This process's pid, cached (`getpid` is a syscall on every call; this runs once per
+/// frame). A forked child forgets the parent's.
+fn current_pid() -> u32 {
+    static PID: AtomicU32 = AtomicU32::new(0);
+    extern "C" fn forget() {
+        PID.store(0, Ordering::Relaxed);
+    }
+    let p = PID.load(Ordering::Relaxed);
+    if p != 0 {
+        return p;
+    }
+    static REGISTER: std::sync::Once = std::sync::Once::new();
+    // SAFETY: registers a plain extern "C" function (an atomic store) as a fork handler.
+    REGISTER.call_once(|| unsafe {
+        libc::pthread_atfork(None, None, Some(forget));
+    });
+    let p = std::process::id();
+    PID.store(p, Ordering::Relaxed);
+    p
 }
 
 /// Whether a process with this pid exists (in our pid namespace).
