@@ -160,7 +160,12 @@ fn main() {
     let mut out = BufReader::new(kid.stdout.take().expect("stdout"));
     let mut line = String::new();
     out.read_line(&mut line).expect("READY");
-    let qpn: u32 = line.trim().strip_prefix("READY ").expect("READY").parse().expect("qpn");
+    let qpn: u32 = line
+        .trim()
+        .strip_prefix("READY ")
+        .expect("READY")
+        .parse()
+        .expect("qpn");
     if mode == "pingpong" {
         hot_pingpong(&s, &ah, qpn, count);
     } else {
@@ -222,7 +227,10 @@ fn child(role: &str) {
     for slot in 0..RECVS {
         s.post_recv(slot);
     }
-    let peer: u32 = std::env::var("XPROC_PEER").expect("peer").parse().expect("peer");
+    let peer: u32 = std::env::var("XPROC_PEER")
+        .expect("peer")
+        .parse()
+        .expect("peer");
     println!("READY {}", s.qp.qpn());
     std::io::stdout().flush().expect("flush");
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
