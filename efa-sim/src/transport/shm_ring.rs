@@ -70,6 +70,10 @@ pub enum Pop {
 pub struct Ring {
     base: *mut u8,
     data_len: u64,
+    /// This process's last look at `head` (producers): room is checked against it and
+    /// `head` read again only when it says the frame does not fit, so a producer does not
+    /// pull the consumer's cache line at every push.
+    seen_head: AtomicU64,
 }
 
 // SAFETY: the ring is memory accessed only through atomics and raw copies; see `new`.
@@ -91,7 +95,11 @@ impl Ring {
     /// stay mapped for the life of the returned value.
     pub unsafe fn new(base: *mut u8, data_len: u64) -> Ring {
         debug_assert!(data_len.is_power_of_two() && base as usize % 4096 == 0);
-        Ring { base, data_len }
+        Ring {
+            base,
+            data_len,
+            seen_head: AtomicU64::new(0),
+        }
     }
 
     #[inline]
@@ -149,11 +157,17 @@ impl Ring {
         }
         self.lock()?;
         let tail = self.word64(TAIL).load(Ordering::Relaxed);
-        let head = self.word64(HEAD).load(Ordering::Acquire);
-        let used = tail.wrapping_sub(head);
-        if used > self.data_len || self.data_len - used < need {
-            self.unlock();
-            return Err(PushError::Full);
+        let fits = |head: u64| {
+            let used = tail.wrapping_sub(head);
+            used <= self.data_len && self.data_len - used >= need
+        };
+        if !fits(self.seen_head.load(Ordering::Relaxed)) {
+            let head = self.word64(HEAD).load(Ordering::Acquire);
+            self.seen_head.store(head, Ordering::Relaxed);
+            if !fits(head) {
+                self.unlock();
+                return Err(PushError::Full);
+            }
         }
         let mut hdr = [0u8; FRAME];
         hdr[0..4].copy_from_slice(&FRAME_MAGIC.to_le_bytes());
