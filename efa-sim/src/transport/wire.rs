@@ -23,6 +23,12 @@ const MAGIC: u32 = 0x5341_4645; // "EFAS"
 pub const KIND_REQ: u8 = 1;
 /// Response (responder → requester).
 pub const KIND_RESP: u8 = 2;
+/// Acknowledgements (responder → requester): every request whose id the data lists
+/// (`data_len / 8` little-endian u64s) succeeded with no data to return, as if each had
+/// a response of status 0; `epoch` names the requester incarnation (see [`Acks`]).
+pub const KIND_ACKS: u8 = 3;
+/// Most request ids one acknowledgement packet lists.
+pub const MAX_ACKS: usize = 512;
 
 /// Flag: the request carries an immediate.
 pub const FLAG_IMM: u8 = 1;
@@ -165,7 +171,7 @@ impl Header {
             return None;
         }
         let kind = buf[4];
-        if kind != KIND_REQ && kind != KIND_RESP {
+        if !matches!(kind, KIND_REQ | KIND_RESP | KIND_ACKS) {
             return None;
         }
         let op = Op::from_u8(buf[5])?;
@@ -197,6 +203,40 @@ impl Header {
         };
         Some((h, &buf[HEADER..]))
     }
+}
+
+/// Request ids waiting to be acknowledged to one requester incarnation at `to`.
+#[derive(Debug)]
+pub struct Acks {
+    /// The requester's address.
+    pub to: std::net::SocketAddrV4,
+    /// Its incarnation.
+    pub epoch: u64,
+    /// The ids (at most [`MAX_ACKS`]).
+    pub ids: Vec<u64>,
+}
+
+impl Acks {
+    /// Encodes the acknowledgement packet of `ids` from `gid` into `buf`; its length.
+    pub fn encode(&self, gid: [u8; 16], buf: &mut [u8]) -> usize {
+        let mut h = Header::new(KIND_ACKS, Op::Send);
+        h.epoch = self.epoch;
+        h.src_gid = gid;
+        h.data_len = (self.ids.len() * 8) as u32;
+        h.encode(buf);
+        for (i, id) in self.ids.iter().enumerate() {
+            let at = HEADER + i * 8;
+            buf[at..at + 8].copy_from_slice(&id.to_le_bytes());
+        }
+        HEADER + self.ids.len() * 8
+    }
+}
+
+/// The request ids an acknowledgement packet's data lists (a trailing partial id is
+/// ignored).
+pub fn acked_ids(data: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    data.chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
 }
 
 /// Magic of a bundle datagram: several packets to one destination.
@@ -253,6 +293,14 @@ impl BundleBuf {
                 self.buf[4..8].copy_from_slice(&n.to_le_bytes());
                 &self.buf
             }
+        }
+    }
+
+    /// The packets collected so far.
+    pub fn items(&self) -> BundleItems<'_> {
+        BundleItems {
+            rest: self.buf.get(BUNDLE_HEADER..).unwrap_or(&[]),
+            left: self.count,
         }
     }
 
@@ -331,6 +379,21 @@ mod tests {
     }
 
     #[test]
+    fn acknowledgements_round_trip() {
+        let a = Acks {
+            to: std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 9),
+            epoch: 77,
+            ids: vec![5, 1 << 40, 6],
+        };
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        let n = a.encode([3; 16], &mut buf);
+        let (h, data) = Header::decode(&buf[..n]).unwrap();
+        assert_eq!((h.kind, h.epoch, h.src_gid), (KIND_ACKS, 77, [3; 16]));
+        assert_eq!(acked_ids(data).collect::<Vec<_>>(), vec![5, 1 << 40, 6]);
+        assert_eq!(acked_ids(&data[..13]).count(), 1, "partial ids ignored");
+    }
+
+    #[test]
     fn bundles() {
         let to = std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 9);
         let mut b = BundleBuf::default();
@@ -345,6 +408,8 @@ mod tests {
         let items: Vec<&[u8]> = bundle_items(&d[..d.len() - 1]).unwrap().collect();
         assert_eq!(items, vec![&b"one"[..]]);
         assert!(bundle_items(b"EFAS....").is_none());
+        let items: Vec<&[u8]> = b.items().collect();
+        assert_eq!(items, vec![&b"one"[..], &b"three"[..]]);
         b.clear();
         assert_eq!(b.to, None);
     }

@@ -7,6 +7,22 @@
 //! the engine thread, or a thread polling one of the device's CQs
 //! ([`Runtime::progress`]), which then sees the completions its packets produce without
 //! waiting for another thread to be scheduled.
+//!
+//! # Acknowledgements
+//!
+//! A request that succeeded with nothing to return (a SEND, a write, a bulk copy) is
+//! answered by listing its id in an acknowledgement packet ([`wire::KIND_ACKS`]) to its
+//! requester rather than by a response of its own: one packet acknowledges up to
+//! [`wire::MAX_ACKS`] requests. Other answers (errors, RNR, fallback, read data) are
+//! responses, sent at the end of the batch that produced them. Acknowledgements produced
+//! by a poller wait for its next call (when they go out before anything else), or leave
+//! earlier with the next request this process sends to that requester, in the same
+//! datagram ([`Runtime::send_requests`]); the engine thread sends whatever waits at every
+//! pass (at least every millisecond while pollers are active, and it is woken when they
+//! leave some behind while it sleeps for long). So an acknowledgement waits for at most
+//! one poll round or about a millisecond, far below the retransmission timeout, and a
+//! ping-pong carries each acknowledgement on the next message instead of a frame of its
+//! own.
 
 use super::requester::STATUS_RNR;
 use super::responder::Outcome;
@@ -47,6 +63,8 @@ pub(crate) struct Inbound {
     head: u64,
     /// A frame copied out of the inbox.
     frame: Vec<u8>,
+    /// Acknowledgements not yet sent, per requester incarnation.
+    acks: Vec<wire::Acks>,
 }
 
 impl Default for Inbound {
@@ -57,6 +75,7 @@ impl Default for Inbound {
             outs: Vec::new(),
             head: 0,
             frame: vec![0u8; wire::MAX_DATAGRAM],
+            acks: Vec::new(),
         }
     }
 }
@@ -141,9 +160,11 @@ impl Runtime {
         let Some(inbox) = self.ep.inbox() else {
             return false;
         };
-        if !inbox
-            .ring()
-            .has_data(self.inbox_hint.load(Ordering::Relaxed))
+        let acks = self.acks_waiting.load(Ordering::Relaxed);
+        if !acks
+            && !inbox
+                .ring()
+                .has_data(self.inbox_hint.load(Ordering::Relaxed))
         {
             return false;
         }
@@ -152,14 +173,55 @@ impl Runtime {
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return false,
         };
+        if acks {
+            // Acknowledgements of the previous round go before anything else.
+            self.flush_outs(&mut ib);
+        }
         let n = self.drain_inbox(&mut ib, POLL_BATCH);
         self.inbox_hint.store(ib.head, Ordering::Relaxed);
-        self.flush_outs(&mut ib);
+        self.flush_responses(&mut ib);
+        let deferred = ib.acks.iter().any(|a| !a.ids.is_empty());
         drop(ib);
+        if deferred {
+            self.acks_waiting.store(true, Ordering::Relaxed);
+            // An engine asleep for long must not keep them past a millisecond.
+            self.ep.kick();
+        }
         if n > 0 {
             bump(&self.stats.polled_progress);
         }
         n > 0
+    }
+
+    /// Sends the requests bundled in `tx` (all for `to`), in one datagram with the
+    /// acknowledgements waiting for `to` when there are any; empties `tx`.
+    pub(crate) fn send_requests(&self, tx: &mut wire::BundleBuf, to: SocketAddrV4) {
+        if self.acks_waiting.load(Ordering::Relaxed) {
+            let ib = match self.inbound.try_lock() {
+                Ok(ib) => Some(ib),
+                Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            };
+            if let Some(mut ib) = ib {
+                if let Some(i) = ib.acks.iter().position(|a| a.to == to && !a.ids.is_empty()) {
+                    self.queue_acks(&mut ib, i);
+                    for pkt in tx.items() {
+                        self.queue_out(&mut ib, pkt, to);
+                    }
+                    tx.clear();
+                    if let Some(b) = ib.outs.iter_mut().find(|b| b.to == Some(to)) {
+                        self.ep.send(b.datagram(), to);
+                        b.clear();
+                    }
+                    if ib.acks.iter().all(|a| a.ids.is_empty()) {
+                        self.acks_waiting.store(false, Ordering::Relaxed);
+                    }
+                    return;
+                }
+            }
+        }
+        self.ep.send(tx.datagram(), to);
+        tx.clear();
     }
 
     fn handle(&self, ib: &mut Inbound, pkt: &[u8], from: SocketAddrV4) {
@@ -169,6 +231,10 @@ impl Runtime {
         };
         if h.kind == wire::KIND_RESP {
             self.handle_response(&h, data, from);
+            return;
+        }
+        if h.kind == wire::KIND_ACKS {
+            self.handle_acks(&h, data, from);
             return;
         }
         if h.flags & wire::FLAG_UD != 0 {
@@ -232,7 +298,8 @@ impl Runtime {
         }
     }
 
-    /// Queues a response; `ib.out[HEADER..HEADER+data_len]` holds read data.
+    /// Queues the answer to `req`: an acknowledgement when it succeeded with nothing to
+    /// return, else a response (`ib.out[HEADER..HEADER+data_len]` holds read data).
     fn respond(
         &self,
         ib: &mut Inbound,
@@ -241,6 +308,39 @@ impl Runtime {
         data_len: usize,
         to: SocketAddrV4,
     ) {
+        let small_read = req.op == Op::Read && req.flags & wire::FLAG_FAST == 0;
+        if status == 0 && !small_read {
+            let i = match ib
+                .acks
+                .iter()
+                .position(|a| a.to == to && a.epoch == req.epoch)
+            {
+                Some(i) => i,
+                None => {
+                    // Reuse an emptied list (its allocation) before adding one.
+                    match ib.acks.iter().position(|a| a.ids.is_empty()) {
+                        Some(i) => {
+                            ib.acks[i].to = to;
+                            ib.acks[i].epoch = req.epoch;
+                            i
+                        }
+                        None => {
+                            ib.acks.push(wire::Acks {
+                                to,
+                                epoch: req.epoch,
+                                ids: Vec::with_capacity(64),
+                            });
+                            ib.acks.len() - 1
+                        }
+                    }
+                }
+            };
+            ib.acks[i].ids.push(req.req_id);
+            if ib.acks[i].ids.len() >= wire::MAX_ACKS {
+                self.queue_acks(ib, i);
+            }
+            return;
+        }
         let mut h = Header::new(wire::KIND_RESP, req.op);
         h.status = status;
         h.epoch = req.epoch;
@@ -250,8 +350,24 @@ impl Runtime {
         h.dst_qpn = req.src_qpn;
         let data_len = if status == 0 { data_len } else { 0 };
         h.data_len = data_len as u32;
-        h.encode(&mut ib.out);
-        let pkt = &ib.out[..wire::HEADER + data_len];
+        let mut out = std::mem::take(&mut ib.out);
+        h.encode(&mut out);
+        self.queue_out(ib, &out[..wire::HEADER + data_len], to);
+        ib.out = out;
+    }
+
+    /// Moves acknowledgement list `i` into the bundle for its requester as one packet.
+    fn queue_acks(&self, ib: &mut Inbound, i: usize) {
+        let mut out = std::mem::take(&mut ib.out);
+        let len = ib.acks[i].encode(self.gid, &mut out);
+        let to = ib.acks[i].to;
+        ib.acks[i].ids.clear();
+        self.queue_out(ib, &out[..len], to);
+        ib.out = out;
+    }
+
+    /// Adds `pkt` to the bundle for `to` (sending that bundle first if it is full).
+    fn queue_out(&self, ib: &mut Inbound, pkt: &[u8], to: SocketAddrV4) {
         let slot = match ib.outs.iter().position(|b| b.to == Some(to)) {
             Some(i) if ib.outs[i].fits(pkt.len()) => i,
             Some(i) => {
@@ -270,8 +386,20 @@ impl Runtime {
         ib.outs[slot].push(to, pkt);
     }
 
-    /// Sends the bundled responses of this batch.
+    /// Sends every answer of this batch, acknowledgements included.
     pub(crate) fn flush_outs(&self, ib: &mut Inbound) {
+        for i in 0..ib.acks.len() {
+            if !ib.acks[i].ids.is_empty() {
+                self.queue_acks(ib, i);
+            }
+        }
+        self.acks_waiting.store(false, Ordering::Relaxed);
+        self.flush_responses(ib);
+    }
+
+    /// Sends the bundled responses of this batch (acknowledgements not yet listed in
+    /// one may wait, see the module docs).
+    fn flush_responses(&self, ib: &mut Inbound) {
         for b in &mut ib.outs {
             if let Some(to) = b.to {
                 self.ep.send(b.datagram(), to);

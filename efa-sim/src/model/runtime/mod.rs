@@ -167,6 +167,9 @@ pub(crate) struct Runtime {
     pub(crate) engine_napping: AtomicBool,
     /// The inbox consumer position as last published (a lock-free "anything new?" hint).
     pub(crate) inbox_hint: AtomicU64,
+    /// Acknowledgements wait in the inbound path for a poller's next call or a request
+    /// to carry them (see [`inbound`], "Acknowledgements").
+    pub(crate) acks_waiting: AtomicBool,
 }
 
 impl Runtime {
@@ -211,6 +214,7 @@ impl Runtime {
             pollers_parked: AtomicBool::new(false),
             engine_napping: AtomicBool::new(false),
             inbox_hint: AtomicU64::new(0),
+            acks_waiting: AtomicBool::new(false),
         });
         RUNTIMES
             .lock()

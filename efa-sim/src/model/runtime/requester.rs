@@ -365,13 +365,18 @@ impl Runtime {
             let mut tx = tx.borrow_mut();
             let (active, bundle) = &mut *tx;
             if !*active {
+                if self.acks_waiting.load(Ordering::Relaxed) && bundle.to.is_none() {
+                    // Acknowledgements for `dest` may travel with it.
+                    bundle.push(dest, pkt);
+                    return self.send_requests(bundle, dest);
+                }
                 drop(tx);
                 self.ep.send(pkt, dest);
                 return;
             }
             if bundle.to.is_some_and(|to| to != dest) || !bundle.fits(pkt.len()) {
                 if let Some(to) = bundle.to {
-                    self.ep.send(bundle.datagram(), to);
+                    self.send_requests(bundle, to);
                 }
                 bundle.clear();
             }
@@ -391,7 +396,7 @@ impl Runtime {
             let (active, bundle) = &mut *tx;
             *active = false;
             if let Some(to) = bundle.to {
-                self.ep.send(bundle.datagram(), to);
+                self.send_requests(bundle, to);
             }
             bundle.clear();
         })
