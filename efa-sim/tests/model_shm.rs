@@ -216,8 +216,12 @@ fn frame_header(len: u32) -> [u8; FRAME] {
 /// after each), then, at `send`, sends COUNT good messages to PEER_QPN like `send`.
 fn child_vandal() {
     let dir = std::path::PathBuf::from(std::env::var("EFA_SIM_LOCK_DIR").unwrap());
-    let f = open_ring_file(&dir, env_u64("INBOX_SLOT") as u32, env_u64("PEER_DEV") as u32)
-        .expect("the peer's ring file");
+    let f = open_ring_file(
+        &dir,
+        env_u64("INBOX_SLOT") as u32,
+        env_u64("PEER_DEV") as u32,
+    )
+    .expect("the peer's ring file");
     // Shrinking the ring under its owner's mapping would make it fault: refused.
     let len = f.metadata().unwrap().len();
     for short in [0, CONTROL as u64, len / 2] {
@@ -330,7 +334,10 @@ fn hundred_thousand_checksummed_messages_in_batches_under_seeded_reorder_lose_no
     rx.wait(10);
     // A process that exits normally takes its inbox with it.
     let dir = dev(0).config().lock_dir.clone();
-    assert!(!inbox_path(&dir, rx_slot, 0).exists(), "inbox of slot {rx_slot} left");
+    assert!(
+        !inbox_path(&dir, rx_slot, 0).exists(),
+        "inbox of slot {rx_slot} left"
+    );
 }
 
 #[test]
