@@ -2,6 +2,8 @@
 //! unlike timings): this process sends `COUNT` 64-byte SENDs to a receiver child (this
 //! binary re-executed), `BATCH` per `post_send_batch` with a window of 256, or with
 //! `pingpong` bounces `COUNT` SENDs off an echoing child; both sides poll their CQs.
+//! `write` / `read` move `COUNT` 1 MiB RDMA writes / reads to / from a child that does
+//! not poll (its device thread serves them), 16 outstanding.
 //!
 //! ```sh
 //! cargo build --release -p efa-sim --example xproc_count
@@ -23,6 +25,7 @@ const QKEY: u32 = 0x1234;
 const SIGNALED: u32 = 2;
 const ALL: u32 = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_WRITE;
 const RECVS: u64 = 1024;
+const MIB: usize = 1 << 20;
 const WINDOW: u64 = 256;
 
 struct Side {
@@ -68,7 +71,7 @@ fn side() -> Side {
         })
         .expect("modify");
     }
-    let mem: &'static mut [u8] = Box::leak(vec![0x5au8; 128 * 1024].into_boxed_slice());
+    let mem: &'static mut [u8] = Box::leak(vec![0x5au8; 2 * MIB].into_boxed_slice());
     let addr = mem.as_mut_ptr() as u64;
     // SAFETY: leaked memory stays valid for the rest of the process.
     let mr = unsafe { pd.reg_mr(addr as usize, mem.len(), addr, ALL) }.expect("mr");
@@ -121,7 +124,7 @@ impl Side {
         let st = Sim::get().devices()[0].stats();
         eprintln!(
             "{who}: shm_sent={} shm_received={} wakeups={} polled={} retransmits={} duplicates={} \
-             rnr_naks={} stale={} shm_drops={}",
+             rnr_naks={} stale={} shm_drops={} process_vm={}",
             st.shm_sent,
             st.shm_received,
             st.wakeups,
@@ -130,7 +133,8 @@ impl Side {
             st.duplicates,
             st.rnr_naks,
             st.stale,
-            st.shm_drops
+            st.shm_drops,
+            st.process_vm
         );
     }
 }
@@ -149,7 +153,11 @@ fn main() {
     for slot in 0..RECVS {
         s.post_recv(slot);
     }
-    let role = if mode == "pingpong" { "echo" } else { "recv" };
+    let role = match mode.as_str() {
+        "pingpong" => "echo",
+        "write" | "read" => "target",
+        _ => "recv",
+    };
     let mut kid = Command::new(std::env::current_exe().expect("exe"))
         .env("XPROC_CHILD", role)
         .env("XPROC_PEER", s.qp.qpn().to_string())
@@ -160,16 +168,23 @@ fn main() {
     let mut out = BufReader::new(kid.stdout.take().expect("stdout"));
     let mut line = String::new();
     out.read_line(&mut line).expect("READY");
-    let qpn: u32 = line
-        .trim()
-        .strip_prefix("READY ")
-        .expect("READY")
-        .parse()
-        .expect("qpn");
-    if mode == "pingpong" {
-        hot_pingpong(&s, &ah, qpn, count);
-    } else {
-        hot_rate(&s, &ah, qpn, count, batch);
+    let ready: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|w| w.parse().expect("READY qpn addr rkey"))
+        .collect();
+    let qpn = ready[0] as u32;
+    match mode.as_str() {
+        "pingpong" => hot_pingpong(&s, &ah, qpn, count),
+        "write" | "read" => {
+            let op = if mode == "write" {
+                SendOp::RdmaWrite
+            } else {
+                SendOp::RdmaRead
+            };
+            hot_rdma(&s, &ah, qpn, (ready[1], ready[2] as u32), op, count)
+        }
+        _ => hot_rate(&s, &ah, qpn, count, batch),
     }
     s.counters("sender");
     drop(kid.stdin.take());
@@ -189,6 +204,41 @@ fn hot_rate(s: &Side, ah: &Arc<Ah>, qpn: u32, n: u64, batch: u64) {
             }
             s.qp.post_send_batch(&staged).expect("post");
             posted += staged.len() as u64;
+        }
+        while let Some(c) = s.cq.peek() {
+            assert_eq!(c.status, 0, "{c:?}");
+            s.cq.retire();
+            done += 1;
+        }
+    }
+}
+
+/// Moves `n` 1 MiB RDMA `op`s to / from `remote`, 16 outstanding.
+#[inline(never)]
+fn hot_rdma(s: &Side, ah: &Arc<Ah>, qpn: u32, remote: (u64, u32), op: SendOp, n: u64) {
+    let (mut posted, mut done) = (0u64, 0u64);
+    while done < n {
+        while posted < n && posted - done < 16 {
+            let wr = SendWr {
+                wr_id: posted,
+                op,
+                send_flags: SIGNALED,
+                imm_be: 0,
+                ah: ah.clone(),
+                remote_qpn: qpn,
+                remote_qkey: QKEY,
+                payload: Payload::Sges(
+                    std::iter::once(Sge {
+                        addr: s.addr,
+                        length: MIB as u32,
+                        lkey: s.mr.lkey(),
+                    })
+                    .collect(),
+                ),
+                remote: Some(remote),
+            };
+            s.qp.post_send_batch(&[wr]).expect("post");
+            posted += 1;
         }
         while let Some(c) = s.cq.peek() {
             assert_eq!(c.status, 0, "{c:?}");
@@ -231,8 +281,13 @@ fn child(role: &str) {
         .expect("peer")
         .parse()
         .expect("peer");
-    println!("READY {}", s.qp.qpn());
+    println!("READY {} {} {}", s.qp.qpn(), s.addr, s.mr.rkey());
     std::io::stdout().flush().expect("flush");
+    if role == "target" {
+        let mut l = String::new();
+        let _ = std::io::stdin().read_line(&mut l);
+        return s.counters(role);
+    }
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let st = stop.clone();
     std::thread::spawn(move || {

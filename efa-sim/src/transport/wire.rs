@@ -41,6 +41,12 @@ pub const FLAG_UD: u8 = 4;
 /// responder validates the whole range and delivers the immediate.
 pub const FLAG_COMMIT: u8 = 8;
 
+/// Flag: the requester has many requests outstanding and can wait for its
+/// acknowledgement to come with [`ACK_BATCH`] others (or the responder's next timer).
+pub const FLAG_ACK_LAZY: u8 = 16;
+/// Acknowledgements a lazy requester's ids wait for before they are sent.
+pub const ACK_BATCH: usize = 16;
+
 /// Response status: the fast path failed; resend with data in datagrams.
 pub const STATUS_FALLBACK: u8 = 0xf0;
 
@@ -214,6 +220,8 @@ pub struct Acks {
     pub epoch: u64,
     /// The ids (at most [`MAX_ACKS`]).
     pub ids: Vec<u64>,
+    /// Every id listed came from a request with [`FLAG_ACK_LAZY`].
+    pub lazy: bool,
 }
 
 impl Acks {
@@ -384,6 +392,7 @@ mod tests {
             to: std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 9),
             epoch: 77,
             ids: vec![5, 1 << 40, 6],
+            lazy: false,
         };
         let mut buf = vec![0u8; MAX_DATAGRAM];
         let n = a.encode([3; 16], &mut buf);

@@ -15,14 +15,17 @@
 //! requester rather than by a response of its own: one packet acknowledges up to
 //! [`wire::MAX_ACKS`] requests. Other answers (errors, RNR, fallback, read data) are
 //! responses, sent at the end of the batch that produced them. Acknowledgements produced
-//! by a poller wait for its next call (when they go out before anything else), or leave
+//! by a poller wait for its next call (when they go out before anything else; those of a
+//! requester with many requests outstanding, [`wire::FLAG_ACK_LAZY`], wait until
+//! [`wire::ACK_BATCH`] of them are due, or for the engine), or leave
 //! earlier with the next request this process sends to that requester, in the same
 //! datagram ([`Runtime::send_requests`]); the engine thread sends whatever waits at every
 //! pass (at least every millisecond while pollers are active, and it is woken when they
 //! leave some behind while it sleeps for long). So an acknowledgement waits for at most
 //! one poll round or about a millisecond, far below the retransmission timeout, and a
 //! ping-pong carries each acknowledgement on the next message instead of a frame of its
-//! own.
+//! own. The answer to a bulk copy (`process_vm_*`, tens of microseconds per MiB) goes
+//! out as soon as it is made, with everything else waiting.
 
 use super::requester::STATUS_RNR;
 use super::responder::Outcome;
@@ -174,16 +177,23 @@ impl Runtime {
             Err(std::sync::TryLockError::WouldBlock) => return false,
         };
         if acks {
-            // Acknowledgements of the previous round go before anything else.
-            self.flush_outs(&mut ib);
+            // Acknowledgements of the previous round go before anything else (those of
+            // lazy requesters wait for more, or for the engine).
+            for i in 0..ib.acks.len() {
+                if !ib.acks[i].ids.is_empty() && !ib.acks[i].lazy {
+                    self.queue_acks(&mut ib, i);
+                }
+            }
         }
         let n = self.drain_inbox(&mut ib, POLL_BATCH);
         self.inbox_hint.store(ib.head, Ordering::Relaxed);
         self.flush_responses(&mut ib);
-        let deferred = ib.acks.iter().any(|a| !a.ids.is_empty());
+        let eager = ib.acks.iter().any(|a| !a.ids.is_empty() && !a.lazy);
+        let lazy = ib.acks.iter().any(|a| !a.ids.is_empty() && a.lazy);
         drop(ib);
-        if deferred {
-            self.acks_waiting.store(true, Ordering::Relaxed);
+        self.acks_waiting.store(eager, Ordering::Relaxed);
+        self.lazy_acks.store(lazy, Ordering::Relaxed);
+        if eager || lazy {
             // An engine asleep for long must not keep them past a millisecond.
             self.ep.kick();
         }
@@ -196,7 +206,7 @@ impl Runtime {
     /// Sends the requests bundled in `tx` (all for `to`), in one datagram with the
     /// acknowledgements waiting for `to` when there are any; empties `tx`.
     pub(crate) fn send_requests(&self, tx: &mut wire::BundleBuf, to: SocketAddrV4) {
-        if self.acks_waiting.load(Ordering::Relaxed) {
+        if self.acks_waiting.load(Ordering::Relaxed) || self.lazy_acks.load(Ordering::Relaxed) {
             let ib = match self.inbound.try_lock() {
                 Ok(ib) => Some(ib),
                 Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
@@ -213,9 +223,10 @@ impl Runtime {
                         self.ep.send(b.datagram(), to);
                         b.clear();
                     }
-                    if ib.acks.iter().all(|a| a.ids.is_empty()) {
-                        self.acks_waiting.store(false, Ordering::Relaxed);
-                    }
+                    let waiting =
+                        |lazy: bool| ib.acks.iter().any(|a| !a.ids.is_empty() && a.lazy == lazy);
+                    self.acks_waiting.store(waiting(false), Ordering::Relaxed);
+                    self.lazy_acks.store(waiting(true), Ordering::Relaxed);
                     return;
                 }
             }
@@ -294,6 +305,11 @@ impl Runtime {
                         .insert(h.req_id, st);
                 }
                 self.respond(ib, &h, st, resp_len, from);
+                if h.flags & wire::FLAG_FAST != 0 {
+                    // A bulk copy took long: answer now, so its requester refills its
+                    // window while the next ones are copied (the pipe never runs dry).
+                    self.flush_outs(ib);
+                }
             }
         }
     }
@@ -322,6 +338,7 @@ impl Runtime {
                         Some(i) => {
                             ib.acks[i].to = to;
                             ib.acks[i].epoch = req.epoch;
+                            ib.acks[i].lazy = true;
                             i
                         }
                         None => {
@@ -329,14 +346,22 @@ impl Runtime {
                                 to,
                                 epoch: req.epoch,
                                 ids: Vec::with_capacity(64),
+                                lazy: true,
                             });
                             ib.acks.len() - 1
                         }
                     }
                 }
             };
-            ib.acks[i].ids.push(req.req_id);
-            if ib.acks[i].ids.len() >= wire::MAX_ACKS {
+            let a = &mut ib.acks[i];
+            a.ids.push(req.req_id);
+            a.lazy &= req.flags & wire::FLAG_ACK_LAZY != 0;
+            let full = if a.lazy {
+                wire::ACK_BATCH
+            } else {
+                wire::MAX_ACKS
+            };
+            if a.ids.len() >= full {
                 self.queue_acks(ib, i);
             }
             return;
@@ -362,6 +387,7 @@ impl Runtime {
         let len = ib.acks[i].encode(self.gid, &mut out);
         let to = ib.acks[i].to;
         ib.acks[i].ids.clear();
+        ib.acks[i].lazy = true;
         self.queue_out(ib, &out[..len], to);
         ib.out = out;
     }
@@ -394,6 +420,7 @@ impl Runtime {
             }
         }
         self.acks_waiting.store(false, Ordering::Relaxed);
+        self.lazy_acks.store(false, Ordering::Relaxed);
         self.flush_responses(ib);
     }
 

@@ -170,6 +170,8 @@ pub(crate) struct Runtime {
     /// Acknowledgements wait in the inbound path for a poller's next call or a request
     /// to carry them (see [`inbound`], "Acknowledgements").
     pub(crate) acks_waiting: AtomicBool,
+    /// Acknowledgements of lazy requesters wait (for more of them, or the engine).
+    pub(crate) lazy_acks: AtomicBool,
 }
 
 impl Runtime {
@@ -215,6 +217,7 @@ impl Runtime {
             engine_napping: AtomicBool::new(false),
             inbox_hint: AtomicU64::new(0),
             acks_waiting: AtomicBool::new(false),
+            lazy_acks: AtomicBool::new(false),
         });
         RUNTIMES
             .lock()

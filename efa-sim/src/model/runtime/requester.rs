@@ -20,6 +20,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// Requests outstanding from which new ones ask for lazy acknowledgements
+/// ([`wire::FLAG_ACK_LAZY`]): with this many in flight, acknowledgements in groups of
+/// [`wire::ACK_BATCH`] keep the window open.
+const LAZY_OUTSTANDING: usize = 64;
+
 /// Status of an RNR answer.
 pub(crate) const STATUS_RNR: u8 = st::REMOTE_ERROR_RNR as u8;
 
@@ -262,6 +267,9 @@ impl Runtime {
             // watermark (computed under the same lock) never passes a live id.
             let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
             first_pending = pend.is_empty();
+            if pend.len() >= LAZY_OUTSTANDING {
+                spec.header.flags |= wire::FLAG_ACK_LAZY;
+            }
             let req_id = self.next_req.fetch_add(1, Ordering::Relaxed);
             spec.header.req_id = req_id;
             pend.insert(
@@ -365,7 +373,9 @@ impl Runtime {
             let mut tx = tx.borrow_mut();
             let (active, bundle) = &mut *tx;
             if !*active {
-                if self.acks_waiting.load(Ordering::Relaxed) && bundle.to.is_none() {
+                let waiting = self.acks_waiting.load(Ordering::Relaxed)
+                    || self.lazy_acks.load(Ordering::Relaxed);
+                if waiting && bundle.to.is_none() {
                     // Acknowledgements for `dest` may travel with it.
                     bundle.push(dest, pkt);
                     return self.send_requests(bundle, dest);
