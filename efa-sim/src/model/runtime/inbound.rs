@@ -252,7 +252,10 @@ impl Runtime {
             self.ud_receive(&h, data);
             return;
         }
-        let dedup = h.op != Op::Read;
+        // A small read answers with its data and is simply executed again; a bulk read
+        // wrote the requester's memory already, and a retransmission that overtook the
+        // ack must not copy its megabytes twice.
+        let dedup = h.op != Op::Read || h.flags & wire::FLAG_FAST != 0;
         if dedup {
             let peer = ib.peers.entry((from, h.epoch)).or_default();
             peer.last_seen = Some(Instant::now());

@@ -17,10 +17,12 @@
 //!
 //! Every send WQE becomes one request datagram with a per-endpoint `req_id`.
 //! The responder executes it once (duplicates are suppressed by
-//! `(requester address, epoch, req_id)`; reads are idempotent and simply
-//! re-executed) and answers with a response carrying the EFA status (and the
-//! data of a small RDMA read). The requester completes the WQE only on that
-//! response (SRD: success only after the responder acked). No response within
+//! `(requester address, epoch, req_id)`; small reads, whose answer carries the data,
+//! are idempotent and simply re-executed) and answers with a response carrying the EFA
+//! status (and the data of a small RDMA read); a success with nothing to return is
+//! acknowledged instead, many requests per packet (see `inbound`,
+//! "Acknowledgements"). The requester completes the WQE only on that answer (SRD:
+//! success only after the responder acked). No answer within
 //! [`RTO`] → retransmit. An RNR response is retried after [`RNR_DELAY`],
 //! `rnr_retry` times (7 = forever), then completes with status 10.
 //! Nothing heard for [`PEER_TIMEOUT`] → status 13 if that peer address ever
