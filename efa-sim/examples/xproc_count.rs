@@ -124,7 +124,7 @@ impl Side {
         let st = Sim::get().devices()[0].stats();
         eprintln!(
             "{who}: shm_sent={} shm_received={} wakeups={} polled={} retransmits={} duplicates={} \
-             rnr_naks={} stale={} shm_drops={} process_vm={}",
+             rnr_naks={} stale={} shm_drops={} process_vm={} shm_garbage={} malformed={}",
             st.shm_sent,
             st.shm_received,
             st.wakeups,
@@ -134,7 +134,9 @@ impl Side {
             st.rnr_naks,
             st.stale,
             st.shm_drops,
-            st.process_vm
+            st.process_vm,
+            st.shm_garbage,
+            st.malformed
         );
     }
 }

@@ -17,7 +17,8 @@
 //! responses, sent at the end of the batch that produced them. Acknowledgements produced
 //! by a poller wait for its next call (when they go out before anything else; those of a
 //! requester with many requests outstanding, [`wire::FLAG_ACK_LAZY`], wait until
-//! [`wire::ACK_BATCH`] of them are due, or for the engine), or leave
+//! [`wire::ACK_BATCH`] of them are due, for [`LAZY_POLLS`] polls that found nothing
+//! new, or for the engine), or leave
 //! earlier with the next request this process sends to that requester, in the same
 //! datagram ([`Runtime::send_requests`]); the engine thread sends whatever waits at every
 //! pass (at least every millisecond while pollers are active, and it is woken when they
@@ -52,6 +53,9 @@ struct PeerDedup {
 /// A requester incarnation silent this long is forgotten by the responder
 /// (its WRs have long timed out).
 const PEER_FORGET: Duration = Duration::from_secs(30);
+
+/// Empty polls after which a poller sends lazy acknowledgements that wait for more.
+const LAZY_POLLS: u32 = 128;
 
 /// Most inbox frames one poll takes (the rest waits for the next poll or the engine).
 const POLL_BATCH: usize = 64;
@@ -164,18 +168,33 @@ impl Runtime {
             return false;
         };
         let acks = self.acks_waiting.load(Ordering::Relaxed);
+        let mut all = false;
         if !acks
             && !inbox
                 .ring()
                 .has_data(self.inbox_hint.load(Ordering::Relaxed))
         {
-            return false;
+            if !self.lazy_acks.load(Ordering::Relaxed) {
+                return false;
+            }
+            // Nothing new for a while: a lazy requester's last acknowledgements go too
+            // (the engine would send them within a millisecond, if it gets a core).
+            let idle = self.lazy_polls.load(Ordering::Relaxed) + 1;
+            self.lazy_polls.store(idle, Ordering::Relaxed);
+            if idle < LAZY_POLLS {
+                return false;
+            }
+            all = true;
         }
         let mut ib = match self.inbound.try_lock() {
             Ok(ib) => ib,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return false,
         };
+        if all {
+            self.flush_outs(&mut ib);
+            return false;
+        }
         if acks {
             // Acknowledgements of the previous round go before anything else (those of
             // lazy requesters wait for more, or for the engine).
@@ -424,6 +443,7 @@ impl Runtime {
         }
         self.acks_waiting.store(false, Ordering::Relaxed);
         self.lazy_acks.store(false, Ordering::Relaxed);
+        self.lazy_polls.store(0, Ordering::Relaxed);
         self.flush_responses(ib);
     }
 

@@ -174,6 +174,8 @@ pub(crate) struct Runtime {
     pub(crate) acks_waiting: AtomicBool,
     /// Acknowledgements of lazy requesters wait (for more of them, or the engine).
     pub(crate) lazy_acks: AtomicBool,
+    /// Polls that found nothing new while lazy acknowledgements waited.
+    pub(crate) lazy_polls: AtomicU32,
 }
 
 impl Runtime {
@@ -220,6 +222,7 @@ impl Runtime {
             inbox_hint: AtomicU64::new(0),
             acks_waiting: AtomicBool::new(false),
             lazy_acks: AtomicBool::new(false),
+            lazy_polls: AtomicU32::new(0),
         });
         RUNTIMES
             .lock()
