@@ -72,6 +72,8 @@ pub(crate) struct Inbound {
     frame: Vec<u8>,
     /// Acknowledgements not yet sent, per requester incarnation.
     acks: Vec<wire::Acks>,
+    /// The clock as read at the start of the current batch (dedup bookkeeping).
+    now: Instant,
 }
 
 impl Default for Inbound {
@@ -83,6 +85,7 @@ impl Default for Inbound {
             head: 0,
             frame: vec![0u8; wire::MAX_DATAGRAM],
             acks: Vec::new(),
+            now: Instant::now(),
         }
     }
 }
@@ -91,6 +94,11 @@ impl Inbound {
     /// The consumer position in the inbox.
     pub(crate) fn head(&self) -> u64 {
         self.head
+    }
+
+    /// Reads the clock for the batch about to be handled.
+    pub(crate) fn tick(&mut self) {
+        self.now = Instant::now();
     }
 }
 
@@ -137,6 +145,10 @@ impl Runtime {
             return 0;
         };
         let ring = inbox.ring();
+        if !ring.has_data(ib.head) {
+            return 0;
+        }
+        ib.tick();
         let mut n = 0;
         while n < max {
             let mut frame = std::mem::take(&mut ib.frame);
@@ -276,8 +288,9 @@ impl Runtime {
         // ack must not copy its megabytes twice.
         let dedup = h.op != Op::Read || h.flags & wire::FLAG_FAST != 0;
         if dedup {
+            let now = ib.now;
             let peer = ib.peers.entry((from, h.epoch)).or_default();
-            peer.last_seen = Some(Instant::now());
+            peer.last_seen = Some(now);
             if h.watermark > peer.watermark {
                 peer.watermark = h.watermark;
                 if peer.done.len() > 1024 {
