@@ -101,9 +101,6 @@ thread_local! {
     static SCRATCH: RefCell<Vec<u8>> = RefCell::new(vec![0u8; wire::MAX_DATAGRAM]);
     /// Requests of one doorbell, bundled per destination.
     static TX: RefCell<(bool, wire::BundleBuf)> = RefCell::new((false, wire::BundleBuf::default()));
-    /// The clock as first read in this thread's open doorbell batch (its WRs share it:
-    /// they are microseconds apart, their timers milliseconds long).
-    static BATCH_NOW: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
 }
 
 impl Runtime {
@@ -262,16 +259,7 @@ impl Runtime {
             return complete(qp, &o, status);
         }
         let Some(qp_arc) = qp.arc() else { return };
-        let now = BATCH_NOW.with(|c| {
-            c.get().unwrap_or_else(|| {
-                let now = Instant::now();
-                // Cached only inside a batch (end_batch forgets it).
-                if TX.with(|tx| tx.borrow().0) {
-                    c.set(Some(now));
-                }
-                now
-            })
-        });
+        let now = Instant::now();
         let mut chunks = Outbox::new();
         let first_pending;
         let req_id = {
@@ -413,7 +401,6 @@ impl Runtime {
 
     /// Sends the open bundle and stops bundling.
     pub(crate) fn end_batch(&self) {
-        BATCH_NOW.with(|c| c.set(None));
         TX.with(|tx| {
             let mut tx = tx.borrow_mut();
             let (active, bundle) = &mut *tx;
