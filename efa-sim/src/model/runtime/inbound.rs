@@ -221,9 +221,10 @@ impl Runtime {
         self.flush_responses(&mut ib);
         let eager = ib.acks.iter().any(|a| !a.ids.is_empty() && !a.lazy);
         let lazy = ib.acks.iter().any(|a| !a.ids.is_empty() && a.lazy);
-        drop(ib);
+        // Published under the lock, so another poller's later view is not overwritten.
         self.acks_waiting.store(eager, Ordering::Relaxed);
         self.lazy_acks.store(lazy, Ordering::Relaxed);
+        drop(ib);
         if eager || lazy {
             // An engine asleep for long must not keep them past a millisecond.
             self.ep.kick();
