@@ -125,13 +125,15 @@ fn sweep_unclaimed(dir: &Path, slot: u32) {
     }
 }
 
-/// Files this process removes when it exits normally (its inbox pointers).
-static AT_EXIT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// Files this process removes when it exits normally (its inbox pointers), with the pid
+/// that registered them (a forked child that exits must not remove its parent's).
+static AT_EXIT: Mutex<Vec<(u32, PathBuf)>> = Mutex::new(Vec::new());
 
 extern "C" fn remove_exit_files() {
+    let me = std::process::id();
     // try_lock: an exit from inside a holder of the lock must not deadlock.
     if let Ok(paths) = AT_EXIT.try_lock() {
-        for p in paths.iter() {
+        for (_, p) in paths.iter().filter(|(pid, _)| *pid == me) {
             let _ = std::fs::remove_file(p);
         }
     }
@@ -148,7 +150,7 @@ pub fn remove_at_exit(path: &Path) {
     AT_EXIT
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .push(path.to_path_buf());
+        .push((std::process::id(), path.to_path_buf()));
 }
 
 /// Forgets an earlier [`remove_at_exit`] of `path`.
@@ -156,7 +158,7 @@ pub fn keep_at_exit(path: &Path) {
     AT_EXIT
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .retain(|p| p != path);
+        .retain(|(_, p)| p != path);
 }
 
 fn owner_path(dir: &Path, slot: u32) -> PathBuf {
