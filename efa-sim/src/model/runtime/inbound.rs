@@ -246,15 +246,27 @@ impl Runtime {
             };
             if let Some(mut ib) = ib {
                 if let Some(i) = ib.acks.iter().position(|a| a.to == to && !a.ids.is_empty()) {
-                    self.queue_acks(&mut ib, i);
-                    for pkt in tx.items() {
-                        self.queue_out(&mut ib, pkt, to);
+                    let mut out = std::mem::take(&mut ib.out);
+                    let len = ib.acks[i].encode(self.gid, &mut out);
+                    if tx.fits(len) {
+                        // The acknowledgements join the requests' bundle.
+                        tx.push(to, &out[..len]);
+                        ib.acks[i].ids.clear();
+                        ib.acks[i].lazy = true;
+                        ib.out = out;
+                        self.ep.send(tx.datagram(), to);
+                    } else {
+                        ib.out = out;
+                        self.queue_acks(&mut ib, i);
+                        for pkt in tx.items() {
+                            self.queue_out(&mut ib, pkt, to);
+                        }
+                        if let Some(b) = ib.outs.iter_mut().find(|b| b.to == Some(to)) {
+                            self.ep.send(b.datagram(), to);
+                            b.clear();
+                        }
                     }
                     tx.clear();
-                    if let Some(b) = ib.outs.iter_mut().find(|b| b.to == Some(to)) {
-                        self.ep.send(b.datagram(), to);
-                        b.clear();
-                    }
                     let waiting =
                         |lazy: bool| ib.acks.iter().any(|a| !a.ids.is_empty() && a.lazy == lazy);
                     self.acks_waiting.store(waiting(false), Ordering::Relaxed);
