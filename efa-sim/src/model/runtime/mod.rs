@@ -4,7 +4,8 @@
 //! without the target polling), and the doorbell watcher.
 //!
 //! * `requester`: a WQE the device took from a send queue becomes a request;
-//!   `responses`: answers, retransmission, RNR retries, timeouts; `chunks`: bulk RDMA
+//!   `answers`: the responder's responses and acknowledgements;
+//!   `responses`: the requester's side of answers, retransmission, RNR retries, timeouts; `chunks`: bulk RDMA
 //!   moved in datagram chunks.
 //! * `responder`: executes a request against this device's QPs and MRs and writes the
 //!   receive completions.
@@ -20,9 +21,9 @@
 //! `(requester address, epoch, req_id)`; small reads, whose answer carries the data,
 //! are idempotent and simply re-executed) and answers with a response carrying the EFA
 //! status (and the data of a small RDMA read); a success with nothing to return is
-//! acknowledged instead, many requests per packet (see `inbound`,
-//! "Acknowledgements"). The requester completes the WQE only on that answer (SRD:
-//! success only after the responder acked). No answer within
+//! acknowledged instead, many requests per packet (see `answers`). The requester
+//! completes the WQE only on that answer (SRD: success only after the responder
+//! acked). No answer within
 //! [`RTO`] → retransmit. An RNR response is retried after [`RNR_DELAY`],
 //! `rnr_retry` times (7 = forever), then completes with status 10.
 //! Nothing heard for [`PEER_TIMEOUT`] → status 13 if that peer address ever
@@ -62,6 +63,7 @@
 //!   in [`crate::model::send_queue`], [`crate::model::recv_queue`] and
 //!   [`crate::model::cq`].
 
+pub(crate) mod answers;
 pub(crate) mod chunks;
 pub(crate) mod direct;
 pub(crate) mod engine;
@@ -170,7 +172,7 @@ pub(crate) struct Runtime {
     /// The inbox consumer position as last published (a lock-free "anything new?" hint).
     pub(crate) inbox_hint: AtomicU64,
     /// Acknowledgements wait in the inbound path for a poller's next call or a request
-    /// to carry them (see [`inbound`], "Acknowledgements").
+    /// to carry them (see [`answers`]).
     pub(crate) acks_waiting: AtomicBool,
     /// Acknowledgements of lazy requesters wait (for more of them, or the engine).
     pub(crate) lazy_acks: AtomicBool,
