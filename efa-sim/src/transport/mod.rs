@@ -56,6 +56,7 @@ pub mod faults;
 pub mod pinned;
 pub mod routes;
 pub mod shm;
+pub mod shm_identity;
 pub mod shm_ring;
 pub mod slots;
 pub mod wire;
