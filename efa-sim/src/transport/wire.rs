@@ -44,6 +44,9 @@ pub const FLAG_COMMIT: u8 = 8;
 /// Flag: the requester has many requests outstanding and can wait for its
 /// acknowledgement to come with [`ACK_BATCH`] others (or the responder's next timer).
 pub const FLAG_ACK_LAZY: u8 = 16;
+/// Flag: the requester understands acknowledgement packets ([`KIND_ACKS`]); a requester
+/// without it (an older efa-sim) is answered with responses only.
+pub const FLAG_TAKES_ACKS: u8 = 32;
 /// Acknowledgements a lazy requester's ids wait for before they are sent.
 pub const ACK_BATCH: usize = 16;
 

@@ -81,7 +81,7 @@ impl Runtime {
         to: SocketAddrV4,
     ) {
         let small_read = req.op == Op::Read && req.flags & wire::FLAG_FAST == 0;
-        if status == 0 && !small_read {
+        if status == 0 && !small_read && req.flags & wire::FLAG_TAKES_ACKS != 0 {
             let i = match ib
                 .acks
                 .iter()

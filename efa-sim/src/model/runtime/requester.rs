@@ -164,6 +164,7 @@ impl Runtime {
             },
         );
         h.epoch = self.epoch;
+        h.flags = wire::FLAG_TAKES_ACKS;
         h.src_gid = self.gid;
         h.src_qpn = qp.qpn() as u16;
         h.dst_qpn = r.dest_qpn as u16;
