@@ -838,6 +838,61 @@ fn malformed_and_forged_packets_are_harmless() {
     assert_eq!(next(&b.cq, 10).wr_id, 1);
 }
 
+/// A successful write is acknowledged in an acknowledgement packet only when its
+/// requester says it understands them (`FLAG_TAKES_ACKS`, set by every efa-sim
+/// requester); a requester without the flag (an older efa-sim) gets a response.
+#[test]
+fn a_requester_without_the_acks_flag_gets_responses() {
+    use efa_sim::model::transport::{self, wire};
+    let (a, b) = pair(0);
+    let _known = b.ah_to(&a);
+    let target = Region::new(&b.pd, 4096, ALL_ACCESS);
+    let port = transport::port_for(
+        b.dev.config().port_base,
+        b.dev.index,
+        transport::slot_of_qpn(b.qp.qpn()),
+    )
+    .unwrap();
+    let to = std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, port);
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .unwrap();
+    for (req_id, flags, kind) in [
+        (31u64, 0u8, wire::KIND_RESP),
+        (32, wire::FLAG_TAKES_ACKS, wire::KIND_ACKS),
+    ] {
+        let mut h = wire::Header::new(wire::KIND_REQ, wire::Op::Write);
+        h.flags = flags;
+        h.dst_qpn = b.qp.qpn() as u16;
+        h.qkey = QKEY;
+        h.src_gid = a.dev.gid;
+        h.rkey = target.mr.rkey();
+        h.remote_addr = target.addr() + req_id;
+        h.total_len = 8;
+        h.data_len = 8;
+        h.epoch = 9;
+        h.req_id = req_id;
+        let mut buf = vec![0u8; wire::HEADER + 8];
+        h.encode(&mut buf);
+        buf[wire::HEADER..].copy_from_slice(&req_id.to_le_bytes());
+        sock.send_to(&buf, to).unwrap();
+        let mut resp = vec![0u8; wire::MAX_DATAGRAM];
+        let n = sock.recv(&mut resp).expect("an answer");
+        let items: Vec<&[u8]> = match wire::bundle_items(&resp[..n]) {
+            Some(items) => items.collect(),
+            None => vec![&resp[..n]],
+        };
+        let (r, data) = wire::Header::decode(items[0]).expect("well-formed answer");
+        assert_eq!((r.kind, r.epoch, r.status), (kind, 9, 0), "{r:?}");
+        if kind == wire::KIND_ACKS {
+            assert_eq!(wire::acked_ids(data).collect::<Vec<_>>(), vec![req_id]);
+        } else {
+            assert_eq!(r.req_id, req_id);
+        }
+        assert_eq!(target.bytes(req_id as usize, 8), req_id.to_le_bytes());
+    }
+}
+
 /// Sends `h` (no data) from `sock` to `to` and returns the status of the
 /// response to it (panics if none comes within 2 s).
 fn forge(

@@ -182,7 +182,10 @@ fn child_target() {
             "sum" => println!("SUM {}", fnv(&region.bytes(0, 1 << 20))),
             "stats" => {
                 let s = side.dev.stats();
-                println!("STATS process_vm={} unproven={}", s.process_vm, s.unproven);
+                println!(
+                    "STATS process_vm={} unproven={} duplicates={}",
+                    s.process_vm, s.unproven, s.duplicates
+                );
             }
             "imm" => {
                 let c = next(&side.cq, 5);
@@ -423,6 +426,36 @@ fn rdma_between_processes(env: &[(&str, String)]) {
     }
     kid.say("quit");
     kid.wait(10);
+}
+
+/// Every datagram of the requester sent twice (`dup=1`): the duplicate of a bulk write
+/// and of a bulk read is answered from the responder's cache, each copied once.
+#[test]
+fn duplicated_bulk_requests_are_copied_once() {
+    let mut target = Kid::spawn("target", &[], None);
+    let v: Vec<u64> = target
+        .line("READY")
+        .split_whitespace()
+        .map(|s| s.parse().unwrap())
+        .collect();
+    let mut rdma = Kid::spawn(
+        "rdma",
+        &[
+            ("EFA_SIM_FAULTS", "seed=3,dup=1".to_string()),
+            ("PEER_QPN", v[0].to_string()),
+            ("PEER_RADDR", v[1].to_string()),
+            ("PEER_RKEY", v[2].to_string()),
+        ],
+        None,
+    );
+    assert_eq!(rdma.line("RDMA"), "write=0 read=0 same=true");
+    target.say("stats");
+    let stats = target.line("STATS");
+    assert_eq!(field(&stats, "process_vm"), 2, "{stats}");
+    assert!(field(&stats, "duplicates") >= 2, "{stats}");
+    target.say("quit");
+    rdma.wait(10);
+    target.wait(10);
 }
 
 /// A forger (this process) sends bulk requests to a target process naming a

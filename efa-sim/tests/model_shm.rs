@@ -12,7 +12,7 @@ mod helpers;
 #[path = "process_helpers.rs"]
 mod process;
 use efa_sim::model::*;
-use efa_sim::transport::shm::{inbox_path, RING_BYTES};
+use efa_sim::transport::shm::{inbox_path, open_ring_file, RING_BYTES};
 use efa_sim::transport::shm_ring::{CONTROL, FRAME, FRAME_MAGIC, TAIL};
 use helpers::*;
 use process::*;
@@ -215,11 +215,20 @@ fn frame_header(len: u32) -> [u8; FRAME] {
 /// Scribbles over the inbox INBOX one way per `next` line on stdin (printing `DID <n>`
 /// after each), then, at `send`, sends COUNT good messages to PEER_QPN like `send`.
 fn child_vandal() {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(std::env::var("INBOX").unwrap())
-        .unwrap();
+    let dir = std::path::PathBuf::from(std::env::var("EFA_SIM_LOCK_DIR").unwrap());
+    let f = open_ring_file(
+        &dir,
+        env_u64("INBOX_SLOT") as u32,
+        env_u64("PEER_DEV") as u32,
+    )
+    .expect("the peer's ring file");
+    // Shrinking the ring under its owner's mapping would make it fault: refused.
+    let len = f.metadata().unwrap().len();
+    for short in [0, CONTROL as u64, len / 2] {
+        let e = f.set_len(short).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EPERM), "truncate to {short}");
+    }
+    assert_eq!(f.metadata().unwrap().len(), len);
     let noise: Vec<u8> = (0..4096u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 | 1)
         .collect();
@@ -281,6 +290,7 @@ fn hundred_thousand_checksummed_messages_in_batches_under_seeded_reorder_lose_no
         None,
     );
     let qpn = rx.line("READY");
+    let rx_slot = transport::slot_of_qpn(qpn.parse().unwrap());
     let mut tx = Kid::spawn(
         "send",
         &shm_env(vec![
@@ -322,6 +332,12 @@ fn hundred_thousand_checksummed_messages_in_batches_under_seeded_reorder_lose_no
     rx.say("quit");
     tx.wait(10);
     rx.wait(10);
+    // A process that exits normally takes its inbox with it.
+    let dir = dev(0).config().lock_dir.clone();
+    assert!(
+        !inbox_path(&dir, rx_slot, 0).exists(),
+        "inbox of slot {rx_slot} left"
+    );
 }
 
 #[test]
@@ -330,6 +346,8 @@ fn a_peer_killed_mid_transfer_over_shared_memory_gives_bounded_errors() {
     let d = dev(0);
     let mut rx = Kid::spawn("recv", &shm_env(vec![("EXPECT", "1000000".into())]), None);
     let qpn: u32 = rx.line("READY").parse().unwrap();
+    let rx_inbox = inbox_path(&d.config().lock_dir, transport::slot_of_qpn(qpn), 0);
+    assert!(rx_inbox.is_file(), "{} missing", rx_inbox.display());
     let side = Side::new(&d, 0);
     let ah = side.pd.create_ah(&d.gid).unwrap();
     let mut killed = false;
@@ -356,6 +374,8 @@ fn a_peer_killed_mid_transfer_over_shared_memory_gives_bounded_errors() {
         stats.shm_sent > 0,
         "the transfer went through shared memory: {stats:?}"
     );
+    // The killed peer's ring went with it; its pointer file was swept when found dead.
+    assert!(!rx_inbox.exists(), "{} left", rx_inbox.display());
     // This device still works.
     let other = Side::new(&d, 0);
     other.qp.post_recv(&recv(1, &[])).unwrap();
@@ -375,11 +395,13 @@ fn garbage_in_the_shared_ring_is_counted_and_dropped() {
     let slot = transport::slot_of_qpn(side.qp.qpn());
     let inbox = inbox_path(&d.config().lock_dir, slot, d.index);
     assert!(inbox.is_file(), "{} missing", inbox.display());
+    let lock_dir = d.config().lock_dir.display().to_string();
     let count = 1000u64;
     let mut vandal = Kid::spawn(
         "vandal",
         &shm_env(vec![
-            ("INBOX", inbox.display().to_string()),
+            ("INBOX_SLOT", slot.to_string()),
+            ("EFA_SIM_LOCK_DIR", lock_dir),
             ("PEER_QPN", side.qp.qpn().to_string()),
             ("PEER_DEV", d.index.to_string()),
             ("COUNT", count.to_string()),

@@ -8,9 +8,11 @@
 //!
 //! # Waking a sleeping receiver
 //!
-//! A process's engine thread sleeps in `poll` on its UDP socket. Before it sleeps it sets
-//! its inbox's sleeping flag; the first sender that appends a frame afterwards clears the
-//! flag and sends a 4-byte wake datagram ([`WAKE`]) to the socket. While a consumer's
+//! A process's engine thread sleeps in `poll` on its UDP socket (after watching its inbox
+//! for a moment when it just had work and nobody polls). Before it sleeps it sets its
+//! inbox's sleeping flag; the first sender that appends a frame afterwards clears the
+//! flag and sends a 4-byte wake datagram ([`WAKE`]) to the socket: a sender that finds
+//! the flag clear makes no syscall at all. While a consumer's
 //! pollers drive the inbox themselves (see `crate::model::runtime`), its engine sleeps
 //! without the flag and nobody pays for a wake-up.
 //!
@@ -43,16 +45,18 @@
 //! (every key optional), on both transports alike: each outgoing datagram is dropped with
 //! probability `loss`, sent twice with probability `dup`, held back for a
 //! random 0..=1 ms (so later datagrams overtake it) with probability
-//! `reorder`, and always held back `delay_us` microseconds. Requests and
-//! responses are both subject to faults; the reliability layer
+//! `reorder`, and always held back `delay_us` microseconds. Requests,
+//! responses and acknowledgement packets are all subject to faults; the reliability layer
 //! (retransmission + duplicate suppression in `crate::model`) hides them.
 //! `kill_after=N` is the peer-kill knob: the process SIGKILLs itself when it
 //! is about to send its N-th datagram (its peers' outstanding WRs then fail
 //! within the bounded peer timeout of `crate::model::runtime`).
 
 pub mod faults;
+pub mod pinned;
 pub mod routes;
 pub mod shm;
+pub mod shm_identity;
 pub mod shm_ring;
 pub mod slots;
 pub mod wire;

@@ -70,6 +70,10 @@ pub enum Pop {
 pub struct Ring {
     base: *mut u8,
     data_len: u64,
+    /// This process's last look at `head` (producers): room is checked against it and
+    /// `head` read again only when it says the frame does not fit, so a producer does not
+    /// pull the consumer's cache line at every push.
+    seen_head: AtomicU64,
 }
 
 // SAFETY: the ring is memory accessed only through atomics and raw copies; see `new`.
@@ -91,7 +95,11 @@ impl Ring {
     /// stay mapped for the life of the returned value.
     pub unsafe fn new(base: *mut u8, data_len: u64) -> Ring {
         debug_assert!(data_len.is_power_of_two() && base as usize % 4096 == 0);
-        Ring { base, data_len }
+        Ring {
+            base,
+            data_len,
+            seen_head: AtomicU64::new(0),
+        }
     }
 
     #[inline]
@@ -149,11 +157,17 @@ impl Ring {
         }
         self.lock()?;
         let tail = self.word64(TAIL).load(Ordering::Relaxed);
-        let head = self.word64(HEAD).load(Ordering::Acquire);
-        let used = tail.wrapping_sub(head);
-        if used > self.data_len || self.data_len - used < need {
-            self.unlock();
-            return Err(PushError::Full);
+        let fits = |head: u64| {
+            let used = tail.wrapping_sub(head);
+            used <= self.data_len && self.data_len - used >= need
+        };
+        if !fits(self.seen_head.load(Ordering::Relaxed)) {
+            let head = self.word64(HEAD).load(Ordering::Acquire);
+            self.seen_head.store(head, Ordering::Relaxed);
+            if !fits(head) {
+                self.unlock();
+                return Err(PushError::Full);
+            }
         }
         let mut hdr = [0u8; FRAME];
         hdr[0..4].copy_from_slice(&FRAME_MAGIC.to_le_bytes());
@@ -169,7 +183,7 @@ impl Ring {
 
     fn lock(&self) -> Result<(), PushError> {
         let lock = self.word32(LOCK);
-        let me = std::process::id();
+        let me = current_pid();
         if lock
             .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
@@ -292,6 +306,27 @@ impl Ring {
         let s = self.word32(SLEEPING);
         s.load(Ordering::Relaxed) != 0 && s.swap(0, Ordering::AcqRel) != 0
     }
+}
+
+/// This process's pid, cached (`getpid` is a syscall on every call; this runs once per
+/// frame). A forked child forgets the parent's.
+fn current_pid() -> u32 {
+    static PID: AtomicU32 = AtomicU32::new(0);
+    extern "C" fn forget() {
+        PID.store(0, Ordering::Relaxed);
+    }
+    let p = PID.load(Ordering::Relaxed);
+    if p != 0 {
+        return p;
+    }
+    static REGISTER: std::sync::Once = std::sync::Once::new();
+    // SAFETY: registers a plain extern "C" function (an atomic store) as a fork handler.
+    REGISTER.call_once(|| unsafe {
+        libc::pthread_atfork(None, None, Some(forget));
+    });
+    let p = std::process::id();
+    PID.store(p, Ordering::Relaxed);
+    p
 }
 
 /// Whether a process with this pid exists (in our pid namespace).

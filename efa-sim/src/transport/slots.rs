@@ -4,6 +4,7 @@
 //! addresses.
 
 use super::SLOTS;
+use crate::config::MAX_DEVICES;
 use std::io;
 use std::net::SocketAddrV4;
 use std::os::fd::AsRawFd;
@@ -55,14 +56,109 @@ fn claim_slot(dir: &Path) -> Result<(u32, std::fs::File), String> {
         // SAFETY: flock on a valid, owned fd; non-blocking.
         let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
         if rc == 0 {
-            // A record left by a dead holder must not survive into our tenure.
-            let _ = std::fs::remove_file(owner_path(dir, slot));
+            // Records and inbox pointers left by a dead holder must not survive into our
+            // tenure; nor those of other slots nobody holds.
+            remove_slot_files(dir, slot);
+            sweep_dir(dir, slot);
             return Ok((slot, file));
         }
     }
     Err(format!(
         "all {SLOTS} process slots under {shown} are in use"
     ))
+}
+
+/// Removes the owner record and inbox pointer files of `slot` (its lock is held).
+fn remove_slot_files(dir: &Path, slot: u32) {
+    let _ = std::fs::remove_file(owner_path(dir, slot));
+    for dev in 0..MAX_DEVICES {
+        let _ = std::fs::remove_file(super::shm::inbox_path(dir, slot, dev));
+    }
+}
+
+/// Sweeps every slot other than `ours` that has inbox files under `dir`.
+fn sweep_dir(dir: &Path, ours: u32) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut seen = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let slot = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("slot-"))
+            .and_then(|n| n.split_once(".dev-"))
+            .filter(|(_, rest)| rest.ends_with(".inbox"))
+            .and_then(|(s, _)| s.parse::<u32>().ok());
+        if let Some(s) = slot.filter(|s| *s != ours && *s < SLOTS && !seen.contains(s)) {
+            seen.push(s);
+            sweep_unclaimed(dir, s);
+        }
+    }
+}
+
+/// Removes the files of `slot` under `dir` if nobody holds it (its process died): the
+/// sweeper takes the slot's lock for the moment it removes them, so a process claiming
+/// the slot meanwhile simply takes another.
+pub fn sweep_slot(dir: &Path, slot: u32) {
+    let held_here = CLAIMS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .any(|c| c.dir == dir && c.slot == slot);
+    if !held_here {
+        sweep_unclaimed(dir, slot);
+    }
+}
+
+/// [`sweep_slot`] of a slot this process does not hold under `dir`.
+fn sweep_unclaimed(dir: &Path, slot: u32) {
+    let Ok(file) = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join(format!("slot-{slot}")))
+    else {
+        return;
+    };
+    // SAFETY: flock on a valid, owned fd; non-blocking.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        remove_slot_files(dir, slot);
+    }
+}
+
+/// Files this process removes when it exits normally (its inbox pointers), with the pid
+/// that registered them (a forked child that exits must not remove its parent's).
+static AT_EXIT: Mutex<Vec<(u32, PathBuf)>> = Mutex::new(Vec::new());
+
+extern "C" fn remove_exit_files() {
+    let me = std::process::id();
+    // try_lock: an exit from inside a holder of the lock must not deadlock.
+    if let Ok(paths) = AT_EXIT.try_lock() {
+        for (_, p) in paths.iter().filter(|(pid, _)| *pid == me) {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// Removes `path` when this process exits normally (a killed process leaves it to
+/// [`sweep_slot`]).
+pub fn remove_at_exit(path: &Path) {
+    static REGISTER: std::sync::Once = std::sync::Once::new();
+    // SAFETY: registers a plain extern "C" function with no preconditions.
+    REGISTER.call_once(|| unsafe {
+        libc::atexit(remove_exit_files);
+    });
+    AT_EXIT
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((std::process::id(), path.to_path_buf()));
+}
+
+/// Forgets an earlier [`remove_at_exit`] of `path`.
+pub fn keep_at_exit(path: &Path) {
+    AT_EXIT
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|(_, p)| p != path);
 }
 
 fn owner_path(dir: &Path, slot: u32) -> PathBuf {

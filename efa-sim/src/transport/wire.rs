@@ -23,6 +23,12 @@ const MAGIC: u32 = 0x5341_4645; // "EFAS"
 pub const KIND_REQ: u8 = 1;
 /// Response (responder → requester).
 pub const KIND_RESP: u8 = 2;
+/// Acknowledgements (responder → requester): every request whose id the data lists
+/// (`data_len / 8` little-endian u64s) succeeded with no data to return, as if each had
+/// a response of status 0; `epoch` names the requester incarnation (see [`Acks`]).
+pub const KIND_ACKS: u8 = 3;
+/// Most request ids one acknowledgement packet lists.
+pub const MAX_ACKS: usize = 512;
 
 /// Flag: the request carries an immediate.
 pub const FLAG_IMM: u8 = 1;
@@ -34,6 +40,15 @@ pub const FLAG_UD: u8 = 4;
 /// Flag: write-with-imm commit after a chunked transfer: no data; the
 /// responder validates the whole range and delivers the immediate.
 pub const FLAG_COMMIT: u8 = 8;
+
+/// Flag: the requester has many requests outstanding and can wait for its
+/// acknowledgement to come with [`ACK_BATCH`] others (or the responder's next timer).
+pub const FLAG_ACK_LAZY: u8 = 16;
+/// Flag: the requester understands acknowledgement packets ([`KIND_ACKS`]); a requester
+/// without it (an older efa-sim) is answered with responses only.
+pub const FLAG_TAKES_ACKS: u8 = 32;
+/// Acknowledgements a lazy requester's ids wait for before they are sent.
+pub const ACK_BATCH: usize = 16;
 
 /// Response status: the fast path failed; resend with data in datagrams.
 pub const STATUS_FALLBACK: u8 = 0xf0;
@@ -165,7 +180,7 @@ impl Header {
             return None;
         }
         let kind = buf[4];
-        if kind != KIND_REQ && kind != KIND_RESP {
+        if !matches!(kind, KIND_REQ | KIND_RESP | KIND_ACKS) {
             return None;
         }
         let op = Op::from_u8(buf[5])?;
@@ -197,6 +212,42 @@ impl Header {
         };
         Some((h, &buf[HEADER..]))
     }
+}
+
+/// Request ids waiting to be acknowledged to one requester incarnation at `to`.
+#[derive(Debug)]
+pub struct Acks {
+    /// The requester's address.
+    pub to: std::net::SocketAddrV4,
+    /// Its incarnation.
+    pub epoch: u64,
+    /// The ids (at most [`MAX_ACKS`]).
+    pub ids: Vec<u64>,
+    /// Every id listed came from a request with [`FLAG_ACK_LAZY`].
+    pub lazy: bool,
+}
+
+impl Acks {
+    /// Encodes the acknowledgement packet of `ids` from `gid` into `buf`; its length.
+    pub fn encode(&self, gid: [u8; 16], buf: &mut [u8]) -> usize {
+        let mut h = Header::new(KIND_ACKS, Op::Send);
+        h.epoch = self.epoch;
+        h.src_gid = gid;
+        h.data_len = (self.ids.len() * 8) as u32;
+        h.encode(buf);
+        for (i, id) in self.ids.iter().enumerate() {
+            let at = HEADER + i * 8;
+            buf[at..at + 8].copy_from_slice(&id.to_le_bytes());
+        }
+        HEADER + self.ids.len() * 8
+    }
+}
+
+/// The request ids an acknowledgement packet's data lists (a trailing partial id is
+/// ignored).
+pub fn acked_ids(data: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    data.chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
 }
 
 /// Magic of a bundle datagram: several packets to one destination.
@@ -253,6 +304,14 @@ impl BundleBuf {
                 self.buf[4..8].copy_from_slice(&n.to_le_bytes());
                 &self.buf
             }
+        }
+    }
+
+    /// The packets collected so far.
+    pub fn items(&self) -> BundleItems<'_> {
+        BundleItems {
+            rest: self.buf.get(BUNDLE_HEADER..).unwrap_or(&[]),
+            left: self.count,
         }
     }
 
@@ -331,6 +390,22 @@ mod tests {
     }
 
     #[test]
+    fn acknowledgements_round_trip() {
+        let a = Acks {
+            to: std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 9),
+            epoch: 77,
+            ids: vec![5, 1 << 40, 6],
+            lazy: false,
+        };
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        let n = a.encode([3; 16], &mut buf);
+        let (h, data) = Header::decode(&buf[..n]).unwrap();
+        assert_eq!((h.kind, h.epoch, h.src_gid), (KIND_ACKS, 77, [3; 16]));
+        assert_eq!(acked_ids(data).collect::<Vec<_>>(), vec![5, 1 << 40, 6]);
+        assert_eq!(acked_ids(&data[..13]).count(), 1, "partial ids ignored");
+    }
+
+    #[test]
     fn bundles() {
         let to = std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 9);
         let mut b = BundleBuf::default();
@@ -345,6 +420,8 @@ mod tests {
         let items: Vec<&[u8]> = bundle_items(&d[..d.len() - 1]).unwrap().collect();
         assert_eq!(items, vec![&b"one"[..]]);
         assert!(bundle_items(b"EFAS....").is_none());
+        let items: Vec<&[u8]> = b.items().collect();
+        assert_eq!(items, vec![&b"one"[..], &b"three"[..]]);
         b.clear();
         assert_eq!(b.to, None);
     }

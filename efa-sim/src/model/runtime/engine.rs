@@ -11,7 +11,12 @@
 //!   injection: `Endpoint::kick`): no busy core when nothing happens;
 //! * while a poller of one of its CQs drives the inbox ([`Runtime::progress`]) it sleeps
 //!   without the flag (senders pay no wake-up) and looks again every [`POLLED_NAP`]; it
-//!   notices within that time when the pollers stopped.
+//!   notices within that time when the pollers stopped;
+//! * when nobody polls and it just had work, it watches the inbox for [`ENGINE_SPIN`]
+//!   before it sleeps: a responder serving a stream (one-sided RDMA to a process that
+//!   does not poll) takes the next frame without a wake-up datagram and the scheduler
+//!   latency behind it, and an idle device still sleeps a few microseconds after its
+//!   last packet.
 
 use super::Runtime;
 use std::sync::atomic::Ordering;
@@ -22,6 +27,9 @@ use std::time::{Duration, Instant};
 pub const IDLE_SLEEP: Duration = Duration::from_millis(1000);
 /// Sleep between looks while pollers drive the inbox (or timers are due).
 pub const POLLED_NAP: Duration = Duration::from_millis(1);
+
+/// How long the engine watches its inbox for more frames after work before it sleeps.
+pub const ENGINE_SPIN: Duration = Duration::from_micros(50);
 
 /// Most inbox frames one engine pass takes before it looks at the socket and the timers.
 const ENGINE_BATCH: usize = 256;
@@ -47,9 +55,13 @@ impl Engine {
     pub(crate) fn run(mut self) {
         let mut last_timer = Instant::now();
         let mut ticks_seen = self.rt.poll_ticks.load(Ordering::Relaxed);
+        let mut last_work = Instant::now();
         loop {
             let worked = self.pass();
             let now = Instant::now();
+            if worked {
+                last_work = now;
+            }
             if now.duration_since(last_timer) >= POLLED_NAP {
                 last_timer = now;
                 self.rt.timers();
@@ -75,6 +87,9 @@ impl Engine {
                 self.rt.engine_napping.store(false, Ordering::Relaxed);
                 continue;
             }
+            if self.frames_within(last_work + ENGINE_SPIN) {
+                continue;
+            }
             let ep = &self.rt.ep;
             if !busy {
                 // A long sleep: whoever adds work for the timers from now on wakes us.
@@ -98,6 +113,23 @@ impl Engine {
         }
     }
 
+    /// Watches the inbox until `deadline`: whether frames arrived.
+    fn frames_within(&self, deadline: Instant) -> bool {
+        let Some(ring) = self.rt.ep.inbox().map(|i| i.ring()) else {
+            return false;
+        };
+        let head = self.rt.inbox_hint.load(Ordering::Relaxed);
+        while Instant::now() < deadline {
+            for _ in 0..64 {
+                if ring.has_data(head) {
+                    return true;
+                }
+                core::hint::spin_loop();
+            }
+        }
+        false
+    }
+
     /// Receives what the socket has and takes the inbox's frames; whether it found any.
     fn pass(&mut self) -> bool {
         let rt = &*self.rt;
@@ -108,6 +140,7 @@ impl Engine {
                 break;
             }
             worked = true;
+            ib.tick();
             for i in 0..self.got.len() {
                 let (len, from) = self.got[i];
                 rt.handle_datagram(&mut ib, &self.bufs[i][..len], from);

@@ -8,6 +8,9 @@
 //! ([`Runtime::progress`]), which then sees the completions its packets produce without
 //! waiting for another thread to be scheduled.
 
+//!
+//! Answers (responses and acknowledgements) are queued and sent by [`super::answers`].
+
 use super::requester::STATUS_RNR;
 use super::responder::Outcome;
 use super::stats::bump;
@@ -34,19 +37,27 @@ struct PeerDedup {
 /// (its WRs have long timed out).
 const PEER_FORGET: Duration = Duration::from_secs(30);
 
+/// Empty polls after which a poller sends lazy acknowledgements that wait for more.
+pub(super) const LAZY_POLLS: u32 = 128;
+
 /// Most inbox frames one poll takes (the rest waits for the next poll or the engine).
 const POLL_BATCH: usize = 64;
 
 /// The inbound path's state (one holder at a time).
 pub(crate) struct Inbound {
     peers: IdMap<(SocketAddrV4, u64), PeerDedup>,
-    out: Vec<u8>,
+    /// Scratch for one encoded answer.
+    pub(super) out: Vec<u8>,
     /// Responses of the current batch, bundled per destination.
-    outs: Vec<wire::BundleBuf>,
+    pub(super) outs: Vec<wire::BundleBuf>,
     /// Consumer position in this device's inbox (the shared copy is only a hint).
     head: u64,
     /// A frame copied out of the inbox.
     frame: Vec<u8>,
+    /// Acknowledgements not yet sent, per requester incarnation.
+    pub(super) acks: Vec<wire::Acks>,
+    /// The clock as read at the start of the current batch (dedup bookkeeping).
+    now: Instant,
 }
 
 impl Default for Inbound {
@@ -57,6 +68,8 @@ impl Default for Inbound {
             outs: Vec::new(),
             head: 0,
             frame: vec![0u8; wire::MAX_DATAGRAM],
+            acks: Vec::new(),
+            now: Instant::now(),
         }
     }
 }
@@ -65,6 +78,11 @@ impl Inbound {
     /// The consumer position in the inbox.
     pub(crate) fn head(&self) -> u64 {
         self.head
+    }
+
+    /// Reads the clock for the batch about to be handled.
+    pub(crate) fn tick(&mut self) {
+        self.now = Instant::now();
     }
 }
 
@@ -111,6 +129,10 @@ impl Runtime {
             return 0;
         };
         let ring = inbox.ring();
+        if !ring.has_data(ib.head) {
+            return 0;
+        }
+        ib.tick();
         let mut n = 0;
         while n < max {
             let mut frame = std::mem::take(&mut ib.frame);
@@ -141,21 +163,56 @@ impl Runtime {
         let Some(inbox) = self.ep.inbox() else {
             return false;
         };
-        if !inbox
-            .ring()
-            .has_data(self.inbox_hint.load(Ordering::Relaxed))
+        let acks = self.acks_waiting.load(Ordering::Relaxed);
+        let mut all = false;
+        if !acks
+            && !inbox
+                .ring()
+                .has_data(self.inbox_hint.load(Ordering::Relaxed))
         {
-            return false;
+            if !self.lazy_acks.load(Ordering::Relaxed) {
+                return false;
+            }
+            // Nothing new for a while: a lazy requester's last acknowledgements go too
+            // (the engine would send them within a millisecond, if it gets a core).
+            let idle = self.lazy_polls.load(Ordering::Relaxed) + 1;
+            self.lazy_polls.store(idle, Ordering::Relaxed);
+            if idle < LAZY_POLLS {
+                return false;
+            }
+            all = true;
         }
         let mut ib = match self.inbound.try_lock() {
             Ok(ib) => ib,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return false,
         };
+        if all {
+            self.flush_outs(&mut ib);
+            return false;
+        }
+        if acks {
+            // Acknowledgements of the previous round go before anything else (those of
+            // lazy requesters wait for more, or for the engine).
+            for i in 0..ib.acks.len() {
+                if !ib.acks[i].ids.is_empty() && !ib.acks[i].lazy {
+                    self.queue_acks(&mut ib, i);
+                }
+            }
+        }
         let n = self.drain_inbox(&mut ib, POLL_BATCH);
         self.inbox_hint.store(ib.head, Ordering::Relaxed);
-        self.flush_outs(&mut ib);
+        self.flush_responses(&mut ib);
+        let eager = ib.acks.iter().any(|a| !a.ids.is_empty() && !a.lazy);
+        let lazy = ib.acks.iter().any(|a| !a.ids.is_empty() && a.lazy);
+        // Published under the lock, so another poller's later view is not overwritten.
+        self.acks_waiting.store(eager, Ordering::Relaxed);
+        self.lazy_acks.store(lazy, Ordering::Relaxed);
         drop(ib);
+        if eager || lazy {
+            // An engine asleep for long must not keep them past a millisecond.
+            self.ep.kick();
+        }
         if n > 0 {
             bump(&self.stats.polled_progress);
         }
@@ -171,14 +228,22 @@ impl Runtime {
             self.handle_response(&h, data, from);
             return;
         }
+        if h.kind == wire::KIND_ACKS {
+            self.handle_acks(&h, data, from);
+            return;
+        }
         if h.flags & wire::FLAG_UD != 0 {
             self.ud_receive(&h, data);
             return;
         }
-        let dedup = h.op != Op::Read;
+        // A small read answers with its data and is simply executed again; a bulk read
+        // wrote the requester's memory already, and a retransmission that overtook the
+        // ack must not copy its megabytes twice.
+        let dedup = h.op != Op::Read || h.flags & wire::FLAG_FAST != 0;
         if dedup {
+            let now = ib.now;
             let peer = ib.peers.entry((from, h.epoch)).or_default();
-            peer.last_seen = Some(Instant::now());
+            peer.last_seen = Some(now);
             if h.watermark > peer.watermark {
                 peer.watermark = h.watermark;
                 if peer.done.len() > 1024 {
@@ -228,54 +293,11 @@ impl Runtime {
                         .insert(h.req_id, st);
                 }
                 self.respond(ib, &h, st, resp_len, from);
-            }
-        }
-    }
-
-    /// Queues a response; `ib.out[HEADER..HEADER+data_len]` holds read data.
-    fn respond(
-        &self,
-        ib: &mut Inbound,
-        req: &Header,
-        status: u8,
-        data_len: usize,
-        to: SocketAddrV4,
-    ) {
-        let mut h = Header::new(wire::KIND_RESP, req.op);
-        h.status = status;
-        h.epoch = req.epoch;
-        h.req_id = req.req_id;
-        h.src_gid = self.gid;
-        h.src_qpn = req.dst_qpn;
-        h.dst_qpn = req.src_qpn;
-        let data_len = if status == 0 { data_len } else { 0 };
-        h.data_len = data_len as u32;
-        h.encode(&mut ib.out);
-        let pkt = &ib.out[..wire::HEADER + data_len];
-        let slot = match ib.outs.iter().position(|b| b.to == Some(to)) {
-            Some(i) if ib.outs[i].fits(pkt.len()) => i,
-            Some(i) => {
-                self.ep.send(ib.outs[i].datagram(), to);
-                ib.outs[i].clear();
-                i
-            }
-            None => match ib.outs.iter().position(|b| b.to.is_none()) {
-                Some(i) => i,
-                None => {
-                    ib.outs.push(wire::BundleBuf::default());
-                    ib.outs.len() - 1
+                if h.flags & wire::FLAG_FAST != 0 {
+                    // A bulk copy took long: answer now, so its requester refills its
+                    // window while the next ones are copied (the pipe never runs dry).
+                    self.flush_outs(ib);
                 }
-            },
-        };
-        ib.outs[slot].push(to, pkt);
-    }
-
-    /// Sends the bundled responses of this batch.
-    pub(crate) fn flush_outs(&self, ib: &mut Inbound) {
-        for b in &mut ib.outs {
-            if let Some(to) = b.to {
-                self.ep.send(b.datagram(), to);
-                b.clear();
             }
         }
     }

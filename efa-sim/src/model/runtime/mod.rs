@@ -4,7 +4,8 @@
 //! without the target polling), and the doorbell watcher.
 //!
 //! * `requester`: a WQE the device took from a send queue becomes a request;
-//!   `responses`: answers, retransmission, RNR retries, timeouts; `chunks`: bulk RDMA
+//!   `answers`: the responder's responses and acknowledgements;
+//!   `responses`: the requester's side of answers, retransmission, RNR retries, timeouts; `chunks`: bulk RDMA
 //!   moved in datagram chunks.
 //! * `responder`: executes a request against this device's QPs and MRs and writes the
 //!   receive completions.
@@ -17,10 +18,12 @@
 //!
 //! Every send WQE becomes one request datagram with a per-endpoint `req_id`.
 //! The responder executes it once (duplicates are suppressed by
-//! `(requester address, epoch, req_id)`; reads are idempotent and simply
-//! re-executed) and answers with a response carrying the EFA status (and the
-//! data of a small RDMA read). The requester completes the WQE only on that
-//! response (SRD: success only after the responder acked). No response within
+//! `(requester address, epoch, req_id)`; small reads, whose answer carries the data,
+//! are idempotent and simply re-executed) and answers with a response carrying the EFA
+//! status (and the data of a small RDMA read); a success with nothing to return is
+//! acknowledged instead, many requests per packet (see `answers`). The requester
+//! completes the WQE only on that answer (SRD: success only after the responder
+//! acked). No answer within
 //! [`RTO`] → retransmit. An RNR response is retried after [`RNR_DELAY`],
 //! `rnr_retry` times (7 = forever), then completes with status 10.
 //! Nothing heard for [`PEER_TIMEOUT`] → status 13 if that peer address ever
@@ -60,6 +63,7 @@
 //!   in [`crate::model::send_queue`], [`crate::model::recv_queue`] and
 //!   [`crate::model::cq`].
 
+pub(crate) mod answers;
 pub(crate) mod chunks;
 pub(crate) mod direct;
 pub(crate) mod engine;
@@ -169,6 +173,13 @@ pub(crate) struct Runtime {
     pub(crate) engine_napping: AtomicBool,
     /// The inbox consumer position as last published (a lock-free "anything new?" hint).
     pub(crate) inbox_hint: AtomicU64,
+    /// Acknowledgements wait in the inbound path for a poller's next call or a request
+    /// to carry them (see [`answers`]).
+    pub(crate) acks_waiting: AtomicBool,
+    /// Acknowledgements of lazy requesters wait (for more of them, or the engine).
+    pub(crate) lazy_acks: AtomicBool,
+    /// Polls that found nothing new while lazy acknowledgements waited.
+    pub(crate) lazy_polls: AtomicU32,
 }
 
 impl Runtime {
@@ -214,6 +225,9 @@ impl Runtime {
             pollers_parked: AtomicBool::new(false),
             engine_napping: AtomicBool::new(false),
             inbox_hint: AtomicU64::new(0),
+            acks_waiting: AtomicBool::new(false),
+            lazy_acks: AtomicBool::new(false),
+            lazy_polls: AtomicU32::new(0),
         });
         RUNTIMES
             .lock()

@@ -19,6 +19,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// Requests outstanding from which new ones ask for lazy acknowledgements
+/// ([`wire::FLAG_ACK_LAZY`]): with this many in flight, acknowledgements in groups of
+/// [`wire::ACK_BATCH`] keep the window open.
+const LAZY_OUTSTANDING: usize = 64;
+
 /// Status of an RNR answer.
 pub(crate) const STATUS_RNR: u8 = st::REMOTE_ERROR_RNR as u8;
 
@@ -158,6 +163,7 @@ impl Runtime {
             },
         );
         h.epoch = self.epoch;
+        h.flags = wire::FLAG_TAKES_ACKS;
         h.src_gid = self.gid;
         h.src_qpn = qp.qpn() as u16;
         h.dst_qpn = r.dest_qpn as u16;
@@ -263,6 +269,9 @@ impl Runtime {
             // watermark (computed under the same lock) never passes a live id.
             let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
             first_pending = pend.is_empty();
+            if pend.len() >= LAZY_OUTSTANDING {
+                spec.header.flags |= wire::FLAG_ACK_LAZY;
+            }
             let req_id = self.next_req.fetch_add(1, Ordering::Relaxed);
             spec.header.req_id = req_id;
             pend.insert(
@@ -366,13 +375,20 @@ impl Runtime {
             let mut tx = tx.borrow_mut();
             let (active, bundle) = &mut *tx;
             if !*active {
+                let waiting = self.acks_waiting.load(Ordering::Relaxed)
+                    || self.lazy_acks.load(Ordering::Relaxed);
+                if waiting && bundle.to.is_none() {
+                    // Acknowledgements for `dest` may travel with it.
+                    bundle.push(dest, pkt);
+                    return self.send_requests(bundle, dest);
+                }
                 drop(tx);
                 self.ep.send(pkt, dest);
                 return;
             }
             if bundle.to.is_some_and(|to| to != dest) || !bundle.fits(pkt.len()) {
                 if let Some(to) = bundle.to {
-                    self.ep.send(bundle.datagram(), to);
+                    self.send_requests(bundle, to);
                 }
                 bundle.clear();
             }
@@ -392,7 +408,7 @@ impl Runtime {
             let (active, bundle) = &mut *tx;
             *active = false;
             if let Some(to) = bundle.to {
-                self.ep.send(bundle.datagram(), to);
+                self.send_requests(bundle, to);
             }
             bundle.clear();
         })

@@ -78,6 +78,41 @@ impl Runtime {
         self.after_settle(done, to_send);
     }
 
+    /// An acknowledgement packet from `from`: every request it lists that is pending
+    /// towards `from` and expects no data completes successfully.
+    pub(crate) fn handle_acks(&self, h: &Header, data: &[u8], from: SocketAddrV4) {
+        if h.epoch != self.epoch {
+            return;
+        }
+        let mut ids = wire::acked_ids(data).peekable();
+        while ids.peek().is_some() {
+            // A few at a time: completions are written without the table's lock.
+            let mut done = arrayvec::ArrayVec::<_, 32>::new();
+            let mut to_send = Outbox::new();
+            {
+                let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+                while !done.is_full() {
+                    let Some(id) = ids.next() else { break };
+                    let Some(p) = pend.get(&id) else { continue };
+                    let hdr = &p.spec.header;
+                    let small_read = hdr.op == Op::Read && hdr.flags & wire::FLAG_FAST == 0;
+                    // A chunked WR's parent and a small read are answered otherwise.
+                    if p.dest != from || p.chunking.is_some() || small_read {
+                        continue;
+                    }
+                    if let Some(d) = self.settle(&mut pend, id, 0, &mut to_send) {
+                        done.push(d);
+                    }
+                }
+            }
+            for (qp, o, status) in &done {
+                super::requester::complete(qp, o, *status);
+            }
+            self.after_settle(None, to_send);
+        }
+        self.mark_heard(from);
+    }
+
     /// Retransmissions, RNR retries and peer timeouts; updates the watermark.
     pub(crate) fn timers(&self) {
         let now = Instant::now();
