@@ -148,7 +148,7 @@ impl Case {
     }
 
     /// Units per timed section: as many as the queues hold between clean-ups.
-    fn group(self) -> u64 {
+    pub fn group(self) -> u64 {
         match self {
             Case::Send | Case::Write | Case::SendInline | Case::Send2Sge => SLOTS as u64,
             Case::WriteBatch | Case::RoundTrip | Case::DrainExt | Case::DrainClassic => 4,

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use crate::cases::{Case, Side};
 
-/// One row: a case and the median time per unit of each side, in nanoseconds (`None`
-/// when criterion has no estimate for it).
+/// One row: a case and the time per unit of each side, in nanoseconds (the mean of its
+/// passes' medians; `None` when criterion has no estimate for it).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Row {
     /// The case.
@@ -42,13 +42,26 @@ pub fn default_criterion_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("target/criterion"))
 }
 
-/// The median point estimate (ns) of one criterion benchmark, from its
+/// The criterion id of a side's second pass (the bench measures ours, C, C, ours).
+pub fn second_pass(side: Side) -> String {
+    format!("{}_2", side.name())
+}
+
+/// One side's time per unit (ns): the mean of the medians of its two passes, or the
+/// median of the one pass there is.
+pub fn side_ns(dir: &Path, case: Case, side: Side) -> Result<Option<f64>, String> {
+    let first = median_ns(dir, case, side.name())?;
+    let second = median_ns(dir, case, &second_pass(side))?;
+    Ok(match (first, second) {
+        (Some(a), Some(b)) => Some((a + b) / 2.0),
+        (a, b) => a.or(b),
+    })
+}
+
+/// The median point estimate (ns) of criterion benchmark `<case>/<id>`, from its
 /// `new/estimates.json`; an error names the file and what was wrong with it.
-pub fn median_ns(dir: &Path, case: Case, side: Side) -> Result<Option<f64>, String> {
-    let file = dir
-        .join(case.name())
-        .join(side.name())
-        .join("new/estimates.json");
+pub fn median_ns(dir: &Path, case: Case, id: &str) -> Result<Option<f64>, String> {
+    let file = dir.join(case.name()).join(id).join("new/estimates.json");
     let text = match std::fs::read_to_string(&file) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -69,8 +82,8 @@ pub fn rows(dir: &Path) -> Result<Vec<Row>, String> {
         .map(|case| {
             Ok(Row {
                 case,
-                ours_ns: median_ns(dir, case, Side::Ours)?,
-                c_ns: median_ns(dir, case, Side::C)?,
+                ours_ns: side_ns(dir, case, Side::Ours)?,
+                c_ns: side_ns(dir, case, Side::C)?,
             })
         })
         .collect()
@@ -123,12 +136,23 @@ mod tests {
         write(&dir, Case::Send, Side::Ours, &est(105.0));
         write(&dir, Case::Send, Side::C, &est(100.0));
         write(&dir, Case::Write, Side::C, &est(50.0));
+        // Two passes per side: their medians are averaged.
+        let second = |case: Case, side: Side, m: f64| {
+            let d = dir.join(case.name()).join(second_pass(side)).join("new");
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("estimates.json"), est(m)).unwrap();
+        };
+        write(&dir, Case::SendInline, Side::Ours, &est(10.0));
+        second(Case::SendInline, Side::Ours, 14.0);
+        write(&dir, Case::SendInline, Side::C, &est(11.0));
+        second(Case::SendInline, Side::C, 13.0);
         let rows = rows(&dir).unwrap();
         assert_eq!(rows.len(), Case::ALL.len());
         assert_eq!(rows[0].ours_ns, Some(105.0));
         assert!((rows[0].ratio().unwrap() - 1.05).abs() < 1e-12);
         assert_eq!((rows[1].ours_ns, rows[1].c_ns), (None, Some(50.0)));
         assert_eq!(rows[1].ratio(), None);
+        assert_eq!((rows[2].ours_ns, rows[2].c_ns), (Some(12.0), Some(12.0)));
         let t = table(&rows);
         let send = t.lines().find(|l| l.starts_with("send_sge ")).unwrap();
         assert!(send.ends_with("105.0       100.0   1.050"), "{send:?}");
