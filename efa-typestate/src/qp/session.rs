@@ -85,66 +85,7 @@ impl<'q> SendSession<'q> {
         self.added += 1;
         Ok(())
     }
-    /// Adds a send.
-    #[inline]
-    pub fn send<'a, P>(
-        &mut self,
-        wr_id: u64,
-        peer: &Peer<P>,
-        payload: impl Into<Payload<'a>>,
-    ) -> Result<()> {
-        self.add(wr_id, SendOp::Send, peer, payload.into())
-    }
-    /// Adds a send with immediate data (host order).
-    #[inline]
-    pub fn send_imm<'a, P>(
-        &mut self,
-        wr_id: u64,
-        peer: &Peer<P>,
-        payload: impl Into<Payload<'a>>,
-        imm: u32,
-    ) -> Result<()> {
-        self.add(wr_id, SendOp::SendImm(imm), peer, payload.into())
-    }
-    /// Adds an inline send: `bytes` are copied into the work queue now.
-    #[inline]
-    pub fn send_inline<P>(&mut self, wr_id: u64, peer: &Peer<P>, bytes: &[u8]) -> Result<()> {
-        self.add(wr_id, SendOp::Send, peer, Payload::Inline(bytes))
-    }
-    /// Adds an RDMA write of `local` to `remote` (whose start it writes).
-    #[inline]
-    pub fn write<'a, P>(
-        &mut self,
-        wr_id: u64,
-        peer: &Peer<P>,
-        local: impl Into<Payload<'a>>,
-        remote: RemoteBuffer,
-    ) -> Result<()> {
-        self.add(wr_id, SendOp::Write(remote), peer, local.into())
-    }
-    /// Adds an RDMA write with immediate.
-    #[inline]
-    pub fn write_imm<'a, P>(
-        &mut self,
-        wr_id: u64,
-        peer: &Peer<P>,
-        local: impl Into<Payload<'a>>,
-        remote: RemoteBuffer,
-        imm: u32,
-    ) -> Result<()> {
-        self.add(wr_id, SendOp::WriteImm(remote, imm), peer, local.into())
-    }
-    /// Adds an RDMA read of `remote` into `local`.
-    #[inline]
-    pub fn read<'a, P>(
-        &mut self,
-        wr_id: u64,
-        peer: &Peer<P>,
-        local: impl Into<Payload<'a>>,
-        remote: RemoteBuffer,
-    ) -> Result<()> {
-        self.add(wr_id, SendOp::Read(remote), peer, local.into())
-    }
+    crate::wr::send_builders!(peer: '_, data: 'a, generics: ['a,]);
 }
 
 impl core::fmt::Debug for SendSession<'_> {

@@ -14,6 +14,7 @@
 use crate::flags::flag_set;
 use crate::mr::{RemoteBuffer, Sge, SgeList, Sges};
 
+mod builders;
 mod chunks;
 mod copy_vec;
 mod limits;
@@ -26,6 +27,7 @@ pub use limits::QpLimits;
 pub use recv::{RecvBatch, RecvWr};
 pub use send::{SendBatch, SendWr};
 
+pub(crate) use builders::send_builders;
 pub(crate) use limits::Origin;
 pub(crate) use send::Dest;
 pub(crate) use staged::LocalKind;

@@ -162,66 +162,7 @@ impl<'a, const N: usize> SendBatch<'a, N> {
     ) -> Result<()> {
         self.push(SendWr::new(wr_id, op, peer, payload)?)
     }
-    /// Appends a send.
-    #[inline]
-    pub fn send<P>(
-        &mut self,
-        wr_id: u64,
-        peer: &'a Peer<P>,
-        payload: impl Into<Payload<'a>>,
-    ) -> Result<()> {
-        self.add(wr_id, SendOp::Send, peer, payload.into())
-    }
-    /// Appends a send with immediate data (host order).
-    #[inline]
-    pub fn send_imm<P>(
-        &mut self,
-        wr_id: u64,
-        peer: &'a Peer<P>,
-        payload: impl Into<Payload<'a>>,
-        imm: u32,
-    ) -> Result<()> {
-        self.add(wr_id, SendOp::SendImm(imm), peer, payload.into())
-    }
-    /// Appends an inline send: `bytes` are copied at post time.
-    #[inline]
-    pub fn send_inline<P>(&mut self, wr_id: u64, peer: &'a Peer<P>, bytes: &'a [u8]) -> Result<()> {
-        self.add(wr_id, SendOp::Send, peer, Payload::Inline(bytes))
-    }
-    /// Appends an RDMA write of `local` to `remote` (whose start it writes).
-    #[inline]
-    pub fn write<P>(
-        &mut self,
-        wr_id: u64,
-        peer: &'a Peer<P>,
-        local: impl Into<Payload<'a>>,
-        remote: RemoteBuffer,
-    ) -> Result<()> {
-        self.add(wr_id, SendOp::Write(remote), peer, local.into())
-    }
-    /// Appends an RDMA write with immediate.
-    #[inline]
-    pub fn write_imm<P>(
-        &mut self,
-        wr_id: u64,
-        peer: &'a Peer<P>,
-        local: impl Into<Payload<'a>>,
-        remote: RemoteBuffer,
-        imm: u32,
-    ) -> Result<()> {
-        self.add(wr_id, SendOp::WriteImm(remote, imm), peer, local.into())
-    }
-    /// Appends an RDMA read of `remote` into `local`.
-    #[inline]
-    pub fn read<P>(
-        &mut self,
-        wr_id: u64,
-        peer: &'a Peer<P>,
-        local: impl Into<Payload<'a>>,
-        remote: RemoteBuffer,
-    ) -> Result<()> {
-        self.add(wr_id, SendOp::Read(remote), peer, local.into())
-    }
+    super::builders::send_builders!(peer: 'a, data: 'a, generics: []);
     /// Fills the batch with RDMA writes of the next chunks, chunk `i` of the transfer
     /// with `wr_id` `base + i`; returns how many were added (stops when the batch or
     /// the QP's queue depth is reached).
