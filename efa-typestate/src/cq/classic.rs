@@ -119,11 +119,7 @@ impl<C> Cq<C> {
         n: c_int,
         want: usize,
     ) -> Result<usize> {
-        if n < 0 {
-            return Err(Error::verb(Verb::PollCq, -n));
-        }
-        // A provider never returns more than asked; if one did, the rest is dropped.
-        let n = (n as usize).min(want);
+        let n = entries(n, want)?;
         let len = out.len();
         // SAFETY: `len + n <= N`: the spare slots `len..len + n` are in the buffer.
         let slots = unsafe { out.as_mut_ptr().add(len) };
@@ -141,6 +137,17 @@ impl<C> Cq<C> {
         unsafe { out.set_len(len + n) };
         Ok(n)
     }
+}
+
+/// How many entries an `ibv_poll_cq` that was asked for `want` wrote, from what it
+/// returned (a count, or a negative errno).
+#[inline]
+fn entries(n: c_int, want: usize) -> Result<usize> {
+    if n < 0 {
+        return Err(Error::verb(Verb::PollCq, -n));
+    }
+    // A provider never returns more than asked; if one did, the rest is dropped.
+    Ok((n as usize).min(want))
 }
 
 /// Bytes of one `ibv_wc`: the prefix of a [`Completion`] that `ibv_poll_cq` writes.
@@ -192,11 +199,7 @@ impl<C> Cq<C> {
         // SAFETY: valid CQ; the spare capacity holds `want` entries; the provider writes
         // `n` of them and returns n (or a negative errno).
         let n = unsafe { (self.poll_cq)(self.raw.as_ptr(), want as c_int, spare) };
-        if n < 0 {
-            return Err(Error::verb(Verb::PollCq, -n));
-        }
-        // A provider never returns more than asked; if one did, the rest is dropped.
-        let n = (n as usize).min(want);
+        let n = entries(n, want)?;
         // SAFETY: any bytes are a valid `WorkCompletion` (a `MaybeUninit<ibv_wc>`); the
         // first `n` spare entries are the ones the provider wrote.
         unsafe { out.set_len(len + n) };
