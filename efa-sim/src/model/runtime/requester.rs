@@ -5,10 +5,10 @@
 
 use super::chunks::Chunking;
 use super::tables::MrTable;
-use super::{Runtime, INLINE_RDMA, RTO};
+use super::{IdMap, Runtime, INLINE_RDMA, RTO};
 use crate::model::mem::{self, Data, Place};
 use crate::model::send_queue::Request;
-use crate::model::{Pd, Qp, QpType, SendOp, Sge, ACCESS_LOCAL_WRITE, MAX_INLINE, MAX_SEND_SGE};
+use crate::model::{Pd, Qp, QpType, SendOp, Sge, ACCESS_LOCAL_WRITE, MAX_INLINE};
 use crate::provider::send::op_type;
 use crate::rcu::Guard;
 use crate::transport::wire::{self, Header, Op};
@@ -72,8 +72,8 @@ fn failed(qp: &Qp, o: &Origin, status: u8) -> bool {
 #[derive(Clone)]
 pub(crate) struct Spec {
     pub header: Header,
-    /// Local segments (lkey, iova, len), re-validated at every use.
-    pub sges: arrayvec::ArrayVec<Sge, MAX_SEND_SGE>,
+    /// Local segments (lkey, iova, len), re-validated at every use: at most a WQE's.
+    pub sges: arrayvec::ArrayVec<Sge, { efa_sys::io::TX_DESC_NUM_BUFS }>,
     pub inline: arrayvec::ArrayVec<u8, MAX_INLINE>,
     /// Whether the data travels in the datagram (SEND, small WRITE).
     pub carries_data: bool,
@@ -218,20 +218,20 @@ impl Runtime {
                 }
             }
         }
-        self.send_datagram(qp, r, o, h, first, dest);
+        self.send_datagram(qp, r, (o, h), first, dest, g);
         false
     }
 
     /// The datagram path of [`Runtime::start_send`]: `first` is where the validated first
-    /// SGE is.
+    /// SGE is; `g` is the consumer's read section.
     fn send_datagram(
         &self,
         qp: &Qp,
         r: &Request<'_>,
-        o: Origin,
-        h: Header,
+        (o, h): (Origin, Header),
         first: Option<Place>,
         dest: SocketAddrV4,
+        g: &Guard,
     ) {
         let rdma = r.op != SendOp::Send && r.op != SendOp::SendImm;
         let bulk = rdma && h.total_len as usize > INLINE_RDMA;
@@ -262,48 +262,68 @@ impl Runtime {
         }
         let Some(qp_arc) = qp.arc() else { return };
         let now = Instant::now();
-        let mut chunks = Outbox::new();
-        let first_pending;
-        let req_id = {
-            // Allocate the id under the lock that publishes it, so the low
-            // watermark (computed under the same lock) never passes a live id.
-            let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-            first_pending = pend.is_empty();
-            if pend.len() >= LAZY_OUTSTANDING {
-                spec.header.flags |= wire::FLAG_ACK_LAZY;
-            }
-            let req_id = self.next_req.fetch_add(1, Ordering::Relaxed);
-            spec.header.req_id = req_id;
-            pend.insert(
-                req_id,
-                Pending {
-                    qp: qp_arc,
-                    origin: o,
-                    dest,
-                    spec: spec.clone(),
-                    next_tx: now + RTO,
-                    last_heard: now,
-                    rnr_left: qp.rnr_retry(),
-                    chunk_parent: None,
-                    chunking: None,
-                },
-            );
-            if chunk_now {
-                self.start_chunking(&mut pend, req_id, &mut chunks);
-            }
-            req_id
+        let pending = |spec: Spec| Pending {
+            qp: qp_arc,
+            origin: o,
+            dest,
+            spec,
+            next_tx: now + RTO,
+            last_heard: now,
+            rnr_left: qp.rnr_retry(),
+            chunk_parent: None,
+            chunking: None,
         };
-        if first_pending {
-            // The engine may sleep for long with nothing outstanding: its timers are
-            // needed from now on (retransmission, peer timeout).
-            self.ep.kick();
-        }
         if chunk_now {
+            let mut chunks = Outbox::new();
+            let first_pending = {
+                let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+                let first_pending = pend.is_empty();
+                let req_id = self.publish_id(&pend, &mut spec);
+                pend.insert(req_id, pending(spec));
+                self.start_chunking(&mut pend, req_id, &mut chunks);
+                first_pending
+            };
+            if first_pending {
+                self.ep.kick();
+            }
             return self.after_settle(None, chunks);
         }
-        if !self.transmit(qp.pd(), &spec, dest) {
-            self.finish(req_id, st::LOCAL_ERROR_INVALID_LKEY as u8);
+        SCRATCH.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            let (len, first_pending) = {
+                let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+                let first_pending = pend.is_empty();
+                let req_id = self.publish_id(&pend, &mut spec);
+                // The datagram is built before the spec moves into the table (so it is
+                // not copied for the first transmission), under the lock that publishes
+                // its id; it leaves only after the entry is in, so no response can miss it.
+                let Some(len) = self.build_packet(qp.pd(), &spec, &mut buf, g) else {
+                    // A local key went away: the id was never published.
+                    drop(pend);
+                    return complete(qp, &o, st::LOCAL_ERROR_INVALID_LKEY as u8);
+                };
+                pend.insert(req_id, pending(spec));
+                (len, first_pending)
+            };
+            if first_pending {
+                // The engine may sleep for long with nothing outstanding: its timers are
+                // needed from now on (retransmission, peer timeout).
+                self.ep.kick();
+            }
+            self.emit(&buf[..len], dest);
+        })
+    }
+
+    /// Allocates the request id of `spec` under the lock of the table `pend` that
+    /// publishes it (so the low watermark, computed under the same lock, never passes a
+    /// live id), and asks for lazy acknowledgements when many requests are outstanding.
+    fn publish_id(&self, pend: &IdMap<u64, Pending>, spec: &mut Spec) -> u64 {
+        if pend.len() >= LAZY_OUTSTANDING {
+            spec.header.flags |= wire::FLAG_ACK_LAZY;
         }
+        let req_id = self.next_req.fetch_add(1, Ordering::Relaxed);
+        spec.header.req_id = req_id;
+        req_id
     }
 
     /// Builds and sends the datagram of `spec`; false if a local key went
