@@ -251,6 +251,23 @@ pub fn vs_ours_drain(
     Ok(())
 }
 
+/// The C side's `__asm__ volatile("" : : "r"(p) : "memory")`: the compiler must assume
+/// that the bytes behind `p` are read here, so they are really written. `black_box(&x)`
+/// does that too, but it also stores the pointer itself to the stack: two extra stores
+/// per iteration in `endpoint_codec`, which the C loop does not make (and which made it
+/// 0.6 ns slower with one instruction more).
+#[inline(always)]
+fn escape<T>(p: &T) {
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    // SAFETY: the template is empty: it executes nothing, and touches no register, flag
+    // or stack memory beyond its input.
+    unsafe {
+        std::arch::asm!("/* {0} */", in(reg) p as *const T, options(nostack, preserves_flags));
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    black_box(p);
+}
+
 /// `count` endpoint encodes and decodes; returns a sum of the decoded fields.
 #[no_mangle]
 #[inline(never)]
@@ -260,9 +277,9 @@ pub fn vs_ours_endpoint(gid: &Gid, qpn: u32, qkey: u32, count: u32) -> Result<i6
         let wire = EndpointInfo::new(*gid, qpn.wrapping_add(i) & MAX_QPN, qkey)?.to_bytes();
         // The bytes go to a peer: they must really be written.
         // As the C side: the bytes, and the decoded GID, must really be written.
-        black_box(&wire);
+        escape(&wire);
         let info = EndpointInfo::parse(&wire)?;
-        black_box(&info.gid());
+        escape(&info.gid());
         sum += info.qpn() as i64 + info.qkey() as i64;
     }
     Ok(sum)

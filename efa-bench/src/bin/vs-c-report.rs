@@ -1,5 +1,6 @@
 //! Prints the vs-C table from the last `cargo bench -p efa-bench --bench vs_c` run:
-//! case, ours ns, C ns, ours/C (criterion's median per unit of each side).
+//! case, ours ns, C ns, ours/C (criterion's median per unit of each side's fastest pass),
+//! and ours/C of the passes' means.
 //!
 //! `vs-c-report [CRITERION_DIR]` (default: `target/criterion` of this workspace).
 use std::path::PathBuf;
@@ -19,7 +20,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if rows.iter().all(|r| r.ours_ns.is_none() && r.c_ns.is_none()) {
+    if rows.iter().all(|r| r.ours.0.is_empty() && r.c.0.is_empty()) {
         eprintln!(
             "vs-c-report: no vs_c estimates under {} (run `cargo bench -p efa-bench --bench vs_c` first)",
             dir.display()
@@ -28,7 +29,8 @@ fn main() -> ExitCode {
     }
     print!("{}", report::table(&rows));
     println!(
-        "(criterion medians per unit, both sides in the same run; HTML report with plots: {})",
+        "(criterion medians per unit of each side's fastest of {} passes, both sides interleaved in the same run; \"of mean\": the ratio of the passes' means; HTML report with plots: {})",
+        report::PASSES,
         dir.join("report/index.html").display()
     );
     ExitCode::SUCCESS
