@@ -23,7 +23,7 @@
 //! * WQEs are executed in RTS and SQD; in ERR they complete with FLUSHED; in other
 //!   states they wait in the ring.
 
-use super::runtime::requester::{complete, Origin};
+use super::runtime::requester::{complete, Doorbell, Origin};
 use super::runtime::stats::bump;
 use super::runtime::Runtime;
 use super::{profile, Qp, QpState, QpType, SendOp, Sge};
@@ -156,7 +156,7 @@ impl DeviceSq {
             let mut direct = 0u64;
             // One read section and one datagram bundle per doorbell, not per WQE.
             let g = Guard::enter();
-            let mut heard = None;
+            let mut shared = Doorbell::default();
             // A single WQE has nothing to bundle with (and skips two thread-local
             // look-ups).
             let bundle = new > 1;
@@ -184,7 +184,7 @@ impl DeviceSq {
                     Ok(r) if state == QpState::Err => {
                         complete(qp, &Origin::of(r), st::FLUSHED as u8)
                     }
-                    Ok(r) => direct += u64::from(rt.start_send(qp, r, &g, &mut heard)),
+                    Ok(r) => direct += u64::from(rt.start_send(qp, r, &g, &mut shared)),
                     Err((bad, status)) => {
                         bump(&rt.stats.bad_wqes);
                         complete(qp, bad, *status);

@@ -94,6 +94,23 @@ pub(crate) struct Pending {
     pub chunking: Option<Chunking>,
 }
 
+/// What the WQEs of one doorbell share, so that it is done once per doorbell.
+#[derive(Default)]
+pub(crate) struct Doorbell {
+    /// The peer this doorbell last marked heard.
+    heard: Option<SocketAddrV4>,
+    /// The clock, read at the doorbell's first datagram request (a request's
+    /// retransmission deadline is relative to it; the WQEs of one doorbell are consumed
+    /// within microseconds).
+    now: Option<Instant>,
+}
+
+impl Doorbell {
+    fn now(&mut self) -> Instant {
+        *self.now.get_or_insert_with(Instant::now)
+    }
+}
+
 /// Requests to (re)send after a table update: (PD, spec, destination).
 pub(crate) type Outbox = Vec<(Arc<Pd>, Spec, SocketAddrV4)>;
 
@@ -123,14 +140,15 @@ impl Runtime {
 
     /// Executes one WQE the device took from `qp`'s send queue inside the consumer's read
     /// section `g` (one per doorbell); true if it completed on the same-process direct
-    /// path. `heard` is the peer this doorbell last marked heard (marked once, not per WR).
+    /// path. `db` is what the WQEs of this doorbell share (a peer is marked heard once, the
+    /// clock read once).
     #[inline]
     pub(crate) fn start_send(
         &self,
         qp: &Qp,
         r: &Request<'_>,
         g: &Guard,
-        heard: &mut Option<SocketAddrV4>,
+        db: &mut Doorbell,
     ) -> bool {
         let o = Origin::of(r);
         // The AH must be live and belong to the QP's PD.
@@ -210,15 +228,15 @@ impl Runtime {
                     Data::Bytes(r.inline)
                 };
                 if self.try_direct(target, qp, &o, &h, data, g) {
-                    if *heard != Some(dest) {
+                    if db.heard != Some(dest) {
                         self.mark_heard(dest);
-                        *heard = Some(dest);
+                        db.heard = Some(dest);
                     }
                     return true;
                 }
             }
         }
-        self.send_datagram(qp, r, (o, h), first, dest, g);
+        self.send_datagram(qp, r, (o, h), (first, dest), (g, db));
         false
     }
 
@@ -229,9 +247,8 @@ impl Runtime {
         qp: &Qp,
         r: &Request<'_>,
         (o, h): (Origin, Header),
-        first: Option<Place>,
-        dest: SocketAddrV4,
-        g: &Guard,
+        (first, dest): (Option<Place>, SocketAddrV4),
+        (g, db): (&Guard, &mut Doorbell),
     ) {
         let rdma = r.op != SendOp::Send && r.op != SendOp::SendImm;
         let bulk = rdma && h.total_len as usize > INLINE_RDMA;
@@ -261,7 +278,7 @@ impl Runtime {
             return complete(qp, &o, status);
         }
         let Some(qp_arc) = qp.arc() else { return };
-        let now = Instant::now();
+        let now = db.now();
         let pending = |spec: Spec| Pending {
             qp: qp_arc,
             origin: o,
