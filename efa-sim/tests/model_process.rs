@@ -37,7 +37,8 @@ fn child_entry() {
         return;
     };
     match role.as_str() {
-        "recv" => child_recv(),
+        "recv" => child_recv(true),
+        "recv_exit" => child_recv(false),
         "send" => child_send(),
         "target" => child_target(),
         "victim" => child_victim(),
@@ -46,8 +47,10 @@ fn child_entry() {
     }
 }
 
-/// Receives EXPECT checksummed messages, verifies each exactly once.
-fn child_recv() {
+/// Receives EXPECT checksummed messages, verifies each exactly once; then, when
+/// `linger`, keeps answering until told to quit, else returns at once (the process exits
+/// right after its last poll).
+fn child_recv(linger: bool) {
     let expect = env_u64("EXPECT");
     let side = Side::new(&dev(0), 0);
     let depth = 256u64;
@@ -99,9 +102,11 @@ fn child_recv() {
         st.duplicates
     );
     std::io::stdout().flush().unwrap();
-    // Keep answering retransmissions (lost ACKs) until the parent says so.
-    let mut line = String::new();
-    let _ = std::io::stdin().read_line(&mut line);
+    if linger {
+        // Keep answering retransmissions (lost ACKs) until the parent says so.
+        let mut line = String::new();
+        let _ = std::io::stdin().read_line(&mut line);
+    }
 }
 
 /// Sends COUNT messages to PEER_QPN (window = SQ depth), all must succeed.
@@ -323,6 +328,26 @@ fn hundred_thousand_messages_under_reorder_loss_and_dup_lose_nothing() {
         None,
         None,
     );
+}
+
+/// The last requests a receiver polls are acknowledged although it exits right after
+/// (its acknowledgements wait for its next poll, which never comes, and its engine
+/// thread stops with it): a NIC acknowledges whatever its process does, so the sender's
+/// last sends succeed instead of timing out with "remote stopped responding".
+#[test]
+fn a_receiver_that_exits_after_its_last_poll_still_acknowledges() {
+    let count = 1000;
+    let mut rx = Kid::spawn("recv_exit", &[("EXPECT", count.to_string())], None);
+    let qpn = rx.line("READY");
+    let env = [("COUNT", count.to_string()), ("PEER_QPN", qpn)];
+    let mut tx = Kid::spawn("send", &env, None);
+    let done = rx.line("DONE");
+    assert_eq!(field(&done, "got"), count, "{done}");
+    rx.wait(10);
+    let sent = tx.line("SENT");
+    assert_eq!(field(&sent, "done"), count, "{sent}");
+    assert_eq!(field(&sent, "errors"), 0, "{sent}");
+    tx.wait(10);
 }
 
 #[test]

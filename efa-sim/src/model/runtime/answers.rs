@@ -17,13 +17,32 @@
 //! one poll round or about a millisecond, far below the retransmission timeout, and a
 //! ping-pong carries each acknowledgement on the next message instead of a frame of its
 //! own. The answer to a bulk copy (`process_vm_*`, tens of microseconds per MiB) goes
-//! out as soon as it is made, with everything else waiting.
+//! out as soon as it is made, with everything else waiting. A process that exits sends
+//! what still waits on its way out ([`flush_at_exit`]): a NIC acknowledges whether or not
+//! its process is still running, and a peer must not time out because this one returned
+//! from `main` right after its last poll.
 
 use super::inbound::Inbound;
 use super::Runtime;
 use crate::transport::wire::{self, Header, Op};
 use std::net::SocketAddrV4;
 use std::sync::atomic::Ordering;
+use std::sync::TryLockError;
+use std::time::{Duration, Instant};
+
+/// Registered with `atexit` when the first runtime starts: every runtime of this process
+/// sends the answers that wait (acknowledgements a poller left for its next call), since
+/// its engine thread stops with the process.
+pub(crate) extern "C" fn flush_at_exit() {
+    let me = std::process::id();
+    let Ok(rts) = super::RUNTIMES.try_lock() else {
+        return;
+    };
+    // A forked child that did not exec exits with its parent's runtimes: not its own.
+    for rt in rts.iter().filter(|rt| rt.pid == me) {
+        rt.send_waiting_answers();
+    }
+}
 
 impl Runtime {
     /// Sends the requests bundled in `tx` (all for `to`), in one datagram with the
@@ -166,6 +185,22 @@ impl Runtime {
             },
         };
         ib.outs[slot].push(to, pkt);
+    }
+
+    /// Sends whatever answers wait, when the inbound path is free within a few
+    /// milliseconds (another thread at it sends them itself).
+    fn send_waiting_answers(&self) {
+        let deadline = Instant::now() + Duration::from_millis(20);
+        loop {
+            match self.inbound.try_lock() {
+                Ok(mut ib) => return self.flush_outs(&mut ib),
+                Err(TryLockError::Poisoned(p)) => return self.flush_outs(&mut p.into_inner()),
+                Err(TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    std::thread::yield_now()
+                }
+                Err(TryLockError::WouldBlock) => return,
+            }
+        }
     }
 
     /// Sends every answer of this batch, acknowledgements included.

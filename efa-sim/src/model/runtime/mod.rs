@@ -229,6 +229,11 @@ impl Runtime {
             lazy_acks: AtomicBool::new(false),
             lazy_polls: AtomicU32::new(0),
         });
+        static AT_EXIT: std::sync::Once = std::sync::Once::new();
+        // SAFETY: registers a plain extern "C" function with no preconditions.
+        AT_EXIT.call_once(|| unsafe {
+            libc::atexit(answers::flush_at_exit);
+        });
         RUNTIMES
             .lock()
             .unwrap_or_else(|e| e.into_inner())
