@@ -159,22 +159,23 @@ fn child(role: &str) {
                 let _ = std::io::stdin().read_line(&mut l);
                 st.store(true, std::sync::atomic::Ordering::Relaxed);
             });
+            let mut ids = arrayvec::ArrayVec::<u64, 32>::new();
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                match s.cq.peek() {
-                    Some(c) => {
-                        s.cq.retire();
-                        let sge = Sge {
-                            addr: addr + (c.wr_id % 64) * 64,
-                            length: 64,
-                            lkey: mr.lkey(),
-                        };
-                        s.qp.post_recv(&RecvWr {
-                            wr_id: c.wr_id,
-                            sges: std::iter::once(sge).collect(),
-                        })
-                        .unwrap();
-                    }
-                    None => std::thread::yield_now(),
+                s.cq.poll(ids.capacity(), |c| ids.push(c.wr_id));
+                if ids.is_empty() {
+                    std::thread::yield_now();
+                }
+                for wr_id in ids.drain(..) {
+                    let sge = Sge {
+                        addr: addr + (wr_id % 64) * 64,
+                        length: 64,
+                        lkey: mr.lkey(),
+                    };
+                    s.qp.post_recv(&RecvWr {
+                        wr_id,
+                        sges: std::iter::once(sge).collect(),
+                    })
+                    .unwrap();
                 }
             }
         }
@@ -250,14 +251,10 @@ fn pump(s: &Side, n: u64, window: u64, batch: u64, make: impl Fn(u64) -> SendWr)
             s.qp.post_send_batch(&staged).unwrap();
             posted += staged.len() as u64;
         }
-        let mut any = false;
-        while let Some(c) = s.cq.peek() {
-            s.cq.retire();
-            assert_eq!(c.status, 0, "{c:?}");
-            done += 1;
-            any = true;
-        }
-        if !any {
+        let got =
+            s.cq.poll(window as usize, |c| assert_eq!(c.status, 0, "{c:?}"));
+        done += got as u64;
+        if got == 0 {
             std::thread::yield_now();
         }
     }

@@ -207,11 +207,8 @@ fn hot_rate(s: &Side, ah: &Arc<Ah>, qpn: u32, n: u64, batch: u64) {
             s.qp.post_send_batch(&staged).expect("post");
             posted += staged.len() as u64;
         }
-        while let Some(c) = s.cq.peek() {
-            assert_eq!(c.status, 0, "{c:?}");
-            s.cq.retire();
-            done += 1;
-        }
+        done +=
+            s.cq.poll(WINDOW as usize, |c| assert_eq!(c.status, 0, "{c:?}")) as u64;
     }
 }
 
@@ -242,11 +239,8 @@ fn hot_rdma(s: &Side, ah: &Arc<Ah>, qpn: u32, remote: (u64, u32), op: SendOp, n:
             s.qp.post_send_batch(&[wr]).expect("post");
             posted += 1;
         }
-        while let Some(c) = s.cq.peek() {
-            assert_eq!(c.status, 0, "{c:?}");
-            s.cq.retire();
-            done += 1;
-        }
+        done +=
+            s.cq.poll(WINDOW as usize, |c| assert_eq!(c.status, 0, "{c:?}")) as u64;
     }
 }
 
@@ -260,8 +254,7 @@ fn hot_pingpong(s: &Side, ah: &Arc<Ah>, qpn: u32, n: u64) {
         outstanding += 1;
         let mut answered = false;
         while !answered || outstanding >= 32 {
-            let Some(c) = s.cq.peek() else { continue };
-            s.cq.retire();
+            let Some(c) = s.cq.take() else { continue };
             assert_eq!(c.status, 0, "{c:?}");
             if c.kind == CompletionKind::Recv {
                 s.post_recv(c.wr_id);
@@ -306,8 +299,7 @@ fn child(role: &str) {
 fn hot_child(s: &Side, ah: &Arc<Ah>, peer: u32, echo: bool, stop: &std::sync::atomic::AtomicBool) {
     let mut i = 0u64;
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-        let Some(c) = s.cq.peek() else { continue };
-        s.cq.retire();
+        let Some(c) = s.cq.take() else { continue };
         if c.kind == CompletionKind::Recv {
             s.post_recv(c.wr_id);
             if echo {

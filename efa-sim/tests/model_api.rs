@@ -609,3 +609,41 @@ fn rq_slot_freed_only_on_retire() {
     qp.post_recv(&recv(9, &[r.sge(0, 8)])).unwrap();
     assert_eq!(qp.post_recv(&recv(10, &[r.sge(0, 8)])), Err(ENOMEM));
 }
+
+#[test]
+fn poll_hands_out_up_to_max_in_order_and_retires_each() {
+    let d = dev(0);
+    let pd = d.alloc_pd().unwrap();
+    let (cq, _) = d.create_cq(64, CqOptions::default()).unwrap();
+    let (qp, _) = pd.create_qp(&srd_init(&cq, caps(8, 8), 0)).unwrap();
+    let r = Region::new(&pd, 4096, ALL_ACCESS);
+    modify(&qp, 1 | 16 | 32 | 64, QpState::Init).unwrap();
+    for i in 0..6 {
+        qp.post_recv(&recv(i, &[r.sge(0, 8)])).unwrap();
+    }
+    // ERR flushes the six receives (status 1).
+    modify(&qp, 1, QpState::Err).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while cq.len() < 6 {
+        assert!(std::time::Instant::now() < deadline, "{} flushed", cq.len());
+        std::thread::yield_now();
+    }
+    // A completion peeked and not retired is the first one polled.
+    assert_eq!(cq.peek().map(|c| c.wr_id), Some(0));
+    let mut seen = Vec::new();
+    assert_eq!(cq.poll(4, |c| seen.push((c.wr_id, c.status))), 4);
+    assert_eq!(seen, [(0, 1), (1, 1), (2, 1), (3, 1)]);
+    assert_eq!(cq.len(), 2);
+    // A consumer that panics leaves the CQ usable, and the completion it was handed
+    // unretired.
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        cq.poll(2, |_| panic!("the consumer failed"))
+    }));
+    assert!(panicked.is_err());
+    assert_eq!(cq.take().map(|c| (c.wr_id, c.status)), Some((4, 1)));
+    assert_eq!(cq.poll(8, |c| seen.push((c.wr_id, c.status))), 1);
+    assert_eq!(seen.last(), Some(&(5, 1)));
+    assert_eq!(cq.poll(8, |c| panic!("nothing is left: {c:?}")), 0);
+    assert!(cq.take().is_none());
+    assert!(cq.is_empty());
+}

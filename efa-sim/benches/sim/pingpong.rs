@@ -40,11 +40,10 @@ fn exchange(s: &Side, ah: &Arc<Ah>, qpn: u32, addr: u64, mr: &Mr, mut outstandin
     outstanding += 1;
     let mut answered = false;
     while !answered || outstanding >= RECVS {
-        let Some(c) = s.cq.peek() else {
+        let Some(c) = s.cq.take() else {
             core::hint::spin_loop();
             continue;
         };
-        s.cq.retire();
         assert_eq!(c.status, 0, "{c:?}");
         if c.kind == CompletionKind::Recv {
             post_recv(s, addr, mr, c.wr_id);
@@ -85,11 +84,10 @@ pub fn echo_child() {
         lkey: mr.lkey(),
     };
     while !stop.load(Ordering::Relaxed) {
-        let Some(c) = s.cq.peek() else {
+        let Some(c) = s.cq.take() else {
             core::hint::spin_loop();
             continue;
         };
-        s.cq.retire();
         if c.kind == CompletionKind::Recv {
             post_recv(&s, addr, &mr, c.wr_id);
             s.qp.post_send_batch(&[send_wr(&ah, peer, SEND_ID, SendOp::Send, sge, None)])

@@ -40,41 +40,31 @@ pub(super) fn wc_opcode(c: &Completion, read_as_send: bool) -> u32 {
 pub unsafe extern "C" fn poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut v::ibv_wc) -> c_int {
     // SAFETY: cq is ours.
     let sim = unsafe { SimCq::from_ibv(cq) };
-    let (m, p) = (&*sim.model, sim.model.poller());
     let wc = wc as *mut Wc;
-    p.lock();
-    let mut i = 0;
-    // SAFETY: the poll lock is held for the whole loop; the poller belongs to `m`.
-    unsafe {
-        while i < n {
-            let Some(c) = p.next(m).copied() else { break };
-            // The caller's array holds n entries; only the fields EFA writes are touched.
-            let w = &mut *wc.add(i as usize);
-            w.wr_id = c.wr_id;
-            w.status = wc_status(c.status);
-            w.opcode = wc_opcode(&c, sim.read_as_send);
-            w.vendor_err = u32::from(c.status);
-            w.qp_num = c.qp_num;
-            w.wc_flags = 0;
-            if c.is_recv() {
-                w.byte_len = c.byte_len;
-                w.src_qp = c.src_qp;
-                w.sl = 0;
-                w.slid = c.slid;
-                if let Some(imm) = c.imm_be {
-                    w.imm_data = imm;
-                    w.wc_flags = IBV_WC_WITH_IMM;
-                }
+    let mut i = 0usize;
+    let n = sim.model.poll(n.max(0) as usize, |c| {
+        // SAFETY: the caller's array holds n entries and `poll` hands out at most n;
+        // only the fields EFA writes are touched.
+        let w = unsafe { &mut *wc.add(i) };
+        i += 1;
+        w.wr_id = c.wr_id;
+        w.status = wc_status(c.status);
+        w.opcode = wc_opcode(c, sim.read_as_send);
+        w.vendor_err = u32::from(c.status);
+        w.qp_num = c.qp_num;
+        w.wc_flags = 0;
+        if c.is_recv() {
+            w.byte_len = c.byte_len;
+            w.src_qp = c.src_qp;
+            w.sl = 0;
+            w.slid = c.slid;
+            if let Some(imm) = c.imm_be {
+                w.imm_data = imm;
+                w.wc_flags = IBV_WC_WITH_IMM;
             }
-            p.retire();
-            i += 1;
         }
-        if i > 0 {
-            p.ring_doorbell(m);
-        }
-    }
-    p.unlock();
-    i
+    });
+    n as c_int
 }
 
 /// Puts the cursor's completion into the `ibv_cq_ex` plain fields; ENOENT without one.

@@ -165,6 +165,42 @@ impl Cq {
         self.poller.unlock();
     }
 
+    /// Polls up to `max` completions, oldest first, as `ibv_poll_cq` does: `f` sees each
+    /// one, which is then retired. The poll lock is taken once for all of them and the
+    /// consumer index goes to the doorbell once (`peek` + `retire` take the lock twice
+    /// per completion). A completion `peek` returned and `retire` did not is the first.
+    /// Returns how many were polled.
+    pub fn poll(&self, max: usize, mut f: impl FnMut(&Completion)) -> usize {
+        let _held = PollSession::open(&self.poller);
+        let mut n = 0;
+        // SAFETY: the poll lock is held until `_held` drops; this is the poller's CQ.
+        unsafe {
+            while n < max {
+                let c = match self.poller.current() {
+                    Some(c) => c,
+                    None => match self.poller.next(self) {
+                        Some(c) => c,
+                        None => break,
+                    },
+                };
+                f(c);
+                self.poller.retire();
+                n += 1;
+            }
+            if n > 0 {
+                self.poller.ring_doorbell(self);
+            }
+        }
+        n
+    }
+
+    /// The oldest completion, retired: `peek` and `retire` under one poll lock.
+    pub fn take(&self) -> Option<Completion> {
+        let mut got = None;
+        self.poll(1, |c| got = Some(*c));
+        got
+    }
+
     /// Completions waiting (not yet retired), including any waiting inside the device
     /// for room in the ring.
     pub fn len(&self) -> usize {
@@ -373,5 +409,21 @@ impl Cq {
         let qp = self.rt.qp(qpn, &g)?;
         let cq = if recv { qp.recv_cq() } else { qp.send_cq() };
         core::ptr::eq(Arc::as_ptr(cq), self).then_some(qp as *const Qp)
+    }
+}
+
+/// The poll lock of a CQ, held until dropped (also when a caller's closure panics).
+struct PollSession<'p>(&'p CqPoller);
+
+impl<'p> PollSession<'p> {
+    fn open(p: &'p CqPoller) -> PollSession<'p> {
+        p.lock();
+        PollSession(p)
+    }
+}
+
+impl Drop for PollSession<'_> {
+    fn drop(&mut self) {
+        self.0.unlock();
     }
 }
