@@ -89,15 +89,16 @@
 //!   `Completion` reads (it also carries the unsolicited and sender-GID fields of efadv).
 //! * `endpoint_codec`: none (one instruction fewer than C).
 //!
-//! Time, beyond instructions: `round_trip16` measured 7 to 22% slower than C in every run
-//! here (fastest sample of four passes each), with 4.4% more instructions, the same
-//! simulated cache misses and fewer simulated mispredictions (callgrind `--cache-sim
-//! --branch-sim`). The gap is in the drain: with ours posting and C's drain
-//! (`vs_c_drain_ex`) it fell to 1.007 and 1.031 in two runs, against 1.088 and 1.123 for
-//! ours throughout, in the same runs. That is 8 to 13 ns per extended-CQ completion for
-//! 9 instructions, so a stall rather than work; `drain32_ext` shows the same, smaller
-//! (1.05). Not found yet. Both sides' completion buffers are made on the heap before the
-//! timed part (the C side used to zero a stack array inside it).
+//! Time, beyond instructions: `round_trip16` (4.4% more instructions, the same simulated
+//! cache misses and fewer simulated mispredictions under callgrind `--cache-sim
+//! --branch-sim`) measured from 0.96 to 1.22 against C by fastest samples across runs of
+//! unchanged code here. A variant posting as ours and draining with C's `vs_c_drain_ex`
+//! came out at 1.007 and 1.031 in runs where ours throughout gave 1.088 and 1.123; one
+//! writing each extended-CQ entry to a local and copying it to its slot gave 0.980, 1.023
+//! and 0.986 in runs where the committed in-place writes gave 1.128, 0.962 and 1.105. So
+//! the drain is the place to look, but on this machine the evidence does not rise above
+//! the noise. Both sides' completion buffers are made on the heap before the timed part
+//! (the C side used to zero a stack array inside it).
 //!
 //! On efa-sim the provider costs 1,200 to 1,900 instructions per post, so the time
 //! ratios criterion reports there are closer to 1 than on EFA hardware, where a post
