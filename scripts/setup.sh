@@ -13,6 +13,9 @@
 #   SETUP_CROSS=1    also install what the aarch64 cross build needs (scripts/check-aarch64.sh):
 #                    the arm64 dpkg architecture, cross gcc, arm64 rdma-core, qemu-user and
 #                    the rustup target
+#   SETUP_PROFILE=1  also install valgrind, which the instruction counts need
+#                    (`cargo run --release -p efa-bench --example callgrind`, efa-sim's
+#                    post_poll_count / xproc_count drivers)
 set -euo pipefail
 
 # Package -> why the project needs it. Each is checked by name and installed when absent.
@@ -41,6 +44,11 @@ setup_cross_packages=(
   qemu-user                 # qemu-aarch64 runs the aarch64 test binaries
 )
 setup_cross_target=aarch64-unknown-linux-gnu
+
+# What the instruction counts need (SETUP_PROFILE=1).
+setup_profile_packages=(
+  valgrind                  # callgrind: instructions per operation, load-independent
+)
 
 # rdma-sys 0.3 uses bindgen 0.59, which breaks on libclang >= 16: it needs 14 or 15.
 # libclang-<v>-dev brings the library bindgen loads (libclang1-<v>) and clang's builtin
@@ -91,6 +99,11 @@ setup_missing() {
   fi
   if [ "${SETUP_CROSS:-0}" = 1 ]; then
     for p in "${setup_cross_packages[@]}"; do
+      setup_installed "$p" || echo "$p"
+    done
+  fi
+  if [ "${SETUP_PROFILE:-0}" = 1 ]; then
+    for p in "${setup_profile_packages[@]}"; do
       setup_installed "$p" || echo "$p"
     done
   fi

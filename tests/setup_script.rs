@@ -124,6 +124,11 @@ esac"#,
 
     /// Runs `script` sourced (as the project's scripts do), then prints LIBCLANG_PATH.
     fn run(&self, script: &Path) -> Run {
+        self.run_with(script, &[])
+    }
+
+    /// [`FakeMachine::run`] with extra environment (the script's options).
+    fn run_with(&self, script: &Path, env: &[(&str, &str)]) -> Run {
         let path = format!(
             "{}:{}",
             self.dir.join("bin").display(),
@@ -138,7 +143,9 @@ esac"#,
             .env("FAKE", &self.dir)
             .env("SETUP_ROOT", self.root())
             .env_remove("SETUP_CROSS")
+            .env_remove("SETUP_PROFILE")
             .env_remove("LIBCLANG_PATH")
+            .envs(env.iter().copied())
             .output()
             .expect("run bash");
         let installs = fs::read_to_string(self.dir.join("apt.log"))
@@ -343,4 +350,20 @@ fn a_failed_install_stops_with_the_package_named() {
         run.stderr.contains("Unable to locate package"),
         "apt's reason is shown"
     );
+}
+
+#[test]
+fn valgrind_is_installed_only_when_profiling_is_asked_for() {
+    let text = fs::read_to_string(SCRIPT).unwrap();
+    let owned = owned_packages(&text);
+    let owned: Vec<&str> = owned.iter().map(String::as_str).collect();
+    let m = FakeMachine::new("profile").with_libclang();
+    m.install(&owned);
+    let plain = m.run(Path::new(SCRIPT));
+    assert!(plain.ok, "{}", plain.stderr);
+    assert!(plain.installs.is_empty(), "{:?}", plain.installs);
+    let profiling = m.run_with(Path::new(SCRIPT), &[("SETUP_PROFILE", "1")]);
+    assert!(profiling.ok, "{}", profiling.stderr);
+    assert_eq!(profiling.installs, ["valgrind"]);
+    assert_eq!(profiling.stderr.trim_end(), "setup: installing valgrind");
 }
