@@ -5,6 +5,7 @@
  * a bounded time; RDMA above max_rdma_size is LOC_LEN_ERR (6) and writes nothing. */
 #include "common.h"
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 
 #define LEN 16384
@@ -91,9 +92,15 @@ int main(void)
 	/* Fork before this process opens any device (the child claims its own slot). */
 	int p[2];
 	CHECK_EQ(pipe(p), 0);
+	pid_t parent = getpid();
 	pid_t kid = fork();
 	CHECK(kid >= 0, "fork");
 	if (kid == 0) {
+		/* Dies with the parent: a parent that fails a check before its kill must not
+		 * leave the victim paused for ever (holding the test runner's output pipes). */
+		CHECK_EQ(prctl(PR_SET_PDEATHSIG, SIGKILL), 0);
+		if (getppid() != parent)
+			_exit(1); /* the parent died before prctl */
 		close(p[0]);
 		victim(p[1]);
 	}
