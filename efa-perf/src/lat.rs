@@ -21,27 +21,27 @@ fn full_check(i: u64) -> bool {
     i % 1024 == 0
 }
 
-/// Posts message `i` of `size` bytes to the peer of QP 0.
-fn post(res: &Res, test: Test, size: usize, i: u64, inline_max: usize) -> Result<()> {
-    let (qp, peer) = (&res.qps[0], &res.peers[0]);
-    let mut b = SendBatch::<1>::new(qp);
+/// Posts message `i` of `size` bytes to the peer of QP 0 (checked and handed to the
+/// provider at once, nothing staged).
+fn post(res: &mut Res, test: Test, size: usize, i: u64, inline_max: usize) -> Result<()> {
+    let (qp, peer, local) = (&mut res.qps[0], &res.peers[0], &res.local);
+    let remote = res.remote;
     let imm = i as u32;
-    match test {
-        Test::WriteLat => {
-            let remote = res
-                .remote
-                .ok_or(Error::NoSuchDevice)?
-                .slice(0, size as u64)?;
-            b.write_imm(i, peer, res.local.sge(0, size as u64)?, remote, imm)?;
+    let add = |s: &mut SendSession<'_>| -> Result<()> {
+        match test {
+            Test::WriteLat => {
+                let remote = remote.ok_or(Error::NoSuchDevice)?.slice(0, size as u64)?;
+                s.write_imm(i, peer, local.sge(0, size as u64)?, remote, imm)
+            }
+            _ if size <= inline_max => {
+                s.send_imm(i, peer, Payload::Inline(&local.as_slice()[..size]), imm)
+            }
+            _ => s.send_imm(i, peer, local.sge(0, size as u64)?, imm),
         }
-        _ if size <= inline_max => {
-            b.send_imm(i, peer, Payload::Inline(&res.local.as_slice()[..size]), imm)?;
-        }
-        _ => b.send_imm(i, peer, res.local.sge(0, size as u64)?, imm)?,
-    }
+    };
     // SAFETY: `local` is rewritten (the next stamp) only after this send's completion
     // was polled; inline payloads are copied during the call.
-    unsafe { qp.post_send(&b) }
+    unsafe { qp.post_with(add) }
 }
 
 /// Checks the receive completion `c` of message `i` (and its data), then reposts its
