@@ -21,6 +21,7 @@ use crate::transport::shm_ring::Pop;
 use crate::transport::wire::{self, Header, Op};
 use crate::transport::WAKE;
 use efa_sys::vendor::comp_status as st;
+use std::collections::hash_map::Entry;
 use std::net::SocketAddrV4;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -240,10 +241,12 @@ impl Runtime {
         // wrote the requester's memory already, and a retransmission that overtook the
         // ack must not copy its megabytes twice.
         let dedup = h.op != Op::Read || h.flags & wire::FLAG_FAST != 0;
+        // The requester's dedup state is looked up once, and this request's place in it
+        // once: the vacant entry is held across the execution and filled with its status.
+        let mut fresh = None;
         if dedup {
-            let now = ib.now;
             let peer = ib.peers.entry((from, h.epoch)).or_default();
-            peer.last_seen = Some(now);
+            peer.last_seen = Some(ib.now);
             if h.watermark > peer.watermark {
                 peer.watermark = h.watermark;
                 if peer.done.len() > 1024 {
@@ -255,10 +258,14 @@ impl Runtime {
                 bump(&self.stats.stale);
                 return;
             }
-            if let Some(st) = peer.done.get(&h.req_id).copied() {
-                bump(&self.stats.duplicates);
-                self.respond(ib, &h, st, 0, from);
-                return;
+            match peer.done.entry(h.req_id) {
+                Entry::Occupied(done) => {
+                    let st = *done.get();
+                    bump(&self.stats.duplicates);
+                    self.respond(ib, &h, st, 0, from);
+                    return;
+                }
+                Entry::Vacant(v) => fresh = Some(v),
             }
         }
         let mut resp_len = 0usize;
@@ -285,12 +292,10 @@ impl Runtime {
             Outcome::Respond(st) => {
                 if st == STATUS_RNR {
                     bump(&self.stats.rnr_naks);
-                } else if dedup && st != wire::STATUS_FALLBACK {
-                    ib.peers
-                        .entry((from, h.epoch))
-                        .or_default()
-                        .done
-                        .insert(h.req_id, st);
+                } else if st != wire::STATUS_FALLBACK {
+                    if let Some(v) = fresh {
+                        v.insert(st);
+                    }
                 }
                 self.respond(ib, &h, st, resp_len, from);
                 if h.flags & wire::FLAG_FAST != 0 {
