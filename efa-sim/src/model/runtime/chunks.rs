@@ -4,9 +4,10 @@
 //! flight, each acknowledged; a write with immediate ends with a data-less commit request
 //! that delivers the immediate once every chunk landed.
 
+use super::pending::PendingTable;
 use super::requester::{Origin, Outbox, Pending};
 use super::stats::bump;
-use super::{IdMap, Runtime, INLINE_RDMA, RTO};
+use super::{Runtime, INLINE_RDMA, RTO};
 use crate::model::Qp;
 use crate::transport::wire::{self, Op};
 use std::sync::atomic::Ordering;
@@ -30,22 +31,23 @@ impl Runtime {
     /// write-with-imm commit in `to_send`.
     pub(crate) fn settle(
         &self,
-        pend: &mut IdMap<u64, Pending>,
+        pend: &mut PendingTable<Pending>,
         id: u64,
         status: u8,
         to_send: &mut Outbox,
     ) -> Option<(Arc<Qp>, Origin, u8)> {
-        let p = pend.remove(&id)?;
-        let Some(parent_id) = p.chunk_parent else {
-            return Some((p.qp, p.origin, status));
+        // Only what the completion needs is copied out of the table.
+        let (qp, origin, chunk_parent) =
+            pend.remove_map(id, |p| (p.qp, p.origin, p.chunk_parent))?;
+        let Some(parent_id) = chunk_parent else {
+            return Some((qp, origin, status));
         };
         if status != 0 {
-            pend.retain(|_, c| c.chunk_parent != Some(parent_id));
-            let parent = pend.remove(&parent_id)?;
-            return Some((parent.qp, parent.origin, status));
+            drop(pend.take_where(|c| c.chunk_parent != Some(parent_id)));
+            return pend.remove_map(parent_id, |p| (p.qp, p.origin, status));
         }
         let now = Instant::now();
-        let parent = pend.get_mut(&parent_id)?;
+        let parent = pend.get_mut(parent_id)?;
         parent.last_heard = now;
         let mut ch = parent.chunking?;
         ch.inflight -= 1;
@@ -68,8 +70,7 @@ impl Runtime {
                 to_send.push((parent.qp.pd().clone(), parent.spec.clone(), parent.dest));
                 return None;
             }
-            let parent = pend.remove(&parent_id)?;
-            return Some((parent.qp, parent.origin, 0));
+            return pend.remove_map(parent_id, |p| (p.qp, p.origin, 0));
         }
         if let Some((off, len)) = next {
             self.spawn_chunk(pend, parent_id, off, len, to_send);
@@ -80,13 +81,13 @@ impl Runtime {
     /// Adds chunk `[off, off+len)` of WR `parent_id` as its own request.
     fn spawn_chunk(
         &self,
-        pend: &mut IdMap<u64, Pending>,
+        pend: &mut PendingTable<Pending>,
         parent_id: u64,
         off: u64,
         len: u32,
         to_send: &mut Outbox,
     ) {
-        let Some(parent) = pend.get(&parent_id) else {
+        let Some(parent) = pend.get(parent_id) else {
             return;
         };
         let mut spec = parent.spec.clone();
@@ -122,11 +123,11 @@ impl Runtime {
     /// The responder could not copy with process_vm_*: move WR `id` in chunks.
     pub(crate) fn start_chunking(
         &self,
-        pend: &mut IdMap<u64, Pending>,
+        pend: &mut PendingTable<Pending>,
         id: u64,
         to_send: &mut Outbox,
     ) {
-        let Some(p) = pend.get_mut(&id) else { return };
+        let Some(p) = pend.get_mut(id) else { return };
         bump(&self.stats.chunked);
         let total = p.spec.header.total_len as u64;
         let mut ch = Chunking {

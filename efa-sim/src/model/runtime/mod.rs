@@ -68,6 +68,7 @@ pub(crate) mod chunks;
 pub(crate) mod direct;
 pub(crate) mod engine;
 pub(crate) mod inbound;
+pub(crate) mod pending;
 pub(crate) mod requester;
 pub(crate) mod responder;
 pub(crate) mod responses;
@@ -79,6 +80,7 @@ use crate::config::Config;
 use crate::model::{Device, Errno, Gid, Mr, Profile, Qp, MAX_QPS_PER_PROCESS};
 use crate::rcu::Guard;
 use crate::transport::{self, Endpoint};
+use pending::PendingTable;
 use requester::Pending;
 pub use stats::Stats;
 use stats::StatsInner;
@@ -97,6 +99,9 @@ pub const RNR_DELAY: Duration = Duration::from_millis(1);
 pub const PEER_TIMEOUT: Duration = Duration::from_millis(1000);
 /// RDMA up to this many bytes carries its data in the datagram.
 pub const INLINE_RDMA: usize = 16 * 1024;
+/// Slots of the ring of outstanding requests ([`pending`]): more requests than this in
+/// flight at once, or one much older than the rest, go to its overflow map.
+const PENDING_RING: usize = 1024;
 
 /// Multiply-shift hasher for the integer keys of the datagram path's tables (ids and
 /// addresses are not attacker-chosen in a way that matters: a flood of colliding
@@ -154,7 +159,7 @@ pub(crate) struct Runtime {
     /// Generation of each QP table slot (bumped per QP created there).
     qp_gens: Box<[AtomicU16]>,
     ahs: AhTable,
-    pending: Mutex<IdMap<u64, Pending>>,
+    pending: Mutex<PendingTable<Pending>>,
     next_req: AtomicU64,
     low_water: AtomicU64,
     heard: Mutex<HashSet<SocketAddrV4>>,
@@ -212,7 +217,7 @@ impl Runtime {
                 .map(|_| AtomicU16::new(0))
                 .collect(),
             ahs: AhTable::default(),
-            pending: Mutex::new(IdMap::with_capacity_and_hasher(8192, Default::default())),
+            pending: Mutex::new(PendingTable::with_capacity(PENDING_RING)),
             next_req: AtomicU64::new(1),
             low_water: AtomicU64::new(1),
             heard: Mutex::new(HashSet::new()),

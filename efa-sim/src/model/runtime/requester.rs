@@ -4,8 +4,9 @@
 //! WR fails: RNR retries exhausted, peer silent, AH destroyed, QP flushed).
 
 use super::chunks::Chunking;
+use super::pending::PendingTable;
 use super::tables::MrTable;
-use super::{IdMap, Runtime, INLINE_RDMA, RTO};
+use super::{Runtime, INLINE_RDMA, RTO};
 use crate::model::mem::{self, Data, Place};
 use crate::model::send_queue::Request;
 use crate::model::{Pd, Qp, QpType, SendOp, Sge, ACCESS_LOCAL_WRITE, MAX_INLINE};
@@ -296,7 +297,7 @@ impl Runtime {
                 let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
                 let first_pending = pend.is_empty();
                 let req_id = self.publish_id(&pend, &mut spec);
-                pend.insert(req_id, pending(spec));
+                pend.insert_with(req_id, || pending(spec));
                 self.start_chunking(&mut pend, req_id, &mut chunks);
                 first_pending
             };
@@ -319,7 +320,7 @@ impl Runtime {
                     drop(pend);
                     return complete(qp, &o, st::LOCAL_ERROR_INVALID_LKEY as u8);
                 };
-                pend.insert(req_id, pending(spec));
+                pend.insert_with(req_id, || pending(spec));
                 (len, first_pending)
             };
             if first_pending {
@@ -334,7 +335,7 @@ impl Runtime {
     /// Allocates the request id of `spec` under the lock of the table `pend` that
     /// publishes it (so the low watermark, computed under the same lock, never passes a
     /// live id), and asks for lazy acknowledgements when many requests are outstanding.
-    fn publish_id(&self, pend: &IdMap<u64, Pending>, spec: &mut Spec) -> u64 {
+    fn publish_id(&self, pend: &PendingTable<Pending>, spec: &mut Spec) -> u64 {
         if pend.len() >= LAZY_OUTSTANDING {
             spec.header.flags |= wire::FLAG_ACK_LAZY;
         }
@@ -475,15 +476,11 @@ impl Runtime {
 
     /// Drops outstanding requests of QP `qpn` without completions.
     pub(crate) fn purge_pending(&self, qpn: u32) {
-        let gone: Vec<Pending> = {
-            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-            let ids: Vec<u64> = p
-                .iter()
-                .filter(|(_, v)| v.qp.qpn() == qpn)
-                .map(|(k, _)| *k)
-                .collect();
-            ids.into_iter().filter_map(|k| p.remove(&k)).collect()
-        };
+        let gone = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take_where(|p| p.qp.qpn() != qpn);
         drop(gone);
     }
 
@@ -498,11 +495,11 @@ impl Runtime {
     }
 
     fn flush_where(&self, f: impl Fn(&Pending) -> bool, status: u8) {
-        let gone: Vec<Pending> = {
-            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-            let ids: Vec<u64> = p.iter().filter(|(_, v)| f(v)).map(|(k, _)| *k).collect();
-            ids.into_iter().filter_map(|k| p.remove(&k)).collect()
-        };
+        let gone = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take_where(|p| !f(p));
         for p in gone.into_iter().filter(|p| p.chunk_parent.is_none()) {
             complete(&p.qp, &p.origin, status);
         }

@@ -22,7 +22,7 @@ impl Runtime {
         let now = Instant::now();
         let mut status = h.status;
         let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(p) = pend.get_mut(&h.req_id) else {
+        let Some(p) = pend.get_mut(h.req_id) else {
             return;
         };
         if p.dest != from {
@@ -93,7 +93,7 @@ impl Runtime {
                 let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
                 while !done.is_full() {
                     let Some(id) = ids.next() else { break };
-                    let Some(p) = pend.get(&id) else { continue };
+                    let Some(p) = pend.get(id) else { continue };
                     let hdr = &p.spec.header;
                     let small_read = hdr.op == Op::Read && hdr.flags & wire::FLAG_FAST == 0;
                     // A chunked WR's parent and a small read are answered otherwise.
@@ -122,7 +122,7 @@ impl Runtime {
             let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
             let mut low = self.next_req.load(Ordering::Relaxed);
             for (id, p) in pend.iter_mut() {
-                low = low.min(*id);
+                low = low.min(id);
                 if now.duration_since(p.last_heard) > PEER_TIMEOUT {
                     if self.config.trace {
                         eprintln!(
@@ -132,7 +132,7 @@ impl Runtime {
                             p.spec.header.watermark
                         );
                     }
-                    expired.push((*id, p.dest));
+                    expired.push((id, p.dest));
                 } else if now >= p.next_tx {
                     p.next_tx = now + RTO;
                     resend.push((p.qp.pd().clone(), p.spec.clone(), p.dest));
