@@ -11,6 +11,7 @@
 //!
 //! Answers (responses and acknowledgements) are queued and sent by [`super::answers`].
 
+use super::answered::Answered;
 use super::requester::STATUS_RNR;
 use super::responder::Outcome;
 use super::stats::bump;
@@ -21,7 +22,6 @@ use crate::transport::shm_ring::Pop;
 use crate::transport::wire::{self, Header, Op};
 use crate::transport::WAKE;
 use efa_sys::vendor::comp_status as st;
-use std::collections::hash_map::Entry;
 use std::net::SocketAddrV4;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 #[derive(Default)]
 struct PeerDedup {
     watermark: u64,
-    done: IdMap<u64, u8>,
+    done: Answered,
     last_seen: Option<Instant>,
 }
 
@@ -241,32 +241,26 @@ impl Runtime {
         // wrote the requester's memory already, and a retransmission that overtook the
         // ack must not copy its megabytes twice.
         let dedup = h.op != Op::Read || h.flags & wire::FLAG_FAST != 0;
-        // The requester's dedup state is looked up once, and this request's place in it
-        // once: the vacant entry is held across the execution and filled with its status.
-        let mut fresh = None;
+        // The requester's dedup state is looked up once, and kept across the execution to
+        // remember this request's status in.
+        let mut remember = None;
         if dedup {
             let peer = ib.peers.entry((from, h.epoch)).or_default();
             peer.last_seen = Some(ib.now);
             if h.watermark > peer.watermark {
                 peer.watermark = h.watermark;
-                if peer.done.len() > 1024 {
-                    let wm = peer.watermark;
-                    peer.done.retain(|k, _| *k >= wm);
-                }
+                peer.done.forget_below(peer.watermark);
             }
             if h.req_id < peer.watermark {
                 bump(&self.stats.stale);
                 return;
             }
-            match peer.done.entry(h.req_id) {
-                Entry::Occupied(done) => {
-                    let st = *done.get();
-                    bump(&self.stats.duplicates);
-                    self.respond(ib, &h, st, 0, from);
-                    return;
-                }
-                Entry::Vacant(v) => fresh = Some(v),
+            if let Some(st) = peer.done.get(h.req_id) {
+                bump(&self.stats.duplicates);
+                self.respond(ib, &h, st, 0, from);
+                return;
             }
+            remember = Some(peer);
         }
         let mut resp_len = 0usize;
         let g = Guard::enter();
@@ -293,8 +287,8 @@ impl Runtime {
                 if st == STATUS_RNR {
                     bump(&self.stats.rnr_naks);
                 } else if st != wire::STATUS_FALLBACK {
-                    if let Some(v) = fresh {
-                        v.insert(st);
+                    if let Some(peer) = remember {
+                        peer.done.insert(h.req_id, st, peer.watermark);
                     }
                 }
                 self.respond(ib, &h, st, resp_len, from);

@@ -63,6 +63,7 @@
 //!   in [`crate::model::send_queue`], [`crate::model::recv_queue`] and
 //!   [`crate::model::cq`].
 
+pub(crate) mod answered;
 pub(crate) mod answers;
 pub(crate) mod chunks;
 pub(crate) mod direct;
