@@ -115,8 +115,12 @@ impl std::hash::Hasher for IdHasher {
         self.0
     }
     fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0.rotate_left(5) ^ *b as u64).wrapping_mul(0x517c_c1b7_2722_0a95);
+        // Eight bytes per step (an IPv4 address is one): a byte-wise loop cost a multiply
+        // per byte of every address key.
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
         }
     }
     fn write_u64(&mut self, v: u64) {
