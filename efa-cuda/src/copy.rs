@@ -68,7 +68,7 @@ pub fn fill<M: DeviceMemory + ?Sized>(mem: &mut M, value: u8) -> Result<()> {
     set(&*mem, value)
 }
 
-/// [`fill`] for a holder with exclusive access to `mem` another way (see [`write`]).
+/// [`fill`] for a holder with exclusive access to `mem` another way (see [`write`](fn@write)).
 pub(crate) fn set<M: DeviceMemory + ?Sized>(mem: &M, value: u8) -> Result<()> {
     let driver = driver_of(mem)?;
     let _ctx = driver.device(mem.device_ordinal())?.make_current()?;

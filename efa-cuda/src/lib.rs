@@ -15,7 +15,7 @@
 //!   [`copy_to_device`], [`copy_to_host`].
 //! * [`align`]: the page-rounded export arithmetic (page size from `sysconf`).
 //! * [`export_dmabuf`]: `cuMemGetHandleForAddressRange` for the pages around a buffer.
-//! * [`register`] / [`GpuMr::new`]: registration with an EFA PD (`&Pd` or `Arc<Pd>`),
+//! * [`register`](fn@register) / [`GpuMr::new`]: registration with an EFA PD (`&Pd` or `Arc<Pd>`),
 //!   by dma-buf ([`CudaDmaBuf`] → `efa_typestate::DmaBufMr`), falling back to `ibv_reg_mr`
 //!   on the CUDA address ([`CudaAddress`] → `efa_typestate::DeviceAddressMr`, needs
 //!   `nvidia_peermem`), with the memory's device context current. A [`GpuMr`] has no host

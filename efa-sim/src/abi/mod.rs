@@ -1,9 +1,9 @@
 //! The C ABI of `libibverbs.so.1` + `libefa.so.1`, translated onto [`crate::model`].
 //!
-//! Every exported function is declared with [`export!`] at its rdma-core default
-//! version node. Objects handed to C are `#[repr(C)]` structs whose first member is
-//! the public rdma-core struct (newest layout), followed by our private state, so a
-//! pointer the consumer gives back is turned into ours with a cast (`from_*`).
+//! Every exported function is declared with `export!` (module [`export`]) at its rdma-core
+//! default version node. Objects handed to C are `#[repr(C)]` structs whose first member is
+//! the public rdma-core struct (newest layout), followed by our private state, so a pointer
+//! the consumer gives back is turned into ours with a cast (`from_*`).
 //!
 //! Unsafe code: every `extern "C"` function here trusts the caller to pass pointers
 //! that rdma-core's contract allows (objects this library created, buffers of the

@@ -26,18 +26,17 @@
 //!   pinned with a pidfd, so its exit (and any later reuse of the pid) voids
 //!   the proof. A mismatching pid re-reads the record.
 //!
-//! Anything else (a forged or stale pid, an address the sender does not own,
-//! no pidfd support, a different pid namespace) gets the answer
-//! `STATUS_FALLBACK` once the rkey and range are valid, and the data moves in
-//! datagrams, which is always safe because the bytes are in the packets
-//! (counted in [`Stats::unproven`]). The requester re-validates its own range
-//! against its lkey at every (re)transmission before naming it. A request
-//! naming this very process is additionally checked against a live MR of one
-//! of its devices. What this does not defend against: a process of the same
-//! uid that writes false owner records or raw packets (it could read and
-//! write the victim's memory through ptrace or `/proc/<pid>/mem` anyway), and
-//! deregistering an MR while a WR on it is in flight (user error, as on
-//! hardware: the copy may still land).
+//! Anything else (a forged or stale pid, an address the sender does not own, no pidfd
+//! support, a different pid namespace) gets the answer `STATUS_FALLBACK` once the rkey
+//! and range are valid, and the data moves in datagrams, which is always safe because
+//! the bytes are in the packets (counted in
+//! [`Stats::unproven`](crate::model::Stats::unproven)). The requester re-validates its
+//! own range against its lkey at every (re)transmission before naming it. A request
+//! naming this very process is additionally checked against a live MR of one of its
+//! devices. What this does not defend against: a process of the same uid that writes
+//! false owner records or raw packets (it could read and write the victim's memory
+//! through ptrace or `/proc/<pid>/mem` anyway), and deregistering an MR while a WR on
+//! it is in flight (user error, as on hardware: the copy may still land).
 //!
 
 use super::Runtime;
