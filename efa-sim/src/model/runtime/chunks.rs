@@ -43,7 +43,7 @@ impl Runtime {
             return Some((qp, origin, status));
         };
         if status != 0 {
-            drop(pend.take_where(|c| c.chunk_parent != Some(parent_id)));
+            drop(pend.take_if(|c| c.chunk_parent == Some(parent_id)));
             return pend.remove_map(parent_id, |p| (p.qp, p.origin, status));
         }
         let now = Instant::now();

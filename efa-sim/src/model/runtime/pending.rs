@@ -123,11 +123,11 @@ impl<P> PendingTable<P> {
         ring.chain(self.overflow.iter_mut().map(|(id, p)| (*id, p)))
     }
 
-    /// Takes out the requests `keep` says no to.
-    pub fn take_where(&mut self, mut keep: impl FnMut(&P) -> bool) -> Vec<P> {
+    /// Takes out the requests `pick` chooses.
+    pub fn take_if(&mut self, mut pick: impl FnMut(&P) -> bool) -> Vec<P> {
         let ids: Vec<u64> = self
             .iter_mut()
-            .filter(|(_, p)| !keep(p))
+            .filter(|(_, p)| pick(p))
             .map(|(id, _)| id)
             .collect();
         ids.into_iter().filter_map(|id| self.remove(id)).collect()
@@ -160,7 +160,7 @@ mod tests {
         let mut all: Vec<(u64, u64)> = t.iter_mut().map(|(id, v)| (id, *v)).collect();
         all.sort_unstable();
         assert_eq!(all, [(2, 20), (6, 60), (9, 91), (13, 130)]);
-        let mut gone = t.take_where(|v| *v % 20 != 0);
+        let mut gone = t.take_if(|v| *v % 20 == 0);
         gone.sort_unstable();
         assert_eq!(gone, [20, 60]);
         assert_eq!(t.len(), 2);

@@ -480,7 +480,7 @@ impl Runtime {
             .pending
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .take_where(|p| p.qp.qpn() != qpn);
+            .take_if(|p| p.qp.qpn() == qpn);
         drop(gone);
     }
 
@@ -499,7 +499,7 @@ impl Runtime {
             .pending
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .take_where(|p| !f(p));
+            .take_if(f);
         for p in gone.into_iter().filter(|p| p.chunk_parent.is_none()) {
             complete(&p.qp, &p.origin, status);
         }
