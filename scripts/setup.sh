@@ -88,24 +88,25 @@ setup_installed() {
   dpkg-query -W -f='${Status}\n' "$1" 2>/dev/null | grep -q "install ok installed"
 }
 
-# Prints the packages to install, one per line.
-setup_missing() {
+# Prints those of the packages named as arguments that are not installed.
+setup_absent() {
   local p
-  for p in "${setup_packages[@]}"; do
+  for p in "$@"; do
     setup_installed "$p" || echo "$p"
   done
+}
+
+# Prints the packages to install, one per line.
+setup_missing() {
+  setup_absent "${setup_packages[@]}"
   if ! setup_libclang_dir >/dev/null || ! setup_clang_headers_present; then
     echo "$setup_libclang_package"
   fi
   if [ "${SETUP_CROSS:-0}" = 1 ]; then
-    for p in "${setup_cross_packages[@]}"; do
-      setup_installed "$p" || echo "$p"
-    done
+    setup_absent "${setup_cross_packages[@]}"
   fi
   if [ "${SETUP_PROFILE:-0}" = 1 ]; then
-    for p in "${setup_profile_packages[@]}"; do
-      setup_installed "$p" || echo "$p"
-    done
+    setup_absent "${setup_profile_packages[@]}"
   fi
 }
 
