@@ -190,3 +190,50 @@ fn a_config_without_the_direct_path_sends_datagrams() {
     assert_eq!(buf.bytes(0, 14), b"over datagrams");
     assert_eq!(a.stats().direct, 0, "{:?}", a.stats());
 }
+
+#[test]
+fn a_doorbell_s_completions_are_in_the_cq_when_its_post_returns_in_wqe_order() {
+    // The same-process path completes each WQE as it is consumed; the completions of one
+    // doorbell reach the CQ together, before the post returns, in WQE order, errors
+    // included, also past the 32 the device collects before writing them.
+    let config = Arc::new(Config {
+        direct: true,
+        faults: Default::default(),
+        ..(**Sim::get().config()).clone()
+    });
+    assert!(config.direct_path());
+    let profile = Profile {
+        max_tx_batch: 0, // one doorbell for all 40
+        ..Profile::default()
+    };
+    let d = Device::standalone_in(47, profile, config).unwrap();
+    let s = side_with(&d, 64, 64, 0);
+    let ah = s.ah_to(&s);
+    let unknown_lkey = Sge {
+        addr: 0x1000,
+        length: 8,
+        lkey: 0x00ab_cdef,
+    };
+    let wrs: Vec<SendWr> = (0..40)
+        .map(|i| {
+            let sges: &[Sge] = if i % 5 == 3 { &[unknown_lkey] } else { &[] };
+            wr(&ah, nobody(&s), i, SendOp::Send, sges)
+        })
+        .collect();
+    let doorbells = d.stats().sq_doorbells;
+    s.qp.post_send_batch(&wrs).unwrap();
+    assert_eq!(d.stats().sq_doorbells - doorbells, 1);
+    let mut got = Vec::new();
+    s.cq.poll(64, |c| got.push((c.wr_id, c.status)));
+    let want: Vec<(u64, u8)> = (0..40)
+        .map(|i| {
+            let status = if i % 5 == 3 {
+                efa_sys::vendor::comp_status::LOCAL_ERROR_INVALID_LKEY as u8
+            } else {
+                efa_sys::vendor::comp_status::REMOTE_ERROR_BAD_DEST_QPN as u8
+            };
+            (i, status)
+        })
+        .collect();
+    assert_eq!(got, want);
+}

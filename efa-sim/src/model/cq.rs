@@ -293,21 +293,42 @@ impl Cq {
         self.push_inline(&Cqe::send(qp_num, req_id, status, op_type))
     }
 
+    /// Send completions of one doorbell of `qp_num` (`(req_id, status, op_type)`, in
+    /// order), written under one producer lock with one notification: the lock is a
+    /// locked instruction per acquisition, and a doorbell of 32 WQEs took it 32 times.
+    #[inline]
+    pub(crate) fn push_sends(&self, qp_num: u16, done: &[(u16, u8, u8)]) {
+        {
+            let mut p = self.prod.lock();
+            for &(req_id, status, op_type) in done {
+                self.add(&mut p, &Cqe::send(qp_num, req_id, status, op_type));
+            }
+        }
+        self.notify();
+    }
+
     #[inline(always)]
     fn push_inline(&self, e: &Cqe) {
         {
             let mut p = self.prod.lock();
-            let used = u32::from(p.at.count.wrapping_sub(self.consumer_index()));
-            if !p.waiting.is_empty() || used >= self.depth {
-                p.waiting.push_back(*e);
-                self.waiting
-                    .store(p.waiting.len() as u32, Ordering::Release);
-                bump(&self.rt.stats.cq_overflows);
-                return;
-            }
-            self.write(&mut p, e);
+            self.add(&mut p, e);
         }
         self.notify();
+    }
+
+    /// Writes `e` into the ring, or keeps it until there is room (the producer lock is
+    /// held).
+    #[inline(always)]
+    fn add(&self, p: &mut Producer, e: &Cqe) {
+        let used = u32::from(p.at.count.wrapping_sub(self.consumer_index()));
+        if !p.waiting.is_empty() || used >= self.depth {
+            p.waiting.push_back(*e);
+            self.waiting
+                .store(p.waiting.len() as u32, Ordering::Release);
+            bump(&self.rt.stats.cq_overflows);
+            return;
+        }
+        self.write(p, e);
     }
 
     /// The consumer index moved (the provider polled, or the watcher saw a doorbell

@@ -23,7 +23,7 @@
 //! * WQEs are executed in RTS and SQD; in ERR they complete with FLUSHED; in other
 //!   states they wait in the ring.
 
-use super::runtime::requester::{complete, Doorbell, Origin};
+use super::runtime::requester::{Doorbell, Origin};
 use super::runtime::stats::bump;
 use super::runtime::Runtime;
 use super::{profile, Qp, QpState, QpType, SendOp, Sge};
@@ -182,15 +182,18 @@ impl DeviceSq {
                 // Matched by reference: the decoded request is not moved again.
                 match &decode(&raw, size, qp) {
                     Ok(r) if state == QpState::Err => {
-                        complete(qp, &Origin::of(r), st::FLUSHED as u8)
+                        shared.complete(qp, &Origin::of(r), st::FLUSHED as u8)
                     }
                     Ok(r) => direct += u64::from(rt.start_send(qp, r, &g, &mut shared)),
                     Err((bad, status)) => {
                         bump(&rt.stats.bad_wqes);
-                        complete(qp, bad, *status);
+                        shared.complete(qp, bad, *status);
                     }
                 }
             }
+            // The doorbell's completions go into the CQ before its datagrams leave and
+            // before another thread may consume the ring.
+            shared.flush(qp);
             if bundle {
                 rt.end_batch();
             }

@@ -8,7 +8,7 @@
 //! over the datagram path, so every status and timing rule of the protocol still holds.
 //! Completions can therefore be in the CQ before the doorbell write returns.
 
-use super::requester::{complete, Origin, STATUS_RNR};
+use super::requester::{Doorbell, Origin, STATUS_RNR};
 use super::responder::Outcome;
 use super::Runtime;
 use crate::model::mem::{self, Data};
@@ -22,6 +22,7 @@ impl Runtime {
     /// `Data::Local` range) on the same-process `target` and completes the WQE, inside the
     /// caller's read section `g`. Returns false (nothing done) when the outcome needs the
     /// datagram path: RNR (retried with delay), fallback, or a silent drop (times out).
+    /// The completion joins the doorbell's `db`.
     /// The caller counts direct executions ([`super::Stats::direct`]) and marks the peer
     /// heard.
     #[inline(always)]
@@ -32,7 +33,7 @@ impl Runtime {
         o: &Origin,
         h: &Header,
         data: Data<'_>,
-        g: &Guard,
+        (g, db): (&Guard, &mut Doorbell),
     ) -> bool {
         let mut read_src = None;
         // A read carries no payload; its local SGE is where the answer lands.
@@ -56,7 +57,7 @@ impl Runtime {
                 }
             }
         }
-        complete(qp, o, status);
+        db.complete(qp, o, status);
         true
     }
 }

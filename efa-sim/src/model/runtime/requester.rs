@@ -63,12 +63,6 @@ pub(crate) fn complete(qp: &Qp, o: &Origin, status: u8) {
     }
 }
 
-/// Completes `o` with the error `status`; false (the WR did not go direct).
-fn failed(qp: &Qp, o: &Origin, status: u8) -> bool {
-    complete(qp, o, status);
-    false
-}
-
 /// What a request carries, kept so it can be rebuilt for retransmission.
 #[derive(Clone)]
 pub(crate) struct Spec {
@@ -95,7 +89,11 @@ pub(crate) struct Pending {
     pub chunking: Option<Chunking>,
 }
 
-/// What the WQEs of one doorbell share, so that it is done once per doorbell.
+/// Send completions a doorbell collects before writing them to the CQ together.
+const DONE_BATCH: usize = 32;
+
+/// What the WQEs of one doorbell share, so that it is done once per doorbell. All its
+/// WQEs belong to one QP.
 #[derive(Default)]
 pub(crate) struct Doorbell {
     /// The peer this doorbell last marked heard.
@@ -104,11 +102,43 @@ pub(crate) struct Doorbell {
     /// retransmission deadline is relative to it; the WQEs of one doorbell are consumed
     /// within microseconds).
     now: Option<Instant>,
+    /// Send completions of WQEs that finished while the doorbell was consumed
+    /// (`(req_id, status, op_type)`, in WQE order), not yet in the CQ: written together
+    /// by [`Doorbell::flush`], which the consumer calls before it lets the doorbell go.
+    done: arrayvec::ArrayVec<(u16, u8, u8), DONE_BATCH>,
 }
 
 impl Doorbell {
     fn now(&mut self) -> Instant {
         *self.now.get_or_insert_with(Instant::now)
+    }
+
+    /// [`complete`], collected: the completion reaches `qp`'s send CQ at the next
+    /// [`Doorbell::flush`] (or now, when the collection is full).
+    #[inline]
+    pub fn complete(&mut self, qp: &Qp, o: &Origin, status: u8) {
+        if status == 0 && !o.signaled {
+            return;
+        }
+        if self.done.is_full() {
+            self.flush(qp);
+        }
+        self.done.push((o.req_id, status, o.op_type));
+    }
+
+    /// Writes the collected completions to `qp`'s send CQ.
+    #[inline]
+    pub fn flush(&mut self, qp: &Qp) {
+        if !self.done.is_empty() {
+            qp.send_cq().push_sends(qp.qpn() as u16, &self.done);
+            self.done.clear();
+        }
+    }
+
+    /// Completes `o` with the error `status`; false (the WR did not go direct).
+    fn failed(&mut self, qp: &Qp, o: &Origin, status: u8) -> bool {
+        self.complete(qp, o, status);
+        false
     }
 }
 
@@ -158,20 +188,20 @@ impl Runtime {
                 let local = if self.direct { e.local_runtime() } else { None };
                 (e.endpoint, local)
             }
-            _ => return failed(qp, &o, st::LOCAL_ERROR_INVALID_AH as u8),
+            _ => return db.failed(qp, &o, st::LOCAL_ERROR_INVALID_AH as u8),
         };
         let Some((ip, dev)) = endpoint else {
-            return failed(qp, &o, st::LOCAL_ERROR_INVALID_AH as u8);
+            return db.failed(qp, &o, st::LOCAL_ERROR_INVALID_AH as u8);
         };
         let Some(dest) = self.ep.addr_of(ip, dev, r.dest_qpn) else {
-            return failed(qp, &o, st::LOCAL_ERROR_INVALID_AH as u8);
+            return db.failed(qp, &o, st::LOCAL_ERROR_INVALID_AH as u8);
         };
         let total = r.total;
         let rdma = r.op != SendOp::Send && r.op != SendOp::SendImm;
         if (!rdma && total > self.profile.mtu_bytes as u64)
             || (rdma && total > self.profile.max_rdma_size as u64)
         {
-            return failed(qp, &o, st::LOCAL_ERROR_BAD_LENGTH as u8);
+            return db.failed(qp, &o, st::LOCAL_ERROR_BAD_LENGTH as u8);
         }
         let mut h = Header::new(
             wire::KIND_REQ,
@@ -215,7 +245,7 @@ impl Runtime {
                         None => all_host = false,
                     }
                 }
-                None => return failed(qp, &o, st::LOCAL_ERROR_INVALID_LKEY as u8),
+                None => return db.failed(qp, &o, st::LOCAL_ERROR_INVALID_LKEY as u8),
             }
         }
         // Direct only when the destination QPN lives in that same-process device (another
@@ -228,7 +258,7 @@ impl Runtime {
                 } else {
                     Data::Bytes(r.inline)
                 };
-                if self.try_direct(target, qp, &o, &h, data, g) {
+                if self.try_direct(target, qp, &o, &h, data, (g, db)) {
                     if db.heard != Some(dest) {
                         self.mark_heard(dest);
                         db.heard = Some(dest);
@@ -276,7 +306,7 @@ impl Runtime {
             } else {
                 st::LOCAL_ERROR_INVALID_LKEY as u8
             };
-            return complete(qp, &o, status);
+            return db.complete(qp, &o, status);
         }
         let Some(qp_arc) = qp.arc() else { return };
         let now = db.now();
@@ -318,7 +348,7 @@ impl Runtime {
                 let Some(len) = self.build_packet(qp.pd(), &spec, &mut buf, g) else {
                     // A local key went away: the id was never published.
                     drop(pend);
-                    return complete(qp, &o, st::LOCAL_ERROR_INVALID_LKEY as u8);
+                    return db.complete(qp, &o, st::LOCAL_ERROR_INVALID_LKEY as u8);
                 };
                 pend.insert_with(req_id, || pending(spec));
                 (len, first_pending)
