@@ -237,3 +237,36 @@ fn a_doorbell_s_completions_are_in_the_cq_when_its_post_returns_in_wqe_order() {
         .collect();
     assert_eq!(got, want);
 }
+
+#[test]
+fn a_destroyed_qp_s_doorbells_and_direct_wqes_stay_counted() {
+    // Each send queue keeps its own share of these counters (no locked add per
+    // doorbell); the device's counters add them up, and keep them when the QP goes.
+    let config = Arc::new(Config {
+        direct: true,
+        faults: Default::default(),
+        ..(**Sim::get().config()).clone()
+    });
+    let d = Device::standalone_in(48, Profile::default(), config).unwrap();
+    let s = side_with(&d, 64, 64, 0);
+    let t = side_with(&d, 64, 64, 0);
+    let before = d.stats();
+    for side in [&s, &t] {
+        let ah = side.ah_to(side);
+        let wrs: Vec<SendWr> = (0..3)
+            .map(|i| wr(&ah, nobody(side), i, SendOp::Send, &[]))
+            .collect();
+        side.qp.post_send_batch(&wrs).unwrap();
+    }
+    let posted = d.stats();
+    assert_eq!(posted.sq_doorbells - before.sq_doorbells, 2);
+    assert_eq!(posted.direct - before.direct, 6);
+    s.qp.destroy().unwrap();
+    assert_eq!(d.stats(), posted, "the destroyed QP's counts stay");
+    let ah = t.ah_to(&t);
+    t.qp.post_send_batch(&[wr(&ah, nobody(&t), 9, SendOp::Send, &[])])
+        .unwrap();
+    let after = d.stats();
+    assert_eq!(after.sq_doorbells - posted.sq_doorbells, 1);
+    assert_eq!(after.direct - posted.direct, 1);
+}

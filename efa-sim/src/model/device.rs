@@ -170,7 +170,7 @@ impl Device {
     /// Counters of this device in this process (zero before first use).
     pub fn stats(self: &Arc<Self>) -> Stats {
         match self.rt.get() {
-            Some(Ok(rt)) => rt.stats.snapshot(),
+            Some(Ok(rt)) => rt.stats(),
             _ => Stats::default(),
         }
     }

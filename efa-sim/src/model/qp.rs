@@ -457,6 +457,8 @@ impl Qp {
             second.poller().unlock();
         }
         first.poller().unlock();
+        // Its counts join the device's (it is no longer found in the table).
+        self.sq_dev.fold_counts(&self.pd.rt);
         // Requests executing on this QP (inside read sections) finish before it goes.
         crate::model::runtime::tables::retire(gone);
         self.pd.rt.purge_pending(self.qpn);

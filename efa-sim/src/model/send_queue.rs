@@ -39,7 +39,7 @@ use efa_sys::io::{
     TX_META_DESC_PHASE_MASK,
 };
 use efa_sys::vendor::comp_status as st;
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 
 /// A WQE as the device executes it (inline data borrowed from the WQE copy it was
 /// decoded from: no per-WR copy of a 128-byte area).
@@ -77,6 +77,8 @@ struct Consumer {
     at: Cursor,
     /// Where the device last stopped at a stale WQE (counted once per stall).
     stalled: Option<u16>,
+    /// The QP left the device's table: its counts go to the device's from now on.
+    folded: bool,
 }
 
 impl Request<'_> {
@@ -93,6 +95,12 @@ pub(crate) struct DeviceSq {
     at: SpinMutex<Consumer>,
     /// Mirror of the consumer position for lock-free "anything new?" checks.
     consumed: AtomicU16,
+    /// This queue's share of [`crate::model::Stats::sq_doorbells`] and `direct`, written
+    /// only by the consumer (under `at`) with a plain load and store: a locked add to the
+    /// device's counters cost two full barriers per doorbell. [`Runtime::stats`] adds
+    /// them up.
+    doorbells: AtomicU64,
+    direct: AtomicU64,
 }
 
 impl DeviceSq {
@@ -103,8 +111,50 @@ impl DeviceSq {
             at: SpinMutex::new(Consumer {
                 at: Cursor::default(),
                 stalled: None,
+                folded: false,
             }),
             consumed: AtomicU16::new(0),
+            doorbells: AtomicU64::new(0),
+            direct: AtomicU64::new(0),
+        }
+    }
+
+    /// The doorbells that brought WQEs, and the WQEs executed on the same-process path,
+    /// counted here and not yet in the device's counters.
+    pub fn counts(&self) -> (u64, u64) {
+        (
+            self.doorbells.load(Ordering::Relaxed),
+            self.direct.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The QP leaves the device: its counts move to the device's counters, and later
+    /// ones (a doorbell consumed while it was being destroyed) go there directly.
+    pub fn fold_counts(&self, rt: &Runtime) {
+        let mut c = self.at.lock();
+        c.folded = true;
+        let (doorbells, direct) = self.counts();
+        rt.stats
+            .sq_doorbells
+            .fetch_add(doorbells, Ordering::Relaxed);
+        rt.stats.direct.fetch_add(direct, Ordering::Relaxed);
+        self.doorbells.store(0, Ordering::Relaxed);
+        self.direct.store(0, Ordering::Relaxed);
+    }
+
+    /// Counts a doorbell that brought WQEs, `direct` of them executed on the
+    /// same-process path (the caller holds the consumer lock `c`).
+    #[inline]
+    fn count(&self, c: &Consumer, rt: &Runtime, direct: u64) {
+        if c.folded {
+            bump(&rt.stats.sq_doorbells);
+            rt.stats.direct.fetch_add(direct, Ordering::Relaxed);
+            return;
+        }
+        let add = |a: &AtomicU64, n: u64| a.store(a.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+        add(&self.doorbells, 1);
+        if direct > 0 {
+            add(&self.direct, direct);
         }
     }
 
@@ -198,14 +248,9 @@ impl DeviceSq {
                 rt.end_batch();
             }
             drop(g);
-            if direct > 0 {
-                rt.stats
-                    .direct
-                    .fetch_add(direct, core::sync::atomic::Ordering::Relaxed);
-            }
             if consumed > 0 {
                 any = true;
-                bump(&rt.stats.sq_doorbells);
+                self.count(&c, rt, direct);
             }
             drop(c);
             // A doorbell rung while we held the position found it busy: look again.

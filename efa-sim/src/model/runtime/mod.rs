@@ -337,6 +337,18 @@ impl Runtime {
             .filter(|q| q.qpn() == qpn && !q.is_dead())
     }
 
+    /// The device's counters, with the shares its send queues keep themselves.
+    pub(crate) fn stats(&self) -> Stats {
+        let mut s = self.stats.snapshot();
+        let g = Guard::enter();
+        self.qps.for_each(&g, |_, qp| {
+            let (doorbells, direct) = qp.sq_dev().counts();
+            s.sq_doorbells += doorbells;
+            s.direct += direct;
+        });
+        s
+    }
+
     /// Remembers that `from` answered this device (a later silence is status 13, not 15).
     #[inline(always)]
     pub(crate) fn mark_heard(&self, from: SocketAddrV4) {
