@@ -19,17 +19,17 @@
 //! side executes per unit (the provider's included, in the calling thread), which does
 //! not depend on what else the machine runs. On efa-sim (x86-64, Rust 1.95, gcc 12 -O3);
 //! "first" is efa-typestate as issue 10 left it, "then" after the first tuning round,
-//! "now" after the second (and after efa-sim's own per-WR cost fell by a third, which
-//! shrinks the C column and so raises every ratio for the same `ours - C`):
+//! "now" after the second (the C column also moves with efa-sim's own cost per post,
+//! which both sides pay; `ours - C` is what the safe API adds):
 //!
 //! | case | first ours/C | then ours/C | now C | now ours | ours - C | ours/C |
 //! |---|---:|---:|---:|---:|---:|---:|
-//! | send_sge | 1.088 | 1.005 | 1647 | 1672 | +25 | 1.015 |
-//! | write | 1.111 | 1.017 | 1264 | 1295 | +31 | 1.025 |
-//! | send_inline | 1.077 | 1.007 | 1662 | 1677 | +15 | 1.009 |
-//! | send_2sge | 1.086 | 1.015 | 1871 | 1913 | +42 | 1.023 |
-//! | write_batch32 | 1.086 | 1.043 | 33129 | 34226 | +1097 | 1.033 |
-//! | round_trip16 | 1.076 | 1.044 | 35642 | 37222 | +1580 | 1.044 |
+//! | send_sge | 1.088 | 1.005 | 1713 | 1738 | +25 | 1.015 |
+//! | write | 1.111 | 1.017 | 1328 | 1359 | +31 | 1.024 |
+//! | send_inline | 1.077 | 1.007 | 1719 | 1734 | +15 | 1.009 |
+//! | send_2sge | 1.086 | 1.015 | 1937 | 1979 | +42 | 1.022 |
+//! | write_batch32 | 1.086 | 1.043 | 33707 | 34808 | +1101 | 1.033 |
+//! | round_trip16 | 1.076 | 1.044 | 35963 | 37543 | +1580 | 1.044 |
 //! | poll_empty_ext | 1.638 | 1.000 | 108 | 108 | 0 | 1.000 |
 //! | poll_empty_classic | 1.764 | 0.992 | 139 | 139 | 0 | 1.000 |
 //! | drain32_ext | 1.160 | 1.043 | 10572 | 10872 | +300 | 1.028 |
@@ -97,7 +97,11 @@
 //! writing each extended-CQ entry to a local and copying it to its slot gave 0.980, 1.023
 //! and 0.986 in runs where the committed in-place writes gave 1.128, 0.962 and 1.105. So
 //! the drain is the place to look, but on this machine the evidence does not rise above
-//! the noise. Both sides' completion buffers are made on the heap before the timed part
+//! the noise. Later, with efa-sim cheaper per doorbell (send completions written together,
+//! no locked counter adds), three runs on a quiet machine gave round_trip16 1.051, 1.051
+//! and 1.058 by fastest passes while every other case stayed at or below 1.035: the same
+//! 1,580 instructions (the checks of 16 receives and 16 sends, about 32 per request) over
+//! a smaller total. Both sides' completion buffers are made on the heap before the timed part
 //! (the C side used to zero a stack array inside it).
 //!
 //! On efa-sim the provider costs 1,200 to 1,900 instructions per post, so the time
