@@ -36,6 +36,18 @@ fn side_with(dev: &Arc<Device>, cq_depth: u32, sq: u32, efa_flags: u16) -> Side 
     }
 }
 
+/// A device `index` whose same-process path is on, whatever the environment says (no
+/// faults, `EFA_SIM_DIRECT` ignored).
+fn direct_device(index: u32, profile: Profile) -> Arc<Device> {
+    let config = Arc::new(Config {
+        direct: true,
+        faults: Default::default(),
+        ..(**Sim::get().config()).clone()
+    });
+    assert!(config.direct_path());
+    Device::standalone_in(index, profile, config).unwrap()
+}
+
 /// A QPN of this process's slot that no QP holds (requests to it complete with 9).
 fn nobody(s: &Side) -> u32 {
     s.qp.qpn() | 0x1ff
@@ -196,17 +208,11 @@ fn a_doorbell_s_completions_are_in_the_cq_when_its_post_returns_in_wqe_order() {
     // The same-process path completes each WQE as it is consumed; the completions of one
     // doorbell reach the CQ together, before the post returns, in WQE order, errors
     // included, also past the 32 the device collects before writing them.
-    let config = Arc::new(Config {
-        direct: true,
-        faults: Default::default(),
-        ..(**Sim::get().config()).clone()
-    });
-    assert!(config.direct_path());
     let profile = Profile {
         max_tx_batch: 0, // one doorbell for all 40
         ..Profile::default()
     };
-    let d = Device::standalone_in(47, profile, config).unwrap();
+    let d = direct_device(47, profile);
     let s = side_with(&d, 64, 64, 0);
     let ah = s.ah_to(&s);
     let unknown_lkey = Sge {
@@ -242,12 +248,7 @@ fn a_doorbell_s_completions_are_in_the_cq_when_its_post_returns_in_wqe_order() {
 fn a_destroyed_qp_s_doorbells_and_direct_wqes_stay_counted() {
     // Each send queue keeps its own share of these counters (no locked add per
     // doorbell); the device's counters add them up, and keep them when the QP goes.
-    let config = Arc::new(Config {
-        direct: true,
-        faults: Default::default(),
-        ..(**Sim::get().config()).clone()
-    });
-    let d = Device::standalone_in(48, Profile::default(), config).unwrap();
+    let d = direct_device(48, Profile::default());
     let s = side_with(&d, 64, 64, 0);
     let t = side_with(&d, 64, 64, 0);
     let before = d.stats();
