@@ -51,13 +51,19 @@ impl Origin {
             ahn: r.ahn,
         }
     }
+
+    /// Whether ending with `status` makes a completion: not for a successful unsignaled
+    /// WQE (errors always complete, as in verbs).
+    #[inline]
+    pub fn completes(&self, status: u8) -> bool {
+        status != 0 || self.signaled
+    }
 }
 
-/// Writes the send completion of `o` with `status` (none for a successful unsignaled
-/// WQE: errors always complete, as in verbs).
+/// Writes the send completion of `o` with `status` (see [`Origin::completes`]).
 #[inline]
 pub(crate) fn complete(qp: &Qp, o: &Origin, status: u8) {
-    if status != 0 || o.signaled {
+    if o.completes(status) {
         qp.send_cq()
             .push_send(qp.qpn() as u16, o.req_id, status, o.op_type);
     }
@@ -117,7 +123,7 @@ impl Doorbell {
     /// [`Doorbell::flush`] (or now, when the collection is full).
     #[inline]
     pub fn complete(&mut self, qp: &Qp, o: &Origin, status: u8) {
-        if status == 0 && !o.signaled {
+        if !o.completes(status) {
             return;
         }
         if self.done.is_full() {
