@@ -122,6 +122,30 @@ fn send_wr(
     }
 }
 
+/// 64-byte WRs of `op` to `qpn`, one per 64-byte slot: the i-th reads (or, for a read,
+/// fills) slot i of `local` (address, lkey) and, for RDMA, targets slot i of `remote`
+/// (address, rkey). Built before a clock starts and posted again and again.
+fn slot_wrs(
+    ah: &Arc<Ah>,
+    qpn: u32,
+    op: SendOp,
+    slots: u64,
+    (local, lkey): (u64, u32),
+    remote: Option<(u64, u32)>,
+) -> Vec<SendWr> {
+    (0..slots)
+        .map(|i| {
+            let sge = Sge {
+                addr: local + i * 64,
+                length: 64,
+                lkey,
+            };
+            let remote = remote.map(|(addr, rkey)| (addr + i * 64, rkey));
+            send_wr(ah, qpn, i, op, sge, remote)
+        })
+        .collect()
+}
+
 fn dev0() -> Arc<Device> {
     Sim::get().devices()[0].clone()
 }
@@ -372,16 +396,7 @@ fn bench_two_process(c: &mut Criterion) {
     {
         let kid = Kid::spawn("recv");
         g.throughput(Throughput::Elements(1));
-        let wrs: Vec<SendWr> = (0..64u64)
-            .map(|i| {
-                let sge = Sge {
-                    addr: addr + i * 64,
-                    length: 64,
-                    lkey: mr.lkey(),
-                };
-                send_wr(&ah, kid.qpn, i, SendOp::Send, sge, None)
-            })
-            .collect();
+        let wrs = slot_wrs(&ah, kid.qpn, SendOp::Send, 64, (addr, mr.lkey()), None);
         for batch in [16u64, 1] {
             let id = BenchmarkId::new("send64_msg_rate", format!("batch{batch}"));
             g.bench_function(id, |b| {

@@ -7,7 +7,7 @@
 //! that of building `SendWr` values (an `Arc<Ah>` clone and drop each). The safe API's
 //! cost for the same work is in the `efa` crate's benches.
 
-use super::{region, send_wr, side};
+use super::{region, side, slot_wrs};
 use criterion::{BenchmarkId, Criterion, Throughput};
 use efa_sim::model::*;
 use std::time::{Duration, Instant};
@@ -27,17 +27,14 @@ pub fn rdma_write64_post_poll(c: &mut Criterion) {
     let _known = b.pd.create_ah(&dev.gid).unwrap();
     let (src, src_mr) = region(&a.pd, 4096);
     let (dst, dst_mr) = region(&b.pd, 4096);
-    let wrs: Vec<SendWr> = (0..SLOTS)
-        .map(|i| {
-            let sge = Sge {
-                addr: src + i * 64,
-                length: 64,
-                lkey: src_mr.lkey(),
-            };
-            let remote = Some((dst + i * 64, dst_mr.rkey()));
-            send_wr(&ah, b.qp.qpn(), i, SendOp::RdmaWrite, sge, remote)
-        })
-        .collect();
+    let wrs = slot_wrs(
+        &ah,
+        b.qp.qpn(),
+        SendOp::RdmaWrite,
+        SLOTS,
+        (src, src_mr.lkey()),
+        Some((dst, dst_mr.rkey())),
+    );
     let mut g = c.benchmark_group("in_process");
     g.throughput(Throughput::Elements(1));
     for batch in [32u64, 1] {
