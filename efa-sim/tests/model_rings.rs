@@ -271,3 +271,85 @@ fn a_destroyed_qp_s_doorbells_and_direct_wqes_stay_counted() {
     assert_eq!(after.sq_doorbells - posted.sq_doorbells, 1);
     assert_eq!(after.direct - posted.direct, 1);
 }
+
+#[test]
+fn one_doorbell_reaches_each_wqe_s_own_destination_and_fails_only_bad_ones() {
+    // The device reuses a WQE's route (its AH, and the slot of its destination QPN: the
+    // process serving it) for the next WQE of the same doorbell with the same pair: a
+    // change of AH, of QPN or of slot, an AH of another PD or a QPN nobody holds, between
+    // good WQEs, must each still get their own outcome.
+    let profile = Profile {
+        max_tx_batch: 0, // one doorbell for all
+        ..Profile::default()
+    };
+    let d = direct_device(49, profile);
+    let s = side_with(&d, 64, 64, 0);
+    let t = side_with(&d, 64, 64, 0);
+    let u = side_with(&d, 64, 64, 0);
+    let (to_t, to_u) = (s.ah_to(&t), s.ah_to(&u));
+    let foreign = t.ah_to(&t); // of t's PD: unusable on s's QP
+    let src = helpers::Region::new(&s.pd, 256, helpers::ALL_ACCESS);
+    let (inbox_t, inbox_u) = (
+        helpers::Region::new(&t.pd, 256, helpers::ALL_ACCESS),
+        helpers::Region::new(&u.pd, 256, helpers::ALL_ACCESS),
+    );
+    for i in 0..4u64 {
+        t.qp.post_recv(&recv(100 + i, &[inbox_t.sge(i as usize * 16, 16)]))
+            .unwrap();
+        u.qp.post_recv(&recv(200 + i, &[inbox_u.sge(i as usize * 16, 16)]))
+            .unwrap();
+    }
+    // (AH, QPN) of each WQE; its payload is 16 bytes of its own index.
+    // A QPN of another slot (a process this test does not start): not same-process, so
+    // a datagram that nobody answers (it stays outstanding while the test runs).
+    let elsewhere = t.qp.qpn() ^ (1 << efa_sim::transport::QP_INDEX_BITS);
+    let plan: [(&Arc<Ah>, u32); 10] = [
+        (&to_t, t.qp.qpn()),
+        (&to_t, t.qp.qpn()),
+        (&foreign, t.qp.qpn()),
+        (&to_t, t.qp.qpn()),
+        (&to_u, u.qp.qpn()),
+        (&to_u, nobody(&u)),
+        (&to_u, u.qp.qpn()),
+        (&to_t, u.qp.qpn()), // same AH as before, another QPN: reaches u
+        (&to_t, t.qp.qpn()),
+        (&to_t, elsewhere),
+    ];
+    let wrs: Vec<SendWr> = plan
+        .iter()
+        .enumerate()
+        .map(|(i, (ah, qpn))| {
+            src.fill(i * 16, &[i as u8; 16]);
+            wr(ah, *qpn, i as u64, SendOp::Send, &[src.sge(i * 16, 16)])
+        })
+        .collect();
+    let before = d.stats();
+    s.qp.post_send_batch(&wrs).unwrap();
+    let after = d.stats();
+    assert_eq!(after.sq_doorbells - before.sq_doorbells, 1);
+    // All but the foreign AH's WQE and the one to the other slot went direct.
+    assert_eq!(after.direct - before.direct, 8);
+    let mut sent = Vec::new();
+    s.cq.poll(64, |c| sent.push((c.wr_id, c.status)));
+    use efa_sys::vendor::comp_status as st;
+    let want: Vec<(u64, u8)> = (0..9)
+        .map(|i| match i {
+            2 => (i, st::LOCAL_ERROR_INVALID_AH as u8),
+            5 => (i, st::REMOTE_ERROR_BAD_DEST_QPN as u8),
+            _ => (i, 0),
+        })
+        .collect();
+    assert_eq!(sent, want);
+    // t got WQEs 0, 1, 3, 8 in its receives in order; u got 4, 6, 7.
+    for (side, inbox, first, got) in [
+        (&t, &inbox_t, 100, &[0u8, 1, 3, 8][..]),
+        (&u, &inbox_u, 200, &[4, 6, 7]),
+    ] {
+        for (k, &i) in got.iter().enumerate() {
+            let c = next(&side.cq, 10);
+            assert_eq!((c.wr_id, c.status, c.byte_len), (first + k as u64, 0, 16));
+            assert_eq!(inbox.bytes(k * 16, 16), [i; 16]);
+        }
+        helpers::none_within(&side.cq, 20);
+    }
+}

@@ -73,6 +73,7 @@ pub(crate) mod pending;
 pub(crate) mod requester;
 pub(crate) mod responder;
 pub(crate) mod responses;
+pub(crate) mod route;
 pub mod stats;
 pub(crate) mod tables;
 pub(crate) mod trust;

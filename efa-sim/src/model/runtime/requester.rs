@@ -5,6 +5,7 @@
 
 use super::chunks::Chunking;
 use super::pending::PendingTable;
+use super::route::Route;
 use super::tables::MrTable;
 use super::{Runtime, INLINE_RDMA, RTO};
 use crate::model::mem::{self, Data, Place};
@@ -112,6 +113,10 @@ pub(crate) struct Doorbell {
     /// (`(req_id, status, op_type)`, in WQE order), not yet in the CQ: written together
     /// by [`Doorbell::flush`], which the consumer calls before it lets the doorbell go.
     done: arrayvec::ArrayVec<(u16, u8, u8), DONE_BATCH>,
+    /// The route of this doorbell's last WQE, reused by the next one with the same AH and
+    /// destination slot (runs of WQEs to one peer are the common case): the AH table, the
+    /// port of the destination and the same-process runtime are looked up once per run.
+    route: Option<Route>,
 }
 
 impl Doorbell {
@@ -188,20 +193,14 @@ impl Runtime {
         db: &mut Doorbell,
     ) -> bool {
         let o = Origin::of(r);
-        // The AH must be live and belong to the QP's PD.
-        let (endpoint, local) = match self.ahs().get(r.ahn, g) {
-            Some(e) if e.pd == Arc::as_ptr(qp.pd()) as usize => {
-                let local = if self.direct { e.local_runtime() } else { None };
-                (e.endpoint, local)
-            }
-            _ => return db.failed(qp, &o, st::LOCAL_ERROR_INVALID_AH as u8),
+        let route = match db.route {
+            Some(route) if route.serves(r) => route,
+            _ => match self.route(qp, r, g) {
+                Some(route) => *db.route.insert(route),
+                None => return db.failed(qp, &o, st::LOCAL_ERROR_INVALID_AH as u8),
+            },
         };
-        let Some((ip, dev)) = endpoint else {
-            return db.failed(qp, &o, st::LOCAL_ERROR_INVALID_AH as u8);
-        };
-        let Some(dest) = self.ep.addr_of(ip, dev, r.dest_qpn) else {
-            return db.failed(qp, &o, st::LOCAL_ERROR_INVALID_AH as u8);
-        };
+        let dest = route.dest;
         let total = r.total;
         let rdma = r.op != SendOp::Send && r.op != SendOp::SendImm;
         if (!rdma && total > self.profile.mtu_bytes as u64)
@@ -254,10 +253,9 @@ impl Runtime {
                 None => return db.failed(qp, &o, st::LOCAL_ERROR_INVALID_LKEY as u8),
             }
         }
-        // Direct only when the destination QPN lives in that same-process device (another
-        // process can serve the same GID: its QPNs carry its own slot), and only from host
-        // memory (local GPU memory reached by copies takes the datagram path).
-        if let Some(target) = local.filter(|t| t.qp_index(r.dest_qpn).is_some()) {
+        // Direct only to a same-process device (see `route`), and only from host memory
+        // (local GPU memory reached by copies takes the datagram path).
+        if let Some(target) = route.local {
             if qp.qp_type() != QpType::Ud && all_host {
                 let data = if r.inline.is_empty() {
                     Data::Local(&hosts)
