@@ -20,16 +20,17 @@
 //! not depend on what else the machine runs. On efa-sim (x86-64, Rust 1.95, gcc 12 -O3);
 //! "first" is efa-typestate as issue 10 left it, "then" after the first tuning round,
 //! "now" after the second (the C column also moves with efa-sim's own cost per post,
-//! which both sides pay; `ours - C` is what the safe API adds):
+//! which both sides pay: it last fell with the per-doorbell route of efa-sim's
+//! requester; `ours - C` is what the safe API adds, unchanged by it):
 //!
 //! | case | first ours/C | then ours/C | now C | now ours | ours - C | ours/C |
 //! |---|---:|---:|---:|---:|---:|---:|
-//! | send_sge | 1.088 | 1.005 | 1713 | 1738 | +25 | 1.015 |
-//! | write | 1.111 | 1.017 | 1328 | 1359 | +31 | 1.024 |
-//! | send_inline | 1.077 | 1.007 | 1719 | 1734 | +15 | 1.009 |
-//! | send_2sge | 1.086 | 1.015 | 1937 | 1979 | +42 | 1.022 |
-//! | write_batch32 | 1.086 | 1.043 | 33707 | 34808 | +1101 | 1.033 |
-//! | round_trip16 | 1.076 | 1.044 | 35963 | 37543 | +1580 | 1.044 |
+//! | send_sge | 1.088 | 1.005 | 1698 | 1723 | +25 | 1.015 |
+//! | write | 1.111 | 1.017 | 1318 | 1349 | +31 | 1.024 |
+//! | send_inline | 1.077 | 1.007 | 1710 | 1725 | +15 | 1.009 |
+//! | send_2sge | 1.086 | 1.015 | 1925 | 1967 | +42 | 1.022 |
+//! | write_batch32 | 1.086 | 1.043 | 31887 | 32988 | +1101 | 1.035 |
+//! | round_trip16 | 1.076 | 1.044 | 34958 | 36538 | +1580 | 1.045 |
 //! | poll_empty_ext | 1.638 | 1.000 | 108 | 108 | 0 | 1.000 |
 //! | poll_empty_classic | 1.764 | 0.992 | 139 | 139 | 0 | 1.000 |
 //! | drain32_ext | 1.160 | 1.043 | 10572 | 10872 | +300 | 1.028 |
@@ -101,7 +102,9 @@
 //! no locked counter adds), three runs on a quiet machine gave round_trip16 1.051, 1.051
 //! and 1.058 by fastest passes while every other case stayed at or below 1.035: the same
 //! 1,580 instructions (the checks of 16 receives and 16 sends, about 32 per request) over
-//! a smaller total. Both sides' completion buffers are made on the heap before the timed part
+//! a smaller total. With efa-sim cheaper again (the route kept per doorbell), runs on a
+//! quiet machine gave round_trip16 1.042, 1.042, 0.992 and 1.034, and the whole table
+//! at most 1.035 by fastest passes. Both sides' completion buffers are made on the heap before the timed part
 //! (the C side used to zero a stack array inside it).
 //!
 //! On efa-sim the provider costs 1,200 to 1,900 instructions per post, so the time
