@@ -5,6 +5,10 @@
 //! hashing. An id whose slot still holds an older request (one that waits far longer than
 //! the rest, such as the parent of a chunked transfer) goes to an overflow map; every
 //! look-up tries the ring first and the map only when the map holds anything.
+//!
+//! Ids also only grow, so the oldest outstanding id (the requester's low watermark) is
+//! kept as a cursor that only moves forward over ids no longer in the table: each id is
+//! passed once, whatever the order requests complete in.
 
 use super::IdMap;
 
@@ -15,6 +19,8 @@ pub(crate) struct PendingTable<P> {
     ring: Box<[Option<P>]>,
     overflow: IdMap<u64, P>,
     len: usize,
+    /// No id below this is in the table (see [`PendingTable::oldest`]).
+    low: u64,
 }
 
 impl<P> PendingTable<P> {
@@ -26,6 +32,7 @@ impl<P> PendingTable<P> {
             ring: (0..n).map(|_| None).collect(),
             overflow: IdMap::default(),
             len: 0,
+            low: 0,
         }
     }
 
@@ -75,6 +82,29 @@ impl<P> PendingTable<P> {
             _ if self.overflow.is_empty() => None,
             _ => self.overflow.get(&id),
         }
+    }
+
+    /// Whether request `id` is in the table.
+    #[inline]
+    fn holds(&self, id: u64) -> bool {
+        let i = self.slot(id);
+        (self.ids[i] == id && self.ring[i].is_some())
+            || (!self.overflow.is_empty() && self.overflow.contains_key(&id))
+    }
+
+    /// The oldest id in the table, or `next` (the next id to be handed out) if it holds
+    /// none below that. Ids are handed out in increasing order and every id goes in at
+    /// most once, so the cursor moves forward only, over ids gone for good.
+    #[inline]
+    pub fn oldest(&mut self, next: u64) -> u64 {
+        if self.len == 0 {
+            self.low = self.low.max(next);
+            return self.low;
+        }
+        while self.low < next && !self.holds(self.low) {
+            self.low += 1;
+        }
+        self.low
     }
 
     /// Request `id`, to change.
@@ -168,5 +198,28 @@ mod tests {
         assert_eq!((t.remove(9), t.remove(13)), (Some(91), Some(130)));
         assert!(t.is_empty());
         assert!(t.iter_mut().next().is_none());
+    }
+
+    #[test]
+    fn the_oldest_id_follows_completions_in_any_order() {
+        let mut t = PendingTable::with_capacity(4);
+        assert_eq!(t.oldest(1), 1, "empty: the next id");
+        for id in 1u64..=6 {
+            t.insert(id, ()); // 5 and 6 overflow (slots of 1 and 2)
+        }
+        assert_eq!(t.oldest(7), 1);
+        t.remove(3);
+        assert_eq!(t.oldest(7), 1, "an id after the oldest went");
+        t.remove(1);
+        assert_eq!(t.oldest(7), 2);
+        t.remove(2);
+        assert_eq!(t.oldest(7), 4, "3 is gone already");
+        t.remove(4);
+        assert_eq!(t.oldest(7), 5, "found in the overflow");
+        t.remove(6);
+        t.remove(5);
+        assert_eq!(t.oldest(7), 7, "empty again: the next id");
+        t.insert(9, ()); // 7 and 8 were handed out and never went in
+        assert_eq!(t.oldest(10), 9);
     }
 }

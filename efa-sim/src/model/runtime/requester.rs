@@ -330,7 +330,7 @@ impl Runtime {
             let first_pending = {
                 let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
                 let first_pending = pend.is_empty();
-                let req_id = self.publish_id(&pend, &mut spec);
+                let req_id = self.publish_id(&mut pend, &mut spec);
                 pend.insert_with(req_id, || pending(spec));
                 self.start_chunking(&mut pend, req_id, &mut chunks);
                 first_pending
@@ -345,7 +345,7 @@ impl Runtime {
             let (len, first_pending) = {
                 let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
                 let first_pending = pend.is_empty();
-                let req_id = self.publish_id(&pend, &mut spec);
+                let req_id = self.publish_id(&mut pend, &mut spec);
                 // The datagram is built before the spec moves into the table (so it is
                 // not copied for the first transmission), under the lock that publishes
                 // its id; it leaves only after the entry is in, so no response can miss it.
@@ -369,12 +369,20 @@ impl Runtime {
     /// Allocates the request id of `spec` under the lock of the table `pend` that
     /// publishes it (so the low watermark, computed under the same lock, never passes a
     /// live id), and asks for lazy acknowledgements when many requests are outstanding.
-    fn publish_id(&self, pend: &PendingTable<Pending>, spec: &mut Spec) -> u64 {
+    #[inline(always)]
+    fn publish_id(&self, pend: &mut PendingTable<Pending>, spec: &mut Spec) -> u64 {
         if pend.len() >= LAZY_OUTSTANDING {
             spec.header.flags |= wire::FLAG_ACK_LAZY;
         }
         let req_id = self.next_req.fetch_add(1, Ordering::Relaxed);
         spec.header.req_id = req_id;
+        // The watermark moves with every request, not only at the engine's timer tick:
+        // a responder forgets the answers below it, and one that lags behind a fast
+        // stream keeps thousands of them in its overflow map.
+        let low = pend.oldest(req_id);
+        if self.low_water.load(Ordering::Relaxed) != low {
+            self.low_water.store(low, Ordering::Relaxed);
+        }
         req_id
     }
 
