@@ -288,10 +288,10 @@ fn one_doorbell_reaches_each_wqe_s_own_destination_and_fails_only_bad_ones() {
     let u = side_with(&d, 64, 64, 0);
     let (to_t, to_u) = (s.ah_to(&t), s.ah_to(&u));
     let foreign = t.ah_to(&t); // of t's PD: unusable on s's QP
-    let src = helpers::Region::new(&s.pd, 256, helpers::ALL_ACCESS);
+    let src = Region::new(&s.pd, 256, ALL_ACCESS);
     let (inbox_t, inbox_u) = (
-        helpers::Region::new(&t.pd, 256, helpers::ALL_ACCESS),
-        helpers::Region::new(&u.pd, 256, helpers::ALL_ACCESS),
+        Region::new(&t.pd, 256, ALL_ACCESS),
+        Region::new(&u.pd, 256, ALL_ACCESS),
     );
     for i in 0..4u64 {
         t.qp.post_recv(&recv(100 + i, &[inbox_t.sge(i as usize * 16, 16)]))
@@ -350,6 +350,6 @@ fn one_doorbell_reaches_each_wqe_s_own_destination_and_fails_only_bad_ones() {
             assert_eq!((c.wr_id, c.status, c.byte_len), (first + k as u64, 0, 16));
             assert_eq!(inbox.bytes(k * 16, 16), [i; 16]);
         }
-        helpers::none_within(&side.cq, 20);
+        none_within(&side.cq, 20);
     }
 }

@@ -379,11 +379,18 @@ impl Runtime {
         // The watermark moves with every request, not only at the engine's timer tick:
         // a responder forgets the answers below it, and one that lags behind a fast
         // stream keeps thousands of them in its overflow map.
-        let low = pend.oldest(req_id);
+        self.refresh_low_water(pend, req_id);
+        req_id
+    }
+
+    /// Sets the low watermark requests carry to the oldest id of `pend` (`next`, the next
+    /// id to be handed out, when none is older), under the lock of `pend`.
+    #[inline(always)]
+    pub(crate) fn refresh_low_water(&self, pend: &mut PendingTable<Pending>, next: u64) {
+        let low = pend.oldest(next);
         if self.low_water.load(Ordering::Relaxed) != low {
             self.low_water.store(low, Ordering::Relaxed);
         }
-        req_id
     }
 
     /// Builds and sends the datagram of `spec`; false if a local key went

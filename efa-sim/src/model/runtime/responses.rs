@@ -120,9 +120,7 @@ impl Runtime {
         let mut expired: Vec<(u64, SocketAddrV4)> = Vec::new();
         {
             let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-            let mut low = self.next_req.load(Ordering::Relaxed);
             for (id, p) in pend.iter_mut() {
-                low = low.min(id);
                 if now.duration_since(p.last_heard) > PEER_TIMEOUT {
                     if self.config.trace {
                         eprintln!(
@@ -138,7 +136,7 @@ impl Runtime {
                     resend.push((p.qp.pd().clone(), p.spec.clone(), p.dest));
                 }
             }
-            self.low_water.store(low, Ordering::Relaxed);
+            self.refresh_low_water(&mut pend, self.next_req.load(Ordering::Relaxed));
         }
         for (pd, spec, dest) in &resend {
             bump(&self.stats.retransmits);
