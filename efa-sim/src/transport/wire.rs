@@ -259,7 +259,10 @@ const BUNDLE_HEADER: usize = 8;
 /// packet is sent as the plain packet.
 #[derive(Debug)]
 pub struct BundleBuf {
-    buf: Vec<u8>,
+    /// [`MAX_DATAGRAM`] bytes, allocated (and zeroed) once: packets are built in place.
+    buf: Box<[u8]>,
+    /// Bytes in use (the bundle header and the packets so far).
+    len: usize,
     count: u32,
     /// Destination of the packets collected so far.
     pub to: Option<std::net::SocketAddrV4>,
@@ -268,7 +271,8 @@ pub struct BundleBuf {
 impl Default for BundleBuf {
     fn default() -> Self {
         BundleBuf {
-            buf: Vec::with_capacity(MAX_DATAGRAM),
+            buf: vec![0u8; MAX_DATAGRAM].into_boxed_slice(),
+            len: 0,
             count: 0,
             to: None,
         }
@@ -278,31 +282,53 @@ impl Default for BundleBuf {
 impl BundleBuf {
     /// Whether a packet of `n` bytes still fits.
     pub fn fits(&self, n: usize) -> bool {
-        self.buf.len().max(BUNDLE_HEADER) + 4 + n <= MAX_DATAGRAM
+        self.len.max(BUNDLE_HEADER) + 4 + n <= MAX_DATAGRAM
     }
 
     /// Appends a packet for `to` (the caller checked `fits` and the destination).
     pub fn push(&mut self, to: std::net::SocketAddrV4, pkt: &[u8]) {
+        self.push_with(to, pkt.len(), |out| {
+            out.copy_from_slice(pkt);
+            Some(pkt.len())
+        });
+    }
+
+    /// Appends a packet for `to` that `build` writes in place into the `max` bytes it
+    /// is given, returning its length (at most `max`); nothing is appended when it
+    /// returns `None` or more than `max`. The caller checked `fits(max)` and the
+    /// destination. Saves building the packet elsewhere and copying it in.
+    pub fn push_with(
+        &mut self,
+        to: std::net::SocketAddrV4,
+        max: usize,
+        build: impl FnOnce(&mut [u8]) -> Option<usize>,
+    ) -> Option<usize> {
+        let start = if self.count == 0 {
+            BUNDLE_HEADER
+        } else {
+            self.len
+        };
+        let at = start + 4;
+        let out = self.buf.get_mut(at..at + max)?;
+        let n = build(out).filter(|&n| n <= max)?;
         if self.count == 0 {
-            self.buf.clear();
-            self.buf.extend_from_slice(&[0u8; BUNDLE_HEADER]);
             self.to = Some(to);
         }
-        self.buf
-            .extend_from_slice(&(pkt.len() as u32).to_le_bytes());
-        self.buf.extend_from_slice(pkt);
+        self.buf[start..at].copy_from_slice(&(n as u32).to_le_bytes());
+        self.len = at + n;
         self.count += 1;
+        Some(n)
     }
 
     /// The datagram to send (empty if nothing was pushed).
     pub fn datagram(&mut self) -> &[u8] {
         match self.count {
             0 => &[],
-            1 => &self.buf[BUNDLE_HEADER + 4..],
+            1 => &self.buf[BUNDLE_HEADER + 4..self.len],
             n => {
                 self.buf[0..4].copy_from_slice(&BUNDLE_MAGIC.to_le_bytes());
                 self.buf[4..8].copy_from_slice(&n.to_le_bytes());
-                &self.buf
+                &self.buf[..self.len]
             }
         }
     }
@@ -310,7 +336,7 @@ impl BundleBuf {
     /// The packets collected so far.
     pub fn items(&self) -> BundleItems<'_> {
         BundleItems {
-            rest: self.buf.get(BUNDLE_HEADER..).unwrap_or(&[]),
+            rest: self.buf.get(BUNDLE_HEADER..self.len).unwrap_or(&[]),
             left: self.count,
         }
     }
@@ -319,7 +345,7 @@ impl BundleBuf {
     pub fn clear(&mut self) {
         self.count = 0;
         self.to = None;
-        self.buf.clear();
+        self.len = 0;
     }
 }
 
@@ -424,5 +450,40 @@ mod tests {
         assert_eq!(items, vec![&b"one"[..], &b"three"[..]]);
         b.clear();
         assert_eq!(b.to, None);
+    }
+
+    #[test]
+    fn packets_built_in_place_join_a_bundle_only_when_built() {
+        let to = std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 9);
+        let mut b = BundleBuf::default();
+        assert_eq!(b.push_with(to, 8, |_| None), None, "a failed build");
+        assert_eq!(b.to, None, "leaves an empty bundle empty");
+        assert_eq!(b.push_with(to, 4, |_| Some(5)), None, "a length over max");
+        assert!(b.datagram().is_empty());
+        let built = b.push_with(to, 8, |out| {
+            out[..3].copy_from_slice(b"abc");
+            Some(3)
+        });
+        assert_eq!(built, Some(3));
+        assert_eq!(b.to, Some(to));
+        assert_eq!(
+            b.push_with(to, 8, |out| {
+                out[..2].copy_from_slice(b"zz");
+                None
+            }),
+            None
+        );
+        b.push(to, b"de");
+        let items: Vec<&[u8]> = b.items().collect();
+        assert_eq!(
+            items,
+            vec![&b"abc"[..], &b"de"[..]],
+            "the failed one left no trace"
+        );
+        assert_eq!(
+            b.push_with(to, MAX_DATAGRAM, |_| Some(1)),
+            None,
+            "room past the datagram is never handed out"
+        );
     }
 }

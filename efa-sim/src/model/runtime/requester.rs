@@ -340,29 +340,52 @@ impl Runtime {
             }
             return self.after_settle(None, chunks);
         }
-        SCRATCH.with(|buf| {
-            let mut buf = buf.borrow_mut();
-            let (len, first_pending) = {
+        // The datagram is built in place in this thread's outgoing bundle (no scratch
+        // buffer, no copy into the bundle).
+        let need = wire::HEADER
+            + if !spec.carries_data {
+                0
+            } else if spec.inline.is_empty() {
+                spec.sges.iter().map(|s| s.length as usize).sum()
+            } else {
+                spec.inline.len()
+            };
+        TX.with(|tx| {
+            let mut tx = tx.borrow_mut();
+            let (active, bundle) = &mut *tx;
+            if bundle.to.is_some_and(|to| to != dest) || !bundle.fits(need) {
+                if let Some(to) = bundle.to {
+                    self.send_requests(bundle, to);
+                }
+                bundle.clear();
+            }
+            let first_pending = {
                 let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
                 let first_pending = pend.is_empty();
                 let req_id = self.publish_id(&mut pend, &mut spec);
-                // The datagram is built before the spec moves into the table (so it is
-                // not copied for the first transmission), under the lock that publishes
-                // its id; it leaves only after the entry is in, so no response can miss it.
-                let Some(len) = self.build_packet(qp.pd(), &spec, &mut buf, g) else {
+                // Built under the lock that publishes its id, before the spec moves into
+                // the table (so it is not copied for the first transmission); it leaves
+                // only after the entry is in, so no response can miss it.
+                let built =
+                    bundle.push_with(dest, need, |buf| self.build_packet(qp.pd(), &spec, buf, g));
+                if built.is_none() {
                     // A local key went away: the id was never published.
                     drop(pend);
                     return db.complete(qp, &o, st::LOCAL_ERROR_INVALID_LKEY as u8);
-                };
+                }
                 pend.insert_with(req_id, || pending(spec));
-                (len, first_pending)
+                first_pending
             };
             if first_pending {
                 // The engine may sleep for long with nothing outstanding: its timers are
                 // needed from now on (retransmission, peer timeout).
                 self.ep.kick();
             }
-            self.emit(&buf[..len], dest);
+            if !*active {
+                // Outside a doorbell's batch: it leaves now (with the acknowledgements
+                // waiting for `dest`, if any).
+                self.send_requests(bundle, dest);
+            }
         })
     }
 
@@ -440,7 +463,7 @@ impl Runtime {
                 for sge in &spec.sges {
                     let at = Self::local_range(mrs, pd, sge, 0, g)?;
                     let l = sge.length as usize;
-                    if len + l > wire::MAX_DATAGRAM {
+                    if len + l > buf.len() {
                         return None;
                     }
                     // SAFETY: at..at+l lies in a live MR (checked inside the section the
