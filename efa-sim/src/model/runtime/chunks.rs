@@ -48,7 +48,7 @@ impl Runtime {
         }
         let now = Instant::now();
         let parent = pend.get_mut(parent_id)?;
-        parent.last_heard = now;
+        parent.last_heard = Some(now);
         let mut ch = parent.chunking?;
         ch.inflight -= 1;
         let mut next = None;
@@ -66,7 +66,7 @@ impl Runtime {
                     (parent.spec.header.flags & !wire::FLAG_FAST) | wire::FLAG_COMMIT;
                 parent.spec.carries_data = false;
                 parent.chunking = None;
-                parent.next_tx = now + RTO;
+                parent.next_tx = Some(now + RTO);
                 to_send.push((parent.qp.pd().clone(), parent.spec.clone(), parent.dest));
                 return None;
             }
@@ -110,8 +110,8 @@ impl Runtime {
             origin: parent.origin,
             dest: parent.dest,
             spec: spec.clone(),
-            next_tx: now + RTO,
-            last_heard: now,
+            next_tx: Some(now + RTO),
+            last_heard: Some(now),
             rnr_left: parent.rnr_left,
             chunk_parent: Some(parent_id),
             chunking: None,
@@ -136,7 +136,7 @@ impl Runtime {
             total,
         };
         // The parent itself is not retransmitted while its chunks move.
-        p.next_tx = Instant::now() + Duration::from_secs(3600);
+        p.next_tx = Some(Instant::now() + Duration::from_secs(3600));
         let mut spans = arrayvec::ArrayVec::<(u64, u32), { CHUNK_WINDOW as usize }>::new();
         while ch.next_off < total && ch.inflight < CHUNK_WINDOW {
             let len = (total - ch.next_off).min(INLINE_RDMA as u64) as u32;

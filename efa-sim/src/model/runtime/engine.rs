@@ -140,7 +140,6 @@ impl Engine {
                 break;
             }
             worked = true;
-            ib.tick();
             for i in 0..self.got.len() {
                 let (len, from) = self.got[i];
                 rt.handle_datagram(&mut ib, &self.bufs[i][..len], from);

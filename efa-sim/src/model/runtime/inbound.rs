@@ -31,7 +31,18 @@ use std::time::{Duration, Instant};
 struct PeerDedup {
     watermark: u64,
     done: Answered,
+    /// The first sweep of [`Runtime::forget_silent_peers`] after its last request;
+    /// `None` if it sent one since the last sweep.
     last_seen: Option<Instant>,
+}
+
+impl PeerDedup {
+    /// Whether a sweep at `now` keeps this state: stamps it with `now` if it was heard
+    /// since the last sweep, and forgets it once its stamp is [`PEER_FORGET`] old.
+    fn still_remembered(&mut self, now: Instant) -> bool {
+        let seen = *self.last_seen.get_or_insert(now);
+        now.duration_since(seen) < PEER_FORGET
+    }
 }
 
 /// A requester incarnation silent this long is forgotten by the responder
@@ -57,8 +68,6 @@ pub(crate) struct Inbound {
     frame: Vec<u8>,
     /// Acknowledgements not yet sent, per requester incarnation.
     pub(super) acks: Vec<wire::Acks>,
-    /// The clock as read at the start of the current batch (dedup bookkeeping).
-    now: Instant,
 }
 
 impl Default for Inbound {
@@ -70,7 +79,6 @@ impl Default for Inbound {
             head: 0,
             frame: vec![0u8; wire::MAX_DATAGRAM],
             acks: Vec::new(),
-            now: Instant::now(),
         }
     }
 }
@@ -79,11 +87,6 @@ impl Inbound {
     /// The consumer position in the inbox.
     pub(crate) fn head(&self) -> u64 {
         self.head
-    }
-
-    /// Reads the clock for the batch about to be handled.
-    pub(crate) fn tick(&mut self) {
-        self.now = Instant::now();
     }
 }
 
@@ -133,7 +136,6 @@ impl Runtime {
         if !ring.has_data(ib.head) {
             return 0;
         }
-        ib.tick();
         let mut n = 0;
         while n < max {
             let mut frame = std::mem::take(&mut ib.frame);
@@ -246,7 +248,7 @@ impl Runtime {
         let mut remember = None;
         if dedup {
             let peer = ib.peers.entry((from, h.epoch)).or_default();
-            peer.last_seen = Some(ib.now);
+            peer.last_seen = None;
             if h.watermark > peer.watermark {
                 peer.watermark = h.watermark;
                 peer.done.forget_below(peer.watermark);
@@ -305,10 +307,31 @@ impl Runtime {
     pub(crate) fn forget_silent_peers(&self, ib: &mut Inbound) {
         if ib.peers.len() > 64 {
             let now = Instant::now();
-            ib.peers.retain(|_, p| {
-                p.last_seen
-                    .is_some_and(|t| now.duration_since(t) < PEER_FORGET)
-            });
+            // A peer heard since the last sweep has no stamp: it gets this sweep's, so
+            // silence is counted from the first sweep after its last request (never
+            // from before it) without a clock read per request.
+            ib.peers.retain(|_, p| p.still_remembered(now));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_requester_is_forgotten_only_after_a_whole_silence_from_a_sweep() {
+        let t0 = Instant::now();
+        let mut p = PeerDedup::default();
+        assert!(
+            p.still_remembered(t0),
+            "heard since the last sweep: stamped, kept"
+        );
+        let late = t0 + PEER_FORGET + Duration::from_millis(1);
+        assert!(p.still_remembered(t0 + PEER_FORGET / 2));
+        // A request after the stamp clears it: silence counts from the next sweep.
+        p.last_seen = None;
+        assert!(p.still_remembered(late), "heard again, so not forgotten");
+        assert!(!p.still_remembered(late + PEER_FORGET + Duration::from_millis(1)));
     }
 }

@@ -87,13 +87,31 @@ pub(crate) struct Pending {
     pub origin: Origin,
     pub dest: SocketAddrV4,
     pub spec: Spec,
-    pub next_tx: Instant,
-    pub last_heard: Instant,
+    /// When to retransmit; `None` until the engine's timers first see the request
+    /// (they stamp it then: see [`Pending::stamp`]).
+    pub next_tx: Option<Instant>,
+    /// When the peer last answered anything about it; `None` as `next_tx`.
+    pub last_heard: Option<Instant>,
     pub rnr_left: u8,
     /// This request is one chunk of the pending WR with that id.
     pub chunk_parent: Option<u64>,
     /// This WR is being moved in chunks (its fast path failed).
     pub chunking: Option<Chunking>,
+}
+
+impl Pending {
+    /// The request's (retransmission deadline, last time heard), stamping a request the
+    /// timers see for the first time with `now`. A request is posted unstamped: reading
+    /// the clock per doorbell cost the sender of one-WR doorbells a twentieth of its
+    /// time, and stamping at the timers' next pass (at most a millisecond later, see
+    /// `super::engine`) only moves its first retransmission and its peer timeout that
+    /// much later.
+    #[inline]
+    pub fn stamp(&mut self, now: Instant) -> (Instant, Instant) {
+        let next = *self.next_tx.get_or_insert(now + RTO);
+        let heard = *self.last_heard.get_or_insert(now);
+        (next, heard)
+    }
 }
 
 /// Send completions a doorbell collects before writing them to the CQ together.
@@ -105,10 +123,6 @@ const DONE_BATCH: usize = 32;
 pub(crate) struct Doorbell {
     /// The peer this doorbell last marked heard.
     heard: Option<SocketAddrV4>,
-    /// The clock, read at the doorbell's first datagram request (a request's
-    /// retransmission deadline is relative to it; the WQEs of one doorbell are consumed
-    /// within microseconds).
-    now: Option<Instant>,
     /// Send completions of WQEs that finished while the doorbell was consumed
     /// (`(req_id, status, op_type)`, in WQE order), not yet in the CQ: written together
     /// by [`Doorbell::flush`], which the consumer calls before it lets the doorbell go.
@@ -120,10 +134,6 @@ pub(crate) struct Doorbell {
 }
 
 impl Doorbell {
-    fn now(&mut self) -> Instant {
-        *self.now.get_or_insert_with(Instant::now)
-    }
-
     /// [`complete`], collected: the completion reaches `qp`'s send CQ at the next
     /// [`Doorbell::flush`] (or now, when the collection is full).
     #[inline]
@@ -313,14 +323,13 @@ impl Runtime {
             return db.complete(qp, &o, status);
         }
         let Some(qp_arc) = qp.arc() else { return };
-        let now = db.now();
         let pending = |spec: Spec| Pending {
             qp: qp_arc,
             origin: o,
             dest,
             spec,
-            next_tx: now + RTO,
-            last_heard: now,
+            next_tx: None,
+            last_heard: None,
             rnr_left: qp.rnr_retry(),
             chunk_parent: None,
             chunking: None,

@@ -28,13 +28,13 @@ impl Runtime {
         if p.dest != from {
             return;
         }
-        p.last_heard = now;
+        p.last_heard = Some(now);
         if status == STATUS_RNR {
             if p.rnr_left > 0 {
                 if p.rnr_left != qp::RNR_RETRY_INFINITE {
                     p.rnr_left -= 1;
                 }
-                p.next_tx = now + RNR_DELAY;
+                p.next_tx = Some(now + RNR_DELAY);
                 drop(pend);
                 self.mark_heard(from);
                 return;
@@ -121,18 +121,19 @@ impl Runtime {
         {
             let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
             for (id, p) in pend.iter_mut() {
-                if now.duration_since(p.last_heard) > PEER_TIMEOUT {
+                let (next_tx, last_heard) = p.stamp(now);
+                if now.duration_since(last_heard) > PEER_TIMEOUT {
                     if self.config.trace {
                         eprintln!(
                             "efa-sim trace: expire req {id} lw {} next_tx_in {:?} hdr_wm {}",
                             self.low_water.load(Ordering::Relaxed),
-                            p.next_tx.checked_duration_since(now),
+                            next_tx.checked_duration_since(now),
                             p.spec.header.watermark
                         );
                     }
                     expired.push((id, p.dest));
-                } else if now >= p.next_tx {
-                    p.next_tx = now + RTO;
+                } else if now >= next_tx {
+                    p.next_tx = Some(now + RTO);
                     resend.push((p.qp.pd().clone(), p.spec.clone(), p.dest));
                 }
             }
