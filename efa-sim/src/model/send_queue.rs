@@ -23,7 +23,8 @@
 //! * WQEs are executed in RTS and SQD; in ERR they complete with FLUSHED; in other
 //!   states they wait in the ring.
 
-use super::runtime::requester::{Doorbell, Origin};
+use super::runtime::doorbell::Doorbell;
+use super::runtime::request::Origin;
 use super::runtime::stats::bump;
 use super::runtime::Runtime;
 use super::{profile, Qp, QpState, QpType, SendOp, Sge};

@@ -5,7 +5,7 @@
 //! that delivers the immediate once every chunk landed.
 
 use super::pending::PendingTable;
-use super::requester::{Origin, Outbox, Pending};
+use super::request::{Origin, Outbox, Pending};
 use super::stats::bump;
 use super::{Runtime, INLINE_RDMA, RTO};
 use crate::model::Qp;

@@ -8,7 +8,9 @@
 //! over the datagram path, so every status and timing rule of the protocol still holds.
 //! Completions can therefore be in the CQ before the doorbell write returns.
 
-use super::requester::{Doorbell, Origin, STATUS_RNR};
+use super::doorbell::Doorbell;
+use super::request::Origin;
+use super::requester::STATUS_RNR;
 use super::responder::Outcome;
 use super::Runtime;
 use crate::model::mem::{self, Data};

@@ -54,7 +54,7 @@ impl<P> PendingTable<P> {
     }
 
     /// Adds request `id` (not in the table).
-    #[inline]
+    #[inline(always)]
     pub fn insert(&mut self, id: u64, p: P) {
         self.insert_with(id, || p)
     }

@@ -3,15 +3,14 @@
 //! its completion goes to the QP's send CQ when the responder's answer arrives (or the
 //! WR fails: RNR retries exhausted, peer silent, AH destroyed, QP flushed).
 
-use super::chunks::Chunking;
+use super::doorbell::Doorbell;
 use super::pending::PendingTable;
-use super::route::Route;
+use super::request::{complete, Origin, Outbox, Pending, Spec};
 use super::tables::MrTable;
-use super::{Runtime, INLINE_RDMA, RTO};
+use super::{Runtime, INLINE_RDMA};
 use crate::model::mem::{self, Data, Place};
 use crate::model::send_queue::Request;
-use crate::model::{Pd, Qp, QpType, SendOp, Sge, ACCESS_LOCAL_WRITE, MAX_INLINE};
-use crate::provider::send::op_type;
+use crate::model::{Pd, Qp, QpType, SendOp, Sge, ACCESS_LOCAL_WRITE};
 use crate::rcu::Guard;
 use crate::transport::wire::{self, Header, Op};
 use efa_sys::vendor::comp_status as st;
@@ -19,7 +18,6 @@ use std::cell::RefCell;
 use std::net::SocketAddrV4;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
 /// Requests outstanding from which new ones ask for lazy acknowledgements
 /// ([`wire::FLAG_ACK_LAZY`]): with this many in flight, acknowledgements in groups of
@@ -28,143 +26,6 @@ const LAZY_OUTSTANDING: usize = 64;
 
 /// Status of an RNR answer.
 pub(crate) const STATUS_RNR: u8 = st::REMOTE_ERROR_RNR as u8;
-
-/// What a send completion needs to know about its WQE.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Origin {
-    /// Request id of the WQE.
-    pub req_id: u16,
-    /// Its op type.
-    pub op_type: u8,
-    /// It asked for a completion.
-    pub signaled: bool,
-    /// The AH number it was sent to.
-    pub ahn: u16,
-}
-
-impl Origin {
-    /// The origin of request `r`.
-    pub fn of(r: &Request<'_>) -> Origin {
-        Origin {
-            req_id: r.req_id,
-            op_type: op_type(r.op),
-            signaled: r.signaled,
-            ahn: r.ahn,
-        }
-    }
-
-    /// Whether ending with `status` makes a completion: not for a successful unsignaled
-    /// WQE (errors always complete, as in verbs).
-    #[inline]
-    pub fn completes(&self, status: u8) -> bool {
-        status != 0 || self.signaled
-    }
-}
-
-/// Writes the send completion of `o` with `status` (see [`Origin::completes`]).
-#[inline]
-pub(crate) fn complete(qp: &Qp, o: &Origin, status: u8) {
-    if o.completes(status) {
-        qp.send_cq()
-            .push_send(qp.qpn() as u16, o.req_id, status, o.op_type);
-    }
-}
-
-/// What a request carries, kept so it can be rebuilt for retransmission.
-#[derive(Clone)]
-pub(crate) struct Spec {
-    pub header: Header,
-    /// Local segments (lkey, iova, len), re-validated at every use: at most a WQE's.
-    pub sges: arrayvec::ArrayVec<Sge, { efa_sys::io::TX_DESC_NUM_BUFS }>,
-    pub inline: arrayvec::ArrayVec<u8, MAX_INLINE>,
-    /// Whether the data travels in the datagram (SEND, small WRITE).
-    pub carries_data: bool,
-}
-
-/// A request waiting for its response.
-pub(crate) struct Pending {
-    pub qp: Arc<Qp>,
-    pub origin: Origin,
-    pub dest: SocketAddrV4,
-    pub spec: Spec,
-    /// When to retransmit; `None` until the engine's timers first see the request
-    /// (they stamp it then: see [`Pending::stamp`]).
-    pub next_tx: Option<Instant>,
-    /// When the peer last answered anything about it; `None` as `next_tx`.
-    pub last_heard: Option<Instant>,
-    pub rnr_left: u8,
-    /// This request is one chunk of the pending WR with that id.
-    pub chunk_parent: Option<u64>,
-    /// This WR is being moved in chunks (its fast path failed).
-    pub chunking: Option<Chunking>,
-}
-
-impl Pending {
-    /// The request's (retransmission deadline, last time heard), stamping a request the
-    /// timers see for the first time with `now`. A request is posted unstamped: reading
-    /// the clock per doorbell cost the sender of one-WR doorbells a twentieth of its
-    /// time, and stamping at the timers' next pass (at most a millisecond later, see
-    /// `super::engine`) only moves its first retransmission and its peer timeout that
-    /// much later.
-    #[inline]
-    pub fn stamp(&mut self, now: Instant) -> (Instant, Instant) {
-        let next = *self.next_tx.get_or_insert(now + RTO);
-        let heard = *self.last_heard.get_or_insert(now);
-        (next, heard)
-    }
-}
-
-/// Send completions a doorbell collects before writing them to the CQ together.
-const DONE_BATCH: usize = 32;
-
-/// What the WQEs of one doorbell share, so that it is done once per doorbell. All its
-/// WQEs belong to one QP.
-#[derive(Default)]
-pub(crate) struct Doorbell {
-    /// The peer this doorbell last marked heard.
-    heard: Option<SocketAddrV4>,
-    /// Send completions of WQEs that finished while the doorbell was consumed
-    /// (`(req_id, status, op_type)`, in WQE order), not yet in the CQ: written together
-    /// by [`Doorbell::flush`], which the consumer calls before it lets the doorbell go.
-    done: arrayvec::ArrayVec<(u16, u8, u8), DONE_BATCH>,
-    /// The route of this doorbell's last WQE, reused by the next one with the same AH and
-    /// destination slot (runs of WQEs to one peer are the common case): the AH table, the
-    /// port of the destination and the same-process runtime are looked up once per run.
-    route: Option<Route>,
-}
-
-impl Doorbell {
-    /// [`complete`], collected: the completion reaches `qp`'s send CQ at the next
-    /// [`Doorbell::flush`] (or now, when the collection is full).
-    #[inline]
-    pub fn complete(&mut self, qp: &Qp, o: &Origin, status: u8) {
-        if !o.completes(status) {
-            return;
-        }
-        if self.done.is_full() {
-            self.flush(qp);
-        }
-        self.done.push((o.req_id, status, o.op_type));
-    }
-
-    /// Writes the collected completions to `qp`'s send CQ.
-    #[inline]
-    pub fn flush(&mut self, qp: &Qp) {
-        if !self.done.is_empty() {
-            qp.send_cq().push_sends(qp.qpn() as u16, &self.done);
-            self.done.clear();
-        }
-    }
-
-    /// Completes `o` with the error `status`; false (the WR did not go direct).
-    fn failed(&mut self, qp: &Qp, o: &Origin, status: u8) -> bool {
-        self.complete(qp, o, status);
-        false
-    }
-}
-
-/// Requests to (re)send after a table update: (PD, spec, destination).
-pub(crate) type Outbox = Vec<(Arc<Pd>, Spec, SocketAddrV4)>;
 
 thread_local! {
     static SCRATCH: RefCell<Vec<u8>> = RefCell::new(vec![0u8; wire::MAX_DATAGRAM]);
@@ -297,22 +158,9 @@ impl Runtime {
     ) {
         let rdma = r.op != SendOp::Send && r.op != SendOp::SendImm;
         let bulk = rdma && h.total_len as usize > INLINE_RDMA;
-        let mut spec = Spec {
-            header: h,
-            sges: r.sges().iter().copied().collect(),
-            inline: arrayvec::ArrayVec::try_from(r.inline).unwrap_or_default(),
-            carries_data: !bulk && r.op != SendOp::RdmaRead,
-        };
-        // Local GPU memory (no host address) cannot be named to the peer's process_vm_*
-        // copy: such a bulk WR moves in chunks from the start.
-        let chunk_now = bulk && first.and_then(Place::host).is_none();
-        if bulk && !chunk_now {
-            // One SGE (the WQE format holds one for RDMA); the peer copies from/to it.
-            spec.header.flags |= wire::FLAG_FAST;
-            spec.header.pid = self.pid;
-            spec.header.local_addr = first.and_then(Place::host).unwrap_or(0) as u64;
-        }
+        let carries_data = !bulk && r.op != SendOp::RdmaRead;
         if qp.qp_type() == QpType::Ud {
+            let mut spec = Spec::of(r, h, carries_data);
             spec.header.flags |= wire::FLAG_UD;
             let sent = self.transmit(qp.pd(), &spec, dest);
             let status = if sent {
@@ -323,24 +171,35 @@ impl Runtime {
             return db.complete(qp, &o, status);
         }
         let Some(qp_arc) = qp.arc() else { return };
-        let pending = |spec: Spec| Pending {
+        // The entry is built once, here, and moved only into the table: the closures
+        // below borrow it (a `Spec` moved through them was copied at every step).
+        let mut p = Pending {
             qp: qp_arc,
             origin: o,
             dest,
-            spec,
+            spec: Spec::of(r, h, carries_data),
             next_tx: None,
             last_heard: None,
             rnr_left: qp.rnr_retry(),
             chunk_parent: None,
             chunking: None,
         };
+        // Local GPU memory (no host address) cannot be named to the peer's process_vm_*
+        // copy: such a bulk WR moves in chunks from the start.
+        let chunk_now = bulk && first.and_then(Place::host).is_none();
+        if bulk && !chunk_now {
+            // One SGE (the WQE format holds one for RDMA); the peer copies from/to it.
+            p.spec.header.flags |= wire::FLAG_FAST;
+            p.spec.header.pid = self.pid;
+            p.spec.header.local_addr = first.and_then(Place::host).unwrap_or(0) as u64;
+        }
         if chunk_now {
             let mut chunks = Outbox::new();
             let first_pending = {
                 let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
                 let first_pending = pend.is_empty();
-                let req_id = self.publish_id(&mut pend, &mut spec);
-                pend.insert_with(req_id, || pending(spec));
+                let req_id = self.publish_id(&mut pend, &mut p.spec);
+                pend.insert(req_id, p);
                 self.start_chunking(&mut pend, req_id, &mut chunks);
                 first_pending
             };
@@ -351,45 +210,41 @@ impl Runtime {
         }
         // The datagram is built in place in this thread's outgoing bundle (no scratch
         // buffer, no copy into the bundle).
-        let need = wire::HEADER
-            + if !spec.carries_data {
-                0
-            } else if spec.inline.is_empty() {
-                spec.sges.iter().map(|s| s.length as usize).sum()
-            } else {
-                spec.inline.len()
-            };
+        let need = wire::HEADER + p.spec.data_len();
         TX.with(|tx| {
-            let mut tx = tx.borrow_mut();
-            let (active, bundle) = &mut *tx;
+            let bundle = &mut tx.borrow_mut().1;
             if bundle.to.is_some_and(|to| to != dest) || !bundle.fits(need) {
                 if let Some(to) = bundle.to {
                     self.send_requests(bundle, to);
                 }
                 bundle.clear();
             }
-            let first_pending = {
-                let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-                let first_pending = pend.is_empty();
-                let req_id = self.publish_id(&mut pend, &mut spec);
-                // Built under the lock that publishes its id, before the spec moves into
-                // the table (so it is not copied for the first transmission); it leaves
-                // only after the entry is in, so no response can miss it.
-                let built =
-                    bundle.push_with(dest, need, |buf| self.build_packet(qp.pd(), &spec, buf, g));
-                if built.is_none() {
-                    // A local key went away: the id was never published.
-                    drop(pend);
-                    return db.complete(qp, &o, st::LOCAL_ERROR_INVALID_LKEY as u8);
-                }
-                pend.insert_with(req_id, || pending(spec));
-                first_pending
-            };
-            if first_pending {
-                // The engine may sleep for long with nothing outstanding: its timers are
-                // needed from now on (retransmission, peer timeout).
-                self.ep.kick();
-            }
+        });
+        let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let first_pending = pend.is_empty();
+        let req_id = self.publish_id(&mut pend, &mut p.spec);
+        // Built under the lock that publishes its id, before the entry moves into the
+        // table; it leaves only after the entry is in, so no response can miss it.
+        let built = TX.with(|tx| {
+            let bundle = &mut tx.borrow_mut().1;
+            bundle.push_with(dest, need, |buf| {
+                self.build_packet(qp.pd(), &p.spec, buf, g)
+            })
+        });
+        if built.is_none() {
+            // A local key went away: the id was never published.
+            drop(pend);
+            return db.complete(qp, &o, st::LOCAL_ERROR_INVALID_LKEY as u8);
+        }
+        pend.insert(req_id, p);
+        drop(pend);
+        if first_pending {
+            // The engine may sleep for long with nothing outstanding: its timers are
+            // needed from now on (retransmission, peer timeout).
+            self.ep.kick();
+        }
+        TX.with(|tx| {
+            let (active, bundle) = &mut *tx.borrow_mut();
             if !*active {
                 // Outside a doorbell's batch: it leaves now (with the acknowledgements
                 // waiting for `dest`, if any).

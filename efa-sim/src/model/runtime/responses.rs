@@ -2,7 +2,8 @@
 //! retrying after RNR, falling back to chunks, landing small-read data), retransmission,
 //! and the peer timeouts that bound every WR.
 
-use super::requester::{Outbox, STATUS_RNR};
+use super::request::Outbox;
+use super::requester::STATUS_RNR;
 use super::stats::bump;
 use super::{Runtime, PEER_TIMEOUT, RNR_DELAY, RTO};
 use crate::model::{mem, qp, ACCESS_LOCAL_WRITE};
@@ -106,7 +107,7 @@ impl Runtime {
                 }
             }
             for (qp, o, status) in &done {
-                super::requester::complete(qp, o, *status);
+                super::request::complete(qp, o, *status);
             }
             self.after_settle(None, to_send);
         }

@@ -1,6 +1,6 @@
 //! Routes: where a WQE goes (the destination's port, and the same-process device that
 //! serves it, if any), found from its AH and destination QPN. The consumer of a send
-//! queue keeps the last one for the rest of a doorbell (see `requester::Doorbell`).
+//! queue keeps the last one for the rest of a doorbell (see `doorbell::Doorbell`).
 
 use super::Runtime;
 use crate::model::send_queue::Request;

@@ -1,0 +1,125 @@
+//! What the requester keeps of a request: the [`Origin`] its send completion needs, the
+//! [`Spec`] it is (re)built from, and the [`Pending`] entry it waits in for its answer.
+
+use super::chunks::Chunking;
+use super::RTO;
+use crate::model::send_queue::Request;
+use crate::model::{Pd, Qp, Sge, MAX_INLINE};
+use crate::provider::send::op_type;
+use crate::transport::wire::Header;
+use std::net::SocketAddrV4;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What a send completion needs to know about its WQE.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Origin {
+    /// Request id of the WQE.
+    pub req_id: u16,
+    /// Its op type.
+    pub op_type: u8,
+    /// It asked for a completion.
+    pub signaled: bool,
+    /// The AH number it was sent to.
+    pub ahn: u16,
+}
+
+impl Origin {
+    /// The origin of request `r`.
+    pub fn of(r: &Request<'_>) -> Origin {
+        Origin {
+            req_id: r.req_id,
+            op_type: op_type(r.op),
+            signaled: r.signaled,
+            ahn: r.ahn,
+        }
+    }
+
+    /// Whether ending with `status` makes a completion: not for a successful unsignaled
+    /// WQE (errors always complete, as in verbs).
+    #[inline]
+    pub fn completes(&self, status: u8) -> bool {
+        status != 0 || self.signaled
+    }
+}
+
+/// Writes the send completion of `o` with `status` (see [`Origin::completes`]).
+#[inline]
+pub(crate) fn complete(qp: &Qp, o: &Origin, status: u8) {
+    if o.completes(status) {
+        qp.send_cq()
+            .push_send(qp.qpn() as u16, o.req_id, status, o.op_type);
+    }
+}
+
+/// What a request carries, kept so it can be rebuilt for retransmission.
+#[derive(Clone)]
+pub(crate) struct Spec {
+    pub header: Header,
+    /// Local segments (lkey, iova, len), re-validated at every use: at most a WQE's.
+    pub sges: arrayvec::ArrayVec<Sge, { efa_sys::io::TX_DESC_NUM_BUFS }>,
+    pub inline: arrayvec::ArrayVec<u8, MAX_INLINE>,
+    /// Whether the data travels in the datagram (SEND, small WRITE).
+    pub carries_data: bool,
+}
+
+impl Spec {
+    /// What request `r` with header `h` carries.
+    #[inline(always)]
+    pub(super) fn of(r: &Request<'_>, h: Header, carries_data: bool) -> Spec {
+        Spec {
+            header: h,
+            sges: r.sges().iter().copied().collect(),
+            inline: arrayvec::ArrayVec::try_from(r.inline).unwrap_or_default(),
+            carries_data,
+        }
+    }
+
+    /// Bytes of data its datagram carries after the header.
+    #[inline]
+    pub fn data_len(&self) -> usize {
+        if !self.carries_data {
+            0
+        } else if self.inline.is_empty() {
+            self.sges.iter().map(|s| s.length as usize).sum()
+        } else {
+            self.inline.len()
+        }
+    }
+}
+
+/// A request waiting for its response.
+pub(crate) struct Pending {
+    pub qp: Arc<Qp>,
+    pub origin: Origin,
+    pub dest: SocketAddrV4,
+    pub spec: Spec,
+    /// When to retransmit; `None` until the engine's timers first see the request
+    /// (they stamp it then: see [`Pending::stamp`]).
+    pub next_tx: Option<Instant>,
+    /// When the peer last answered anything about it; `None` as `next_tx`.
+    pub last_heard: Option<Instant>,
+    pub rnr_left: u8,
+    /// This request is one chunk of the pending WR with that id.
+    pub chunk_parent: Option<u64>,
+    /// This WR is being moved in chunks (its fast path failed).
+    pub chunking: Option<Chunking>,
+}
+
+impl Pending {
+    /// The request's (retransmission deadline, last time heard), stamping a request the
+    /// timers see for the first time with `now`. A request is posted unstamped: reading
+    /// the clock per doorbell cost the sender of one-WR doorbells a twentieth of its
+    /// time, and stamping at the timers' next pass (at most a millisecond later, see
+    /// `super::engine`) only moves its first retransmission and its peer timeout that
+    /// much later.
+    #[inline]
+    pub fn stamp(&mut self, now: Instant) -> (Instant, Instant) {
+        let next = *self.next_tx.get_or_insert(now + RTO);
+        let heard = *self.last_heard.get_or_insert(now);
+        (next, heard)
+    }
+}
+
+/// Requests to (re)send after a table update: (PD, spec, destination).
+pub(crate) type Outbox = Vec<(Arc<Pd>, Spec, SocketAddrV4)>;
