@@ -11,6 +11,9 @@
 //! 80 local_addr u64 (requester buffer, fast path)   88 reserved u32   92 data_len u32
 //! ```
 
+use zerocopy::little_endian::{U16, U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
+
 /// Header size.
 pub const HEADER: usize = 96;
 /// Largest datagram we send or accept.
@@ -143,76 +146,99 @@ impl Header {
     }
 
     /// Writes the header into `buf[..HEADER]`.
+    #[inline]
     pub fn encode(&self, buf: &mut [u8]) {
-        let b = &mut buf[..HEADER];
-        b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
-        b[4] = self.kind;
-        b[5] = self.op as u8;
-        b[6] = self.status;
-        b[7] = self.flags;
-        b[8..16].copy_from_slice(&self.epoch.to_le_bytes());
-        b[16..24].copy_from_slice(&self.req_id.to_le_bytes());
-        b[24..32].copy_from_slice(&self.watermark.to_le_bytes());
-        b[32..48].copy_from_slice(&self.src_gid);
-        b[48..50].copy_from_slice(&self.src_qpn.to_le_bytes());
-        b[50..52].copy_from_slice(&self.dst_qpn.to_le_bytes());
-        b[52..56].copy_from_slice(&self.qkey.to_le_bytes());
-        b[56..60].copy_from_slice(&self.imm.to_le_bytes());
-        b[60..64].copy_from_slice(&self.total_len.to_le_bytes());
-        b[64..72].copy_from_slice(&self.remote_addr.to_le_bytes());
-        b[72..76].copy_from_slice(&self.rkey.to_le_bytes());
-        b[76..80].copy_from_slice(&self.pid.to_le_bytes());
-        b[80..88].copy_from_slice(&self.local_addr.to_le_bytes());
-        b[88..92].copy_from_slice(&0u32.to_le_bytes());
-        b[92..96].copy_from_slice(&self.data_len.to_le_bytes());
+        let raw = RawHeader {
+            magic: MAGIC.into(),
+            kind: self.kind,
+            op: self.op as u8,
+            status: self.status,
+            flags: self.flags,
+            epoch: self.epoch.into(),
+            req_id: self.req_id.into(),
+            watermark: self.watermark.into(),
+            src_gid: self.src_gid,
+            src_qpn: self.src_qpn.into(),
+            dst_qpn: self.dst_qpn.into(),
+            qkey: self.qkey.into(),
+            imm: self.imm.into(),
+            total_len: self.total_len.into(),
+            remote_addr: self.remote_addr.into(),
+            rkey: self.rkey.into(),
+            pid: self.pid.into(),
+            local_addr: self.local_addr.into(),
+            reserved: 0.into(),
+            data_len: self.data_len.into(),
+        };
+        buf[..HEADER].copy_from_slice(raw.as_bytes());
     }
 
     /// Parses a datagram; `None` if it is not a well-formed efa-sim packet
     /// (wrong magic, unknown kind/op, data length not matching the datagram).
+    #[inline]
     pub fn decode(buf: &[u8]) -> Option<(Header, &[u8])> {
-        if buf.len() < HEADER {
+        let (raw, data) = RawHeader::read_from_prefix(buf).ok()?;
+        if raw.magic.get() != MAGIC || !matches!(raw.kind, KIND_REQ | KIND_RESP | KIND_ACKS) {
             return None;
         }
-        let u32_at = |o: usize| u32::from_le_bytes(buf[o..o + 4].try_into().unwrap_or([0; 4]));
-        let u64_at = |o: usize| u64::from_le_bytes(buf[o..o + 8].try_into().unwrap_or([0; 8]));
-        let u16_at = |o: usize| u16::from_le_bytes(buf[o..o + 2].try_into().unwrap_or([0; 2]));
-        if u32_at(0) != MAGIC {
+        let op = Op::from_u8(raw.op)?;
+        if raw.data_len.get() as usize != data.len() {
             return None;
         }
-        let kind = buf[4];
-        if !matches!(kind, KIND_REQ | KIND_RESP | KIND_ACKS) {
-            return None;
-        }
-        let op = Op::from_u8(buf[5])?;
-        let data_len = u32_at(92);
-        if data_len as usize != buf.len() - HEADER {
-            return None;
-        }
-        let mut src_gid = [0u8; 16];
-        src_gid.copy_from_slice(&buf[32..48]);
         let h = Header {
-            kind,
+            kind: raw.kind,
             op,
-            status: buf[6],
-            flags: buf[7],
-            epoch: u64_at(8),
-            req_id: u64_at(16),
-            watermark: u64_at(24),
-            src_gid,
-            src_qpn: u16_at(48),
-            dst_qpn: u16_at(50),
-            qkey: u32_at(52),
-            imm: u32_at(56),
-            total_len: u32_at(60),
-            remote_addr: u64_at(64),
-            rkey: u32_at(72),
-            pid: u32_at(76),
-            local_addr: u64_at(80),
-            data_len,
+            status: raw.status,
+            flags: raw.flags,
+            epoch: raw.epoch.get(),
+            req_id: raw.req_id.get(),
+            watermark: raw.watermark.get(),
+            src_gid: raw.src_gid,
+            src_qpn: raw.src_qpn.get(),
+            dst_qpn: raw.dst_qpn.get(),
+            qkey: raw.qkey.get(),
+            imm: raw.imm.get(),
+            total_len: raw.total_len.get(),
+            remote_addr: raw.remote_addr.get(),
+            rkey: raw.rkey.get(),
+            pid: raw.pid.get(),
+            local_addr: raw.local_addr.get(),
+            data_len: raw.data_len.get(),
         };
-        Some((h, &buf[HEADER..]))
+        Some((h, data))
     }
 }
+
+/// The header's bytes as they travel (see the module docs): little-endian fields, no
+/// padding, any alignment, so it is written and read as one block.
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+struct RawHeader {
+    magic: U32,
+    kind: u8,
+    op: u8,
+    status: u8,
+    flags: u8,
+    epoch: U64,
+    req_id: U64,
+    watermark: U64,
+    src_gid: [u8; 16],
+    src_qpn: U16,
+    dst_qpn: U16,
+    qkey: U32,
+    imm: U32,
+    total_len: U32,
+    remote_addr: U64,
+    rkey: U32,
+    pid: U32,
+    local_addr: U64,
+    reserved: U32,
+    data_len: U32,
+}
+
+static_assertions::const_assert_eq!(core::mem::size_of::<RawHeader>(), HEADER);
+static_assertions::const_assert_eq!(core::mem::offset_of!(RawHeader, src_gid), 32);
+static_assertions::const_assert_eq!(core::mem::offset_of!(RawHeader, data_len), 92);
 
 /// Request ids waiting to be acknowledged to one requester incarnation at `to`.
 #[derive(Debug)]
