@@ -125,6 +125,7 @@ impl Ring {
     }
 
     /// Copies `src` into the data area at ring offset `at`, wrapping.
+    #[inline(always)]
     fn put(&self, at: u64, src: &[u8]) {
         let off = (at & (self.data_len - 1)) as usize;
         let first = src.len().min(self.data_len as usize - off);
@@ -133,11 +134,15 @@ impl Ring {
         unsafe {
             let data = self.base.add(CONTROL);
             core::ptr::copy_nonoverlapping(src.as_ptr(), data.add(off), first);
-            core::ptr::copy_nonoverlapping(src.as_ptr().add(first), data, src.len() - first);
+            // Only a frame that wraps has a second piece (a call for 0 bytes is not free).
+            if first < src.len() {
+                core::ptr::copy_nonoverlapping(src.as_ptr().add(first), data, src.len() - first);
+            }
         }
     }
 
     /// Copies `dst.len()` bytes out of the data area from ring offset `at`, wrapping.
+    #[inline(always)]
     fn get(&self, at: u64, dst: &mut [u8]) {
         let off = (at & (self.data_len - 1)) as usize;
         let first = dst.len().min(self.data_len as usize - off);
@@ -145,7 +150,13 @@ impl Ring {
         unsafe {
             let data = self.base.add(CONTROL);
             core::ptr::copy_nonoverlapping(data.add(off), dst.as_mut_ptr(), first);
-            core::ptr::copy_nonoverlapping(data, dst.as_mut_ptr().add(first), dst.len() - first);
+            if first < dst.len() {
+                core::ptr::copy_nonoverlapping(
+                    data,
+                    dst.as_mut_ptr().add(first),
+                    dst.len() - first,
+                );
+            }
         }
     }
 

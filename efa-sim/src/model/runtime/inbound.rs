@@ -14,7 +14,7 @@
 use super::answered::Answered;
 use super::requester::STATUS_RNR;
 use super::responder::Outcome;
-use super::stats::bump;
+use super::stats::{bump, bump_locked};
 use super::{IdMap, Runtime};
 use crate::model::mem::{self, Data};
 use crate::rcu::Guard;
@@ -147,7 +147,8 @@ impl Runtime {
                 }
                 Pop::Garbage => bump(&self.stats.shm_garbage),
                 Pop::Frame(len, from) => {
-                    bump(&self.stats.shm_received);
+                    // The caller holds the inbound lock (`ib`).
+                    bump_locked(&self.stats.shm_received);
                     self.handle_datagram(ib, &frame[..len], from);
                 }
             }
@@ -211,13 +212,13 @@ impl Runtime {
         // Published under the lock, so another poller's later view is not overwritten.
         self.acks_waiting.store(eager, Ordering::Relaxed);
         self.lazy_acks.store(lazy, Ordering::Relaxed);
+        if n > 0 {
+            bump_locked(&self.stats.polled_progress);
+        }
         drop(ib);
         if eager || lazy {
             // An engine asleep for long must not keep them past a millisecond.
             self.ep.kick();
-        }
-        if n > 0 {
-            bump(&self.stats.polled_progress);
         }
         n > 0
     }
