@@ -10,7 +10,6 @@ use super::stats::bump;
 use super::{Runtime, INLINE_RDMA, RTO};
 use crate::model::Qp;
 use crate::transport::wire::{self, Op};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -90,6 +89,12 @@ impl Runtime {
         let Some(parent) = pend.get(parent_id) else {
             return;
         };
+        let (qp, origin, dest, rnr_left) = (
+            parent.qp.clone(),
+            parent.origin,
+            parent.dest,
+            parent.rnr_left,
+        );
         let mut spec = parent.spec.clone();
         spec.header.flags &= !(wire::FLAG_FAST | wire::FLAG_IMM | wire::FLAG_COMMIT);
         spec.header.remote_addr = spec.header.remote_addr.wrapping_add(off);
@@ -103,20 +108,20 @@ impl Runtime {
         }
         spec.carries_data = spec.header.op == Op::Write;
         let now = Instant::now();
-        let id = self.next_req.fetch_add(1, Ordering::Relaxed);
+        let id = pend.take_id();
         spec.header.req_id = id;
+        to_send.push((qp.pd().clone(), spec.clone(), dest));
         let chunk = Pending {
-            qp: parent.qp.clone(),
-            origin: parent.origin,
-            dest: parent.dest,
-            spec: spec.clone(),
+            qp,
+            origin,
+            dest,
+            spec,
             next_tx: Some(now + RTO),
             last_heard: Some(now),
-            rnr_left: parent.rnr_left,
+            rnr_left,
             chunk_parent: Some(parent_id),
             chunking: None,
         };
-        to_send.push((parent.qp.pd().clone(), spec, parent.dest));
         pend.insert(id, chunk);
     }
 

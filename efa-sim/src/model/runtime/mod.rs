@@ -168,7 +168,6 @@ pub(crate) struct Runtime {
     qp_gens: Box<[AtomicU16]>,
     ahs: AhTable,
     pending: Mutex<PendingTable<Pending>>,
-    next_req: AtomicU64,
     low_water: AtomicU64,
     heard: Mutex<HashSet<SocketAddrV4>>,
     /// Addresses known to be in `heard`, direct-mapped by port (a hit needs no lock).
@@ -226,7 +225,6 @@ impl Runtime {
                 .collect(),
             ahs: AhTable::default(),
             pending: Mutex::new(PendingTable::with_capacity(PENDING_RING)),
-            next_req: AtomicU64::new(1),
             low_water: AtomicU64::new(1),
             heard: Mutex::new(HashSet::new()),
             heard_cache: (0..HEARD_CACHE).map(|_| AtomicU64::new(0)).collect(),

@@ -21,6 +21,9 @@ pub(crate) struct PendingTable<P> {
     len: usize,
     /// No id below this is in the table (see [`PendingTable::oldest`]).
     low: u64,
+    /// The next id [`PendingTable::take_id`] hands out: ids come from the table that
+    /// holds them, under its owner's lock (no atomic read-modify-write per request).
+    next: u64,
 }
 
 impl<P> PendingTable<P> {
@@ -33,7 +36,22 @@ impl<P> PendingTable<P> {
             overflow: IdMap::default(),
             len: 0,
             low: 0,
+            next: 1,
         }
+    }
+
+    /// A new request id (ids start at 1 and only grow).
+    #[inline]
+    pub fn take_id(&mut self) -> u64 {
+        let id = self.next;
+        self.next += 1;
+        id
+    }
+
+    /// The id [`PendingTable::take_id`] hands out next.
+    #[inline]
+    pub fn next_id(&self) -> u64 {
+        self.next
     }
 
     #[inline]
@@ -167,6 +185,18 @@ impl<P> PendingTable<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_are_handed_out_once_from_one_upwards() {
+        let mut t = PendingTable::<u8>::with_capacity(4);
+        assert_eq!(t.next_id(), 1, "0 is never an id");
+        let ids: Vec<u64> = (0..5).map(|_| t.take_id()).collect();
+        assert_eq!(ids, [1, 2, 3, 4, 5]);
+        assert_eq!(t.next_id(), 6);
+        // An id taken and never inserted does not hold the oldest back.
+        t.insert(5, 0);
+        assert_eq!(t.oldest(t.next_id()), 5);
+    }
 
     #[test]
     fn ids_that_share_a_slot_are_kept_apart_and_found() {

@@ -261,7 +261,7 @@ impl Runtime {
         if pend.len() >= LAZY_OUTSTANDING {
             spec.header.flags |= wire::FLAG_ACK_LAZY;
         }
-        let req_id = self.next_req.fetch_add(1, Ordering::Relaxed);
+        let req_id = pend.take_id();
         spec.header.req_id = req_id;
         // The watermark moves with every request, not only at the engine's timer tick:
         // a responder forgets the answers below it, and one that lags behind a fast

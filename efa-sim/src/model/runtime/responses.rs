@@ -138,7 +138,8 @@ impl Runtime {
                     resend.push((p.qp.pd().clone(), p.spec.clone(), p.dest));
                 }
             }
-            self.refresh_low_water(&mut pend, self.next_req.load(Ordering::Relaxed));
+            let next = pend.next_id();
+            self.refresh_low_water(&mut pend, next);
         }
         for (pd, spec, dest) in &resend {
             bump(&self.stats.retransmits);
