@@ -8,9 +8,7 @@ use super::pending::PendingTable;
 use super::request::{Origin, Outbox, Pending};
 use super::stats::bump;
 use super::{Runtime, INLINE_RDMA, RTO};
-use crate::model::Qp;
 use crate::transport::wire::{self, Op};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Progress of a WR moved as data-in-datagram chunks.
@@ -34,16 +32,16 @@ impl Runtime {
         id: u64,
         status: u8,
         to_send: &mut Outbox,
-    ) -> Option<(Arc<Qp>, Origin, u8)> {
+    ) -> Option<(u32, Origin, u8)> {
         // Only what the completion needs is copied out of the table.
-        let (qp, origin, chunk_parent) =
-            pend.remove_map(id, |p| (p.qp, p.origin, p.chunk_parent))?;
+        let (qpn, origin, chunk_parent) =
+            pend.remove_map(id, |p| (p.qpn, p.origin, p.chunk_parent))?;
         let Some(parent_id) = chunk_parent else {
-            return Some((qp, origin, status));
+            return Some((qpn, origin, status));
         };
         if status != 0 {
             drop(pend.take_if(|c| c.chunk_parent == Some(parent_id)));
-            return pend.remove_map(parent_id, |p| (p.qp, p.origin, status));
+            return pend.remove_map(parent_id, |p| (p.qpn, p.origin, status));
         }
         let now = Instant::now();
         let parent = pend.get_mut(parent_id)?;
@@ -66,10 +64,12 @@ impl Runtime {
                 parent.spec.carries_data = false;
                 parent.chunking = None;
                 parent.next_tx = Some(now + RTO);
-                to_send.push((parent.qp.pd().clone(), parent.spec.clone(), parent.dest));
+                if let Some(pd) = self.pd_of(parent.qpn) {
+                    to_send.push((pd, parent.spec.clone(), parent.dest));
+                }
                 return None;
             }
-            return pend.remove_map(parent_id, |p| (p.qp, p.origin, 0));
+            return pend.remove_map(parent_id, |p| (p.qpn, p.origin, 0));
         }
         if let Some((off, len)) = next {
             self.spawn_chunk(pend, parent_id, off, len, to_send);
@@ -89,12 +89,12 @@ impl Runtime {
         let Some(parent) = pend.get(parent_id) else {
             return;
         };
-        let (qp, origin, dest, rnr_left) = (
-            parent.qp.clone(),
-            parent.origin,
-            parent.dest,
-            parent.rnr_left,
-        );
+        let (qpn, origin, dest, rnr_left) =
+            (parent.qpn, parent.origin, parent.dest, parent.rnr_left);
+        // A chunk of a QP that is gone is not sent (its requests are purged).
+        let Some(pd) = self.pd_of(qpn) else {
+            return;
+        };
         let mut spec = parent.spec.clone();
         spec.header.flags &= !(wire::FLAG_FAST | wire::FLAG_IMM | wire::FLAG_COMMIT);
         spec.header.remote_addr = spec.header.remote_addr.wrapping_add(off);
@@ -110,9 +110,9 @@ impl Runtime {
         let now = Instant::now();
         let id = pend.take_id();
         spec.header.req_id = id;
-        to_send.push((qp.pd().clone(), spec.clone(), dest));
+        to_send.push((pd, spec.clone(), dest));
         let chunk = Pending {
-            qp,
+            qpn,
             origin,
             dest,
             spec,

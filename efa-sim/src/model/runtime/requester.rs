@@ -170,11 +170,10 @@ impl Runtime {
             };
             return db.complete(qp, &o, status);
         }
-        let Some(qp_arc) = qp.arc() else { return };
         // The entry is built once, here, and moved only into the table: the closures
         // below borrow it (a `Spec` moved through them was copied at every step).
         let mut p = Pending {
-            qp: qp_arc,
+            qpn: qp.qpn(),
             origin: o,
             dest,
             spec: Spec::of(r, h, carries_data),
@@ -399,9 +398,9 @@ impl Runtime {
     }
 
     /// Writes the completion `settle` produced and sends the requests it queued.
-    pub(crate) fn after_settle(&self, done: Option<(Arc<Qp>, Origin, u8)>, to_send: Outbox) {
-        if let Some((qp, o, status)) = done {
-            complete(&qp, &o, status);
+    pub(crate) fn after_settle(&self, done: Option<(u32, Origin, u8)>, to_send: Outbox) {
+        if let Some((qpn, o, status)) = done {
+            self.complete_qpn(qpn, &o, status);
         }
         for (pd, spec, dest) in &to_send {
             if !self.transmit(pd, spec, *dest) {
@@ -416,13 +415,13 @@ impl Runtime {
             .pending
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .take_if(|p| p.qp.qpn() == qpn);
+            .take_if(|p| p.qpn == qpn);
         drop(gone);
     }
 
     /// Completes outstanding requests of QP `qpn` with `status`.
     pub(crate) fn flush_pending(&self, qpn: u32, status: u8) {
-        self.flush_where(|p| p.qp.qpn() == qpn, status);
+        self.flush_where(|p| p.qpn == qpn, status);
     }
 
     /// Completes outstanding requests sent to device AH `ahn` with FLUSHED.
@@ -437,7 +436,21 @@ impl Runtime {
             .unwrap_or_else(|e| e.into_inner())
             .take_if(f);
         for p in gone.into_iter().filter(|p| p.chunk_parent.is_none()) {
-            complete(&p.qp, &p.origin, status);
+            self.complete_qpn(p.qpn, &p.origin, status);
+        }
+    }
+
+    /// The PD of QP `qpn`, if it still lives (for a request sent again).
+    pub(crate) fn pd_of(&self, qpn: u32) -> Option<Arc<Pd>> {
+        let g = Guard::enter();
+        self.qp(qpn, &g).map(|qp| qp.pd().clone())
+    }
+
+    /// Writes the send completion of `o` with `status` for QP `qpn`, if it still lives.
+    pub(crate) fn complete_qpn(&self, qpn: u32, o: &Origin, status: u8) {
+        let g = Guard::enter();
+        if let Some(qp) = self.qp(qpn, &g) {
+            complete(qp, o, status);
         }
     }
 }

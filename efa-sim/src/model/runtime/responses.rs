@@ -6,7 +6,7 @@ use super::request::Outbox;
 use super::requester::STATUS_RNR;
 use super::stats::bump;
 use super::{Runtime, PEER_TIMEOUT, RNR_DELAY, RTO};
-use crate::model::{mem, qp, ACCESS_LOCAL_WRITE};
+use crate::model::{mem, qp, Qp, ACCESS_LOCAL_WRITE};
 use crate::rcu::Guard;
 use crate::transport::wire::{self, Header, Op};
 use efa_sys::vendor::comp_status as st;
@@ -61,8 +61,9 @@ impl Runtime {
                 return; // malformed; keep waiting (retransmission re-reads)
             }
             let g = Guard::enter();
-            let target = p.spec.sges.first().and_then(|sge| {
-                Self::local_range(self.mrs(), p.qp.pd(), sge, ACCESS_LOCAL_WRITE, &g)
+            let target = self.qp(p.qpn, &g).and_then(|qp| {
+                let sge = p.spec.sges.first()?;
+                Self::local_range(self.mrs(), qp.pd(), sge, ACCESS_LOCAL_WRITE, &g)
             });
             // SAFETY: the range is inside a live MR with LOCAL_WRITE (section open).
             let landed = target.map(|at| unsafe { mem::write_registered(at, data) }.is_ok());
@@ -106,8 +107,19 @@ impl Runtime {
                     }
                 }
             }
-            for (qp, o, status) in &done {
-                super::request::complete(qp, o, *status);
+            if !done.is_empty() {
+                let g = Guard::enter();
+                // Runs of one QP (the common case) look it up once.
+                let mut last: Option<(u32, Option<&Qp>)> = None;
+                for &(qpn, ref o, status) in &done {
+                    let qp = match last {
+                        Some((n, qp)) if n == qpn => qp,
+                        _ => last.insert((qpn, self.qp(qpn, &g))).1,
+                    };
+                    if let Some(qp) = qp {
+                        super::request::complete(qp, o, status);
+                    }
+                }
             }
             self.after_settle(None, to_send);
         }
@@ -135,7 +147,10 @@ impl Runtime {
                     expired.push((id, p.dest));
                 } else if now >= next_tx {
                     p.next_tx = Some(now + RTO);
-                    resend.push((p.qp.pd().clone(), p.spec.clone(), p.dest));
+                    // A request of a QP that is gone is left to be purged.
+                    if let Some(pd) = self.pd_of(p.qpn) {
+                        resend.push((pd, p.spec.clone(), p.dest));
+                    }
                 }
             }
             let next = pend.next_id();
