@@ -353,3 +353,45 @@ fn one_doorbell_reaches_each_wqe_s_own_destination_and_fails_only_bad_ones() {
         none_within(&side.cq, 20);
     }
 }
+
+/// Over datagrams, the acknowledgements of two QPs' requests to one peer travel to their
+/// device in the same packets; each QP's send CQ gets its own completions, every one.
+#[test]
+fn acknowledgements_of_two_qps_complete_each_on_its_own_cq() {
+    let config = Arc::new(Config {
+        direct: false,
+        faults: Default::default(),
+        ..(**Sim::get().config()).clone()
+    });
+    let a = Device::standalone_in(50, Profile::default(), config.clone()).unwrap();
+    let b = Device::standalone_in(51, Profile::default(), config).unwrap();
+    let (s1, s2, rx) = (Side::new(&a, 0), Side::new(&a, 0), Side::new(&b, 0));
+    let buf = Region::new(&rx.pd, 64 * 128, ALL_ACCESS);
+    for i in 0..128u64 {
+        rx.qp
+            .post_recv(&recv(i, &[buf.sge(i as usize * 64, 64)]))
+            .unwrap();
+    }
+    let (ah1, ah2) = (s1.ah_to(&rx), s2.ah_to(&rx));
+    // Doorbells of 4 from each QP in turn: the responder lists both QPs' ids together.
+    for round in 0..16u64 {
+        for (s, ah, base) in [(&s1, &ah1, 1000u64), (&s2, &ah2, 2000)] {
+            let wrs: Vec<SendWr> = (0..4)
+                .map(|k| wr(ah, rx.qp.qpn(), base + round * 4 + k, SendOp::Send, &[]))
+                .collect();
+            s.qp.post_send_batch(&wrs).unwrap();
+        }
+    }
+    for (s, base) in [(&s1, 1000u64), (&s2, 2000)] {
+        let mut got: Vec<u64> = (0..64)
+            .map(|_| {
+                let c = next(&s.cq, 10);
+                assert_eq!(c.status, 0, "{c:?}");
+                c.wr_id
+            })
+            .collect();
+        got.sort_unstable();
+        assert_eq!(got, (base..base + 64).collect::<Vec<_>>());
+        none_within(&s.cq, 20);
+    }
+}
