@@ -28,6 +28,8 @@ const LAZY_OUTSTANDING: usize = 64;
 pub(crate) const STATUS_RNR: u8 = st::REMOTE_ERROR_RNR as u8;
 
 thread_local! {
+    /// Where a request is rebuilt for its retransmission (first transmissions are built
+    /// in place in `TX`).
     static SCRATCH: RefCell<Vec<u8>> = RefCell::new(vec![0u8; wire::MAX_DATAGRAM]);
     /// Requests of one doorbell, bundled per destination.
     static TX: RefCell<(bool, wire::BundleBuf)> = RefCell::new((false, wire::BundleBuf::default()));
@@ -53,8 +55,8 @@ impl Runtime {
 
     /// Executes one WQE the device took from `qp`'s send queue inside the consumer's read
     /// section `g` (one per doorbell); true if it completed on the same-process direct
-    /// path. `db` is what the WQEs of this doorbell share (a peer is marked heard once, the
-    /// clock read once).
+    /// path. `db` is what the WQEs of this doorbell share (the route, the peer marked
+    /// heard, the completions written together).
     #[inline]
     pub(crate) fn start_send(
         &self,
