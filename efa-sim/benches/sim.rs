@@ -17,7 +17,7 @@
 //!   `post_send_batch` call (as `ibv_wr_start` … `ibv_wr_complete` sessions and
 //!   `ibv_post_send` WR lists do), window of 256 outstanding WRs, completions
 //!   polled by the sender; `…/batch1` is the same with one WR per call (one
-//!   datagram and one syscall per message: bounded by the kernel's UDP path);
+//!   datagram, one shared-memory frame, per message);
 //! * `two_processes/rdma_write/1MiB`: 1 MiB RDMA-write bandwidth to a child
 //!   process (16 outstanding, a modest send queue: `ib_write_bw` keeps 128);
 //!   the responder copies with one `process_vm_readv` per WR, so the kernel's
