@@ -254,7 +254,13 @@ pub struct Acks {
 }
 
 impl Acks {
-    /// Encodes the acknowledgement packet of `ids` from `gid` into `buf`; its length.
+    /// Bytes of the acknowledgement packet of these ids.
+    pub fn packet_len(&self) -> usize {
+        HEADER + self.ids.len() * 8
+    }
+
+    /// Encodes the acknowledgement packet of `ids` from `gid` into `buf` (at least
+    /// [`Acks::packet_len`] bytes); its length.
     pub fn encode(&self, gid: [u8; 16], buf: &mut [u8]) -> usize {
         let mut h = Header::new(KIND_ACKS, Op::Send);
         h.epoch = self.epoch;

@@ -56,17 +56,15 @@ impl Runtime {
             };
             if let Some(mut ib) = ib {
                 if let Some(i) = ib.acks.iter().position(|a| a.to == to && !a.ids.is_empty()) {
-                    let mut out = std::mem::take(&mut ib.out);
-                    let len = ib.acks[i].encode(self.gid, &mut out);
+                    let len = ib.acks[i].packet_len();
                     if tx.fits(len) {
-                        // The acknowledgements join the requests' bundle.
-                        tx.push(to, &out[..len]);
+                        // The acknowledgements join the requests' bundle, encoded there.
+                        let acks = &ib.acks[i];
+                        tx.push_with(to, len, |out| Some(acks.encode(self.gid, out)));
                         ib.acks[i].ids.clear();
                         ib.acks[i].lazy = true;
-                        ib.out = out;
                         self.ep.send(tx.datagram(), to);
                     } else {
-                        ib.out = out;
                         self.queue_acks(&mut ib, i);
                         for pkt in tx.items() {
                             self.queue_out(&mut ib, pkt, to);
