@@ -26,8 +26,8 @@ pub(crate) struct Doorbell {
 }
 
 impl Doorbell {
-    /// [`super::request::complete`], collected: the completion reaches `qp`'s send CQ at the next
-    /// [`Doorbell::flush`] (or now, when the collection is full).
+    /// [`super::request::complete`], collected: the completion reaches `qp`'s send CQ
+    /// at the next [`Doorbell::flush`] (or now, when the collection is full).
     #[inline]
     pub fn complete(&mut self, qp: &Qp, o: &Origin, status: u8) {
         if !o.completes(status) {

@@ -170,9 +170,7 @@ impl Runtime {
             .unwrap_or_else(|e| e.into_inner())
             .is_empty()
     }
-}
 
-impl Runtime {
     /// Writes the send completions of `done` (in order): each run of one QP (the common
     /// case: an acknowledgement packet lists up to [`wire::MAX_ACKS`] ids) looks its QP up
     /// once and goes into its send CQ under one lock of the CQ (a locked instruction per
