@@ -19,6 +19,35 @@ pub(crate) struct Chunking {
     total: u64,
 }
 
+/// How a pending request takes part in a transfer in chunks (one field, not two
+/// options: every outstanding request carries it).
+#[derive(Clone, Copy)]
+pub(crate) enum ChunkRole {
+    /// A request of its own.
+    None,
+    /// One chunk of the pending WR with that id.
+    Of(u64),
+    /// A WR being moved in chunks (its fast path failed).
+    Parent(Chunking),
+}
+
+impl ChunkRole {
+    /// The id of the WR this request is a chunk of.
+    #[inline]
+    pub fn parent(&self) -> Option<u64> {
+        match *self {
+            ChunkRole::Of(id) => Some(id),
+            _ => None,
+        }
+    }
+
+    /// Whether this is a WR being moved in chunks.
+    #[inline]
+    pub fn is_parent(&self) -> bool {
+        matches!(self, ChunkRole::Parent(_))
+    }
+}
+
 /// Chunks in flight per chunked WR.
 pub const CHUNK_WINDOW: u32 = 8;
 
@@ -35,18 +64,20 @@ impl Runtime {
     ) -> Option<(u32, Origin, u8)> {
         // Only what the completion needs is copied out of the table.
         let (qpn, origin, chunk_parent) =
-            pend.remove_map(id, |p| (p.qpn, p.origin, p.chunk_parent))?;
+            pend.remove_map(id, |p| (p.qpn, p.origin, p.chunk.parent()))?;
         let Some(parent_id) = chunk_parent else {
             return Some((qpn, origin, status));
         };
         if status != 0 {
-            drop(pend.take_if(|c| c.chunk_parent == Some(parent_id)));
+            drop(pend.take_if(|c| c.chunk.parent() == Some(parent_id)));
             return pend.remove_map(parent_id, |p| (p.qpn, p.origin, status));
         }
         let now = Instant::now();
         let parent = pend.get_mut(parent_id)?;
         parent.last_heard = Some(now);
-        let mut ch = parent.chunking?;
+        let ChunkRole::Parent(mut ch) = parent.chunk else {
+            return None;
+        };
         ch.inflight -= 1;
         let mut next = None;
         if ch.next_off < ch.total {
@@ -55,14 +86,14 @@ impl Runtime {
             ch.next_off += len as u64;
             ch.inflight += 1;
         }
-        parent.chunking = Some(ch);
+        parent.chunk = ChunkRole::Parent(ch);
         if ch.inflight == 0 && next.is_none() {
             if parent.spec.header.flags & wire::FLAG_IMM != 0 {
                 // All data landed: deliver the immediate with a commit request.
                 parent.spec.header.flags =
                     (parent.spec.header.flags & !wire::FLAG_FAST) | wire::FLAG_COMMIT;
                 parent.spec.carries_data = false;
-                parent.chunking = None;
+                parent.chunk = ChunkRole::None;
                 parent.next_tx = Some(now + RTO);
                 if let Some(pd) = self.pd_of(parent.qpn) {
                     to_send.push((pd, parent.spec.clone(), parent.dest));
@@ -102,7 +133,7 @@ impl Runtime {
         spec.header.pid = 0;
         spec.header.local_addr = 0;
         spec.header.imm = 0;
-        if let Some(g) = spec.sges.first_mut() {
+        if let Some(g) = spec.local.sges_mut().first_mut() {
             g.addr = g.addr.wrapping_add(off);
             g.length = len;
         }
@@ -119,8 +150,7 @@ impl Runtime {
             next_tx: Some(now + RTO),
             last_heard: Some(now),
             rnr_left,
-            chunk_parent: Some(parent_id),
-            chunking: None,
+            chunk: ChunkRole::Of(parent_id),
         };
         pend.insert(id, chunk);
     }
@@ -149,7 +179,7 @@ impl Runtime {
             ch.next_off += len as u64;
             ch.inflight += 1;
         }
-        p.chunking = Some(ch);
+        p.chunk = ChunkRole::Parent(ch);
         for (off, len) in spans {
             self.spawn_chunk(pend, id, off, len, to_send);
         }

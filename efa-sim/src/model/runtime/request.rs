@@ -1,7 +1,7 @@
 //! What the requester keeps of a request: the [`Origin`] its send completion needs, the
 //! [`Spec`] it is (re)built from, and the [`Pending`] entry it waits in for its answer.
 
-use super::chunks::Chunking;
+use super::chunks::ChunkRole;
 use super::RTO;
 use crate::model::send_queue::Request;
 use crate::model::{Pd, Qp, Sge, MAX_INLINE};
@@ -56,21 +56,62 @@ pub(crate) fn complete(qp: &Qp, o: &Origin, status: u8) {
 #[derive(Clone)]
 pub(crate) struct Spec {
     pub header: Header,
-    /// Local segments (lkey, iova, len), re-validated at every use: at most a WQE's.
-    pub sges: arrayvec::ArrayVec<Sge, { efa_sys::io::TX_DESC_NUM_BUFS }>,
-    pub inline: arrayvec::ArrayVec<u8, MAX_INLINE>,
+    pub local: Local,
     /// Whether the data travels in the datagram (SEND, small WRITE).
     pub carries_data: bool,
+}
+
+/// The local side of a request as its WQE gave it: segments (lkey, iova, len),
+/// re-validated at every use, or inline bytes; never both (a WQE holds one or the other),
+/// so they share one buffer. Every outstanding request keeps one: each cache line less
+/// in a pending entry was a twentieth of a sender's time at 16 WRs per doorbell.
+#[derive(Clone)]
+pub(crate) enum Local {
+    Sges(arrayvec::ArrayVec<Sge, { efa_sys::io::TX_DESC_NUM_BUFS }>),
+    Inline(arrayvec::ArrayVec<u8, MAX_INLINE>),
+}
+
+impl Local {
+    /// The segments (none for inline data).
+    #[inline]
+    pub fn sges(&self) -> &[Sge] {
+        match self {
+            Local::Sges(s) => s,
+            Local::Inline(_) => &[],
+        }
+    }
+
+    /// The segments, to adjust (none for inline data).
+    #[inline]
+    pub fn sges_mut(&mut self) -> &mut [Sge] {
+        match self {
+            Local::Sges(s) => s,
+            Local::Inline(_) => &mut [],
+        }
+    }
+
+    /// The inline bytes (none for segments).
+    #[inline]
+    pub fn inline(&self) -> &[u8] {
+        match self {
+            Local::Inline(d) => d,
+            Local::Sges(_) => &[],
+        }
+    }
 }
 
 impl Spec {
     /// What request `r` with header `h` carries.
     #[inline(always)]
     pub(super) fn of(r: &Request<'_>, h: Header, carries_data: bool) -> Spec {
+        let local = if r.inline.is_empty() {
+            Local::Sges(r.sges().iter().copied().collect())
+        } else {
+            Local::Inline(arrayvec::ArrayVec::try_from(r.inline).unwrap_or_default())
+        };
         Spec {
             header: h,
-            sges: r.sges().iter().copied().collect(),
-            inline: arrayvec::ArrayVec::try_from(r.inline).unwrap_or_default(),
+            local,
             carries_data,
         }
     }
@@ -78,12 +119,10 @@ impl Spec {
     /// Bytes of data its datagram carries after the header.
     #[inline]
     pub fn data_len(&self) -> usize {
-        if !self.carries_data {
-            0
-        } else if self.inline.is_empty() {
-            self.sges.iter().map(|s| s.length as usize).sum()
-        } else {
-            self.inline.len()
+        match &self.local {
+            _ if !self.carries_data => 0,
+            Local::Sges(s) => s.iter().map(|s| s.length as usize).sum(),
+            Local::Inline(d) => d.len(),
         }
     }
 }
@@ -103,10 +142,7 @@ pub(crate) struct Pending {
     /// When the peer last answered anything about it; `None` as `next_tx`.
     pub last_heard: Option<Instant>,
     pub rnr_left: u8,
-    /// This request is one chunk of the pending WR with that id.
-    pub chunk_parent: Option<u64>,
-    /// This WR is being moved in chunks (its fast path failed).
-    pub chunking: Option<Chunking>,
+    pub chunk: ChunkRole,
 }
 
 impl Pending {

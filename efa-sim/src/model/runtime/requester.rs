@@ -3,6 +3,7 @@
 //! its completion goes to the QP's send CQ when the responder's answer arrives (or the
 //! WR fails: RNR retries exhausted, peer silent, AH destroyed, QP flushed).
 
+use super::chunks::ChunkRole;
 use super::doorbell::Doorbell;
 use super::pending::PendingTable;
 use super::request::{complete, Origin, Outbox, Pending, Spec};
@@ -182,8 +183,7 @@ impl Runtime {
             next_tx: None,
             last_heard: None,
             rnr_left: qp.rnr_retry(),
-            chunk_parent: None,
-            chunking: None,
+            chunk: ChunkRole::None,
         };
         // Local GPU memory (no host address) cannot be named to the peer's process_vm_*
         // copy: such a bulk WR moves in chunks from the start.
@@ -317,15 +317,17 @@ impl Runtime {
             } else {
                 0
             };
-            h.local_addr = Self::local_range(mrs, pd, spec.sges.first()?, need, g)?.host()? as u64;
+            h.local_addr =
+                Self::local_range(mrs, pd, spec.local.sges().first()?, need, g)?.host()? as u64;
         }
         let mut len = wire::HEADER;
         if spec.carries_data {
-            if !spec.inline.is_empty() {
-                buf[len..len + spec.inline.len()].copy_from_slice(&spec.inline);
-                len += spec.inline.len();
+            let inline = spec.local.inline();
+            if !inline.is_empty() {
+                buf[len..len + inline.len()].copy_from_slice(inline);
+                len += inline.len();
             } else {
-                for sge in &spec.sges {
+                for sge in spec.local.sges() {
                     let at = Self::local_range(mrs, pd, sge, 0, g)?;
                     let l = sge.length as usize;
                     if len + l > buf.len() {
@@ -437,7 +439,7 @@ impl Runtime {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take_if(f);
-        for p in gone.into_iter().filter(|p| p.chunk_parent.is_none()) {
+        for p in gone.into_iter().filter(|p| p.chunk.parent().is_none()) {
             self.complete_qpn(p.qpn, &p.origin, status);
         }
     }

@@ -41,7 +41,7 @@ impl Runtime {
                 return;
             }
         } else if status == wire::STATUS_FALLBACK {
-            if p.spec.header.flags & wire::FLAG_FAST == 0 || p.chunking.is_some() {
+            if p.spec.header.flags & wire::FLAG_FAST == 0 || p.chunk.is_parent() {
                 return; // only a bulk request can fall back; ignore anything else
             }
             let mut to_send = Outbox::new();
@@ -50,7 +50,7 @@ impl Runtime {
             self.mark_heard(from);
             self.after_settle(None, to_send);
             return;
-        } else if p.chunking.is_some() {
+        } else if p.chunk.is_parent() {
             return; // the parent of chunks gets no responses of its own
         } else if status == 0
             && p.spec.header.op == Op::Read
@@ -62,7 +62,7 @@ impl Runtime {
             }
             let g = Guard::enter();
             let target = self.qp(p.qpn, &g).and_then(|qp| {
-                let sge = p.spec.sges.first()?;
+                let sge = p.spec.local.sges().first()?;
                 Self::local_range(self.mrs(), qp.pd(), sge, ACCESS_LOCAL_WRITE, &g)
             });
             // SAFETY: the range is inside a live MR with LOCAL_WRITE (section open).
@@ -99,7 +99,7 @@ impl Runtime {
                     let hdr = &p.spec.header;
                     let small_read = hdr.op == Op::Read && hdr.flags & wire::FLAG_FAST == 0;
                     // A chunked WR's parent and a small read are answered otherwise.
-                    if p.dest != from || p.chunking.is_some() || small_read {
+                    if p.dest != from || p.chunk.is_parent() || small_read {
                         continue;
                     }
                     if let Some(d) = self.settle(&mut pend, id, 0, &mut to_send) {
