@@ -63,8 +63,9 @@ pub(crate) struct Spec {
 
 /// The local side of a request as its WQE gave it: segments (lkey, iova, len),
 /// re-validated at every use, or inline bytes; never both (a WQE holds one or the other),
-/// so they share one buffer. Every outstanding request keeps one: each cache line less
-/// in a pending entry was a twentieth of a sender's time at 16 WRs per doorbell.
+/// so they share one buffer. Every outstanding request keeps one, written into a table
+/// slot that is cold by then: a pending entry one cache line shorter made a sender of 16
+/// WRs per doorbell about 5% faster.
 #[derive(Clone)]
 pub(crate) enum Local {
     Sges(arrayvec::ArrayVec<Sge, { efa_sys::io::TX_DESC_NUM_BUFS }>),
