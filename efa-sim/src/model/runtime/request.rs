@@ -90,15 +90,6 @@ impl Local {
             Local::Inline(_) => &mut [],
         }
     }
-
-    /// The inline bytes (none for segments).
-    #[inline]
-    pub fn inline(&self) -> &[u8] {
-        match self {
-            Local::Inline(d) => d,
-            Local::Sges(_) => &[],
-        }
-    }
 }
 
 impl Spec {

@@ -6,7 +6,7 @@
 use super::chunks::ChunkRole;
 use super::doorbell::Doorbell;
 use super::pending::PendingTable;
-use super::request::{complete, Origin, Outbox, Pending, Spec};
+use super::request::{complete, Local, Origin, Outbox, Pending, Spec};
 use super::tables::MrTable;
 use super::{Runtime, INLINE_RDMA};
 use crate::model::mem::{self, Data, Place};
@@ -322,21 +322,23 @@ impl Runtime {
         }
         let mut len = wire::HEADER;
         if spec.carries_data {
-            let inline = spec.local.inline();
-            if !inline.is_empty() {
-                buf[len..len + inline.len()].copy_from_slice(inline);
-                len += inline.len();
-            } else {
-                for sge in spec.local.sges() {
-                    let at = Self::local_range(mrs, pd, sge, 0, g)?;
-                    let l = sge.length as usize;
-                    if len + l > buf.len() {
-                        return None;
+            match &spec.local {
+                Local::Inline(d) => {
+                    buf[len..len + d.len()].copy_from_slice(d);
+                    len += d.len();
+                }
+                Local::Sges(sges) => {
+                    for sge in sges {
+                        let at = Self::local_range(mrs, pd, sge, 0, g)?;
+                        let l = sge.length as usize;
+                        if len + l > buf.len() {
+                            return None;
+                        }
+                        // SAFETY: at..at+l lies in a live MR (checked inside the section
+                        // the caller holds open).
+                        unsafe { mem::read_registered(at, &mut buf[len..len + l]) }.ok()?;
+                        len += l;
                     }
-                    // SAFETY: at..at+l lies in a live MR (checked inside the section the
-                    // caller holds open).
-                    unsafe { mem::read_registered(at, &mut buf[len..len + l]) }.ok()?;
-                    len += l;
                 }
             }
         }
