@@ -39,7 +39,9 @@
 //!   owner or all devices), counted per device and scope.
 //!
 //! # dma-buf fd convention (for efa-sim)
-//! All device memory of the process lives in one memfd, `/memfd:efa-sim-gpu-memory`,
+//! All device memory of the process lives in one memfd, `/memfd:efa-sim-gpu-memory`, sealed
+//! against shrinking, growing and further seals (`F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL`:
+//! no holder of an export can truncate it under efa-sim's mapping; efa-sim checks the seals),
 //! **indexed by device address**: the byte at CUDA address `va` is at file offset `va`
 //! (the file is sparse; only touched pages use memory). An exported handle is a new open
 //! file description of that memfd (`O_RDWR | O_CLOEXEC`, its own fd), whose **file position

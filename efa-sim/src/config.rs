@@ -19,9 +19,11 @@
 //! | `EFA_SIM_LIB` | [`library_override`] (the CLI only) | — |
 //! | `EFA_SIM_GPU_LIB` | [`gpu_library_override`] (the CLI's `--gpus` only) | — |
 //!
-//! Empty values count as unset. Any malformed value is an error naming the variable; the
-//! library then reports zero devices (see [`crate::model::Sim`]), it never falls back to
-//! a default silently.
+//! Empty values count as unset; surrounding spaces are ignored. Switches take exactly
+//! [`SWITCH_SPELLINGS`]. Any other value is an error of one line naming the variable, its
+//! value and what is allowed (`EFA_SIM_DIRECT=`yes`: must be 0, 1, off, on, false or
+//! true`); the library then reports zero devices (see [`crate::model::Sim`]), the CLI
+//! exits 2 with it; nothing falls back to a default silently.
 
 use crate::model::{profile, Profile};
 use crate::transport::faults::FaultSpec;
@@ -69,8 +71,8 @@ pub struct Config {
     pub lock_dir: PathBuf,
     /// Fault injection on every datagram the devices send.
     pub faults: FaultSpec,
-    /// As RDMA responder, never copy with `process_vm_readv/writev` (bulk RDMA moves in
-    /// datagram chunks, as between hosts).
+    /// Never copy with `process_vm_readv`, as RDMA responder (bulk writes) or as
+    /// requester (pulled bulk reads): bulk RDMA moves in datagram chunks, as between hosts.
     pub no_process_vm: bool,
     /// Same-process requests may execute in the posting call (only without faults).
     pub direct: bool,
@@ -121,7 +123,11 @@ impl Config {
                 .ok()
                 .filter(|n| *n <= MAX_DEVICES)
                 .ok_or_else(|| {
-                    format!("EFA_SIM_DEVICES=`{v}` must be a number 0..={MAX_DEVICES}")
+                    bad(
+                        "EFA_SIM_DEVICES",
+                        &v,
+                        &format!("a number 0..={MAX_DEVICES}"),
+                    )
                 })?,
         };
         let overrides = match get("EFA_SIM_PROFILE") {
@@ -132,14 +138,14 @@ impl Config {
         if let Some(max) = overrides.max_device() {
             if max >= count {
                 return Err(format!(
-                    "EFA_SIM_PROFILE names efa_{max} but only {count} devices exist"
+                    "EFA_SIM_PROFILE: names efa_{max}, but there are only {count} devices (EFA_SIM_DEVICES)"
                 ));
             }
         }
         let mut base = Profile::default();
         if let Some(v) = get("EFA_SIM_READ_OPCODE") {
-            base.read_completes_as_send =
-                profile::parse_read_opcode(&v).map_err(|m| format!("EFA_SIM_READ_OPCODE: {m}"))?;
+            base.read_completes_as_send = profile::parse_read_opcode(&v)
+                .map_err(|_| bad("EFA_SIM_READ_OPCODE", &v, "send or rdma_read"))?;
         }
         c.profiles = (0..count)
             .map(|i| {
@@ -151,22 +157,42 @@ impl Config {
         if let Some(a) = get("EFA_SIM_ADDR") {
             c.addr = a
                 .trim()
-                .parse()
-                .map_err(|_| format!("EFA_SIM_ADDR=`{a}` is not an IPv4 address"))?;
+                .parse::<Ipv4Addr>()
+                .ok()
+                .filter(|ip| !ip.is_unspecified() && !ip.is_multicast() && !ip.is_broadcast())
+                .ok_or_else(|| {
+                    bad(
+                        "EFA_SIM_ADDR",
+                        &a,
+                        "an IPv4 address a.b.c.d of this host (not 0.0.0.0, broadcast or multicast)",
+                    )
+                })?;
         }
         if let Some(p) = get("EFA_SIM_PORT_BASE") {
+            let top = 65536 - MAX_DEVICES * SLOTS;
             c.port_base = p
                 .trim()
                 .parse::<u16>()
                 .ok()
-                .filter(|b| u32::from(*b) + MAX_DEVICES * SLOTS <= 65536)
+                .filter(|b| *b > 0 && u32::from(*b) <= top)
                 .ok_or_else(|| {
-                    format!(
-                        "EFA_SIM_PORT_BASE=`{p}` must be a port with room for {MAX_DEVICES} x {SLOTS} ports above it"
+                    bad(
+                        "EFA_SIM_PORT_BASE",
+                        &p,
+                        &format!(
+                            "a port 1..={top} (room for {MAX_DEVICES} x {SLOTS} ports from it)"
+                        ),
                     )
                 })?;
         }
         if let Some(d) = get("EFA_SIM_LOCK_DIR") {
+            if !d.starts_with('/') {
+                return Err(bad(
+                    "EFA_SIM_LOCK_DIR",
+                    &d,
+                    "an absolute path (processes with other working directories must find the same one)",
+                ));
+            }
             c.lock_dir = PathBuf::from(d);
         }
         if let Some(f) = get("EFA_SIM_FAULTS") {
@@ -179,11 +205,7 @@ impl Config {
                 "auto" => Transport::Auto,
                 "udp" => Transport::Udp,
                 "shm" => Transport::Shm,
-                other => {
-                    return Err(format!(
-                        "EFA_SIM_TRANSPORT=`{other}` must be auto, udp or shm"
-                    ))
-                }
+                _ => return Err(bad("EFA_SIM_TRANSPORT", &t, "auto, udp or shm")),
             };
         }
         c.trace = flag(get("EFA_SIM_TRACE"), "EFA_SIM_TRACE", false)?;
@@ -202,14 +224,46 @@ impl Config {
     }
 }
 
-/// `0`/`1` switches (also `off`/`on`, `false`/`true`, `no`/`yes`).
-fn flag(v: Option<String>, name: &str, default: bool) -> Result<bool, String> {
-    match v.as_deref().map(str::trim) {
-        None => Ok(default),
-        Some("1" | "on" | "true" | "yes") => Ok(true),
-        Some("0" | "off" | "false" | "no") => Ok(false),
-        Some(other) => Err(format!("{name}=`{other}` must be 0 or 1")),
+/// How a switch (`EFA_SIM_DIRECT`, a profile's `dmabuf_mr`, ...) may be spelled.
+pub const SWITCH_SPELLINGS: &str = "0, 1, off, on, false or true";
+
+/// A switch value: exactly `0`/`off`/`false` or `1`/`on`/`true` (surrounding spaces
+/// ignored); anything else is `None`.
+pub fn parse_switch(v: &str) -> Option<bool> {
+    match v.trim() {
+        "1" | "on" | "true" => Some(true),
+        "0" | "off" | "false" => Some(false),
+        _ => None,
     }
+}
+
+fn flag(v: Option<String>, name: &str, default: bool) -> Result<bool, String> {
+    match v {
+        None => Ok(default),
+        Some(v) => parse_switch(&v).ok_or_else(|| bad(name, &v, SWITCH_SPELLINGS)),
+    }
+}
+
+/// `value` for an error line: trimmed, control characters (a newline) escaped, so that
+/// every configuration error is exactly one line.
+pub fn shown(value: &str) -> String {
+    value
+        .trim()
+        .chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect()
+}
+
+/// The error line of a malformed variable: `NAME=`value`: must be ALLOWED`.
+fn bad(name: &str, value: &str, allowed: &str) -> String {
+    format!("{name}=`{}`: must be {allowed}", shown(value))
 }
 
 /// `EFA_SIM_LIB`: which `libefa_sim.so` the `efa-sim` CLI runs programs on.

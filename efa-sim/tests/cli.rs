@@ -1,6 +1,8 @@
 //! The `efa-sim` command line: `info`, `env`, `run`.
 
-use std::process::Command;
+mod support;
+
+use std::process::{Command, Output};
 
 fn efa_sim() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_efa-sim"));
@@ -51,7 +53,10 @@ fn run_with_gpus_selects_the_software_gpu() {
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(2));
-        assert!(String::from_utf8_lossy(&out.stderr).contains("--gpus needs a number"));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            format!("efa-sim: --gpus `{bad}`: must be a number of devices 0..=64\n")
+        );
     }
     // A named library that does not exist is an error, not a silent fallback.
     let out = efa_sim()
@@ -60,7 +65,11 @@ fn run_with_gpus_selects_the_software_gpu() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("EFA_SIM_GPU_LIB"));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "efa-sim: EFA_SIM_GPU_LIB=`/nonexistent/libefa_sim_gpu.so`: not a file; \
+         it must name libefa_sim_gpu.so (a 64-bit ELF shared object)\n"
+    );
 }
 
 #[test]
@@ -238,4 +247,126 @@ fn libfabric_fi_info_sees_the_software_devices() {
         assert!(s.contains(&format!("domain: {d}")), "missing {d}:\n{s}");
     }
     assert!(!e.contains("no version information"), "{e}");
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn an_unknown_command_is_named_before_the_usage() {
+    let out = efa_sim().arg("frobnicate").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let e = stderr(&out);
+    let mut lines = e.lines();
+    assert_eq!(lines.next(), Some("efa-sim: unknown command: frobnicate"));
+    assert_eq!(lines.next(), Some("usage:"));
+    assert!(out.stdout.is_empty());
+    let out = efa_sim().args(["env", "extra"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).starts_with("efa-sim: env: unexpected argument: extra\nusage:\n"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+const DIRECT_YES: &str = "efa-sim: configuration error, no devices: \
+    EFA_SIM_DIRECT=`yes`: must be 0, 1, off, on, false or true\n";
+
+#[test]
+fn a_configuration_error_is_one_line_and_exit_2() {
+    for args in [&["info"][..], &["env"], &["run", "--", "touch", "ran"]] {
+        let out = efa_sim()
+            .args(args)
+            .env("EFA_SIM_DIRECT", "yes")
+            .env("SYSFS_PATH", "/unused") // run/env check the configuration anyway
+            .current_dir(support::scratch_dir())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert_eq!(stderr(&out), DIRECT_YES, "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+    assert!(!support::scratch_dir().join("ran").exists(), "nothing ran");
+    let out = efa_sim()
+        .arg("info")
+        .env("EFA_SIM_PROFILE", "max_rdma_size=0")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "efa-sim: configuration error, no devices: EFA_SIM_PROFILE: efa_0: max_rdma_size=0: \
+         must be 1..=4294967295 while caps has rdma_read or rdma_write \
+         (drop them with caps=-rdma_read-rdma_write)\n"
+    );
+}
+
+/// Loaded into a program, the library cannot exit: it lists no devices and prints the
+/// same single line.
+#[test]
+fn a_program_on_a_rejected_configuration_sees_no_devices_and_one_line() {
+    let out = support::on_sim("ibv_devices")
+        .env("EFA_SIM_DIRECT", "yes")
+        .output()
+        .unwrap();
+    assert_eq!(stderr(&out), DIRECT_YES);
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(!s.contains("efa_0"), "{s}");
+}
+
+/// `EFA_SIM_LIB` must be a shared library; anything else is refused before a link
+/// directory is created next to it.
+#[test]
+fn efa_sim_lib_must_be_an_elf_shared_library() {
+    let dir = support::scratch_dir().join(format!("efa-sim-lib-check-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = dir.join("passwd");
+    std::fs::write(&text, "root:x:0:0:root:/root:/bin/sh\n").unwrap();
+    let exe = dir.join("prog");
+    std::fs::copy(env!("CARGO_BIN_EXE_efa-sim"), &exe).unwrap();
+    let missing = dir.join("missing.so");
+    // An ELF executable that is not position-independent (ET_EXEC).
+    let mut head = std::fs::read(&exe).unwrap();
+    head.truncate(64 * 1024);
+    head[16] = 2;
+    let static_exe = dir.join("exec");
+    std::fs::write(&static_exe, head).unwrap();
+    let must = "it must name libefa_sim.so (a 64-bit ELF shared object)";
+    for (path, why) in [
+        (&text, "not an ELF file"),
+        (&static_exe, "not an ELF shared object"),
+        (
+            &exe,
+            "an executable (it has a program interpreter), not a library",
+        ),
+        (&missing, "not a file"),
+        (&dir, "not a file"),
+    ] {
+        for cmd in ["env", "run"] {
+            let out = efa_sim()
+                .args([cmd, "--", "true"][..if cmd == "env" { 1 } else { 3 }].iter())
+                .env("EFA_SIM_LIB", path)
+                .output()
+                .unwrap();
+            assert_eq!(out.status.code(), Some(2), "{cmd} {path:?}");
+            assert_eq!(
+                stderr(&out),
+                format!("efa-sim: EFA_SIM_LIB=`{}`: {why}; {must}\n", path.display())
+            );
+        }
+    }
+    let mut left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        ["exec", "passwd", "prog"],
+        "nothing created beside them"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

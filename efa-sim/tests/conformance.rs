@@ -34,6 +34,13 @@ fn data_srd_read_opcode_rdma_read() {
     support::run_c("data_srd", &[("EFA_SIM_READ_OPCODE", "rdma_read")]);
 }
 
+/// CQ overflow: completions beyond the CQ's depth are lost, the CQ stays broken, no async
+/// event and no poll error; polled in time, nothing is lost.
+#[test]
+fn cq_overflow() {
+    support::run_c("cq_overflow", &[]);
+}
+
 /// Legacy ibv_post_send/ibv_post_recv/ibv_poll_cq on UD (and posting errors).
 #[test]
 fn data_legacy() {

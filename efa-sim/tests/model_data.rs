@@ -674,12 +674,15 @@ fn ud_send_has_grh_prefix_and_drops_without_receive() {
 fn dmabuf_mr_maps_the_fd_and_carries_data() {
     let (a, b) = pair(0);
     let ah = a.ah_to(&b);
-    // A memfd stands in for a dma-buf: mmap-able, so the data path works.
+    // A sealed efa-sim memfd stands in for a dma-buf: mmap-able, so the data path works.
     // SAFETY: plain syscalls with valid arguments; the fd is closed below.
-    let fd = unsafe { libc::memfd_create(c"efa-sim-dmabuf".as_ptr(), 0) };
+    let fd = unsafe { libc::memfd_create(c"efa-sim-dmabuf".as_ptr(), libc::MFD_ALLOW_SEALING) };
     assert!(fd >= 0);
     // SAFETY: valid fd.
     assert_eq!(unsafe { libc::ftruncate(fd, 8192) }, 0);
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL;
+    // SAFETY: valid fd, an int seal argument.
+    assert_eq!(unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, seals) }, 0);
     let mr =
         b.pd.reg_dmabuf_mr(4096, 4096, 0x10_0000, fd, ALL_ACCESS)
             .unwrap();

@@ -254,6 +254,36 @@ fn a_software_gpu_export_is_mapped_at_its_cuda_address() {
 }
 
 #[test]
+fn an_export_cannot_be_truncated_under_the_devices_mapping() {
+    let _s = serial();
+    let g = Gpu::get();
+    g.enter(0);
+    let p = page();
+    let va = g.alloc(2 * p);
+    let fd = g.export(va, 2 * p);
+    let b = Side::new(&dev(1), 0);
+    let mr = b.pd.reg_dmabuf_mr(0, 2 * p, va, fd, ALL_ACCESS).unwrap();
+    assert_eq!(mr.memory(), MrMemory::Mapped);
+    // Any holder of the O_RDWR export could shrink the memory file and make the device's
+    // next write into the mapping SIGBUS: the file is sealed, so the kernel says EPERM.
+    for len in [0, va as libc::off_t] {
+        // SAFETY: plain syscall on our export.
+        assert_eq!(unsafe { libc::ftruncate(fd, len) }, -1, "truncate to {len}");
+        assert_eq!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::EPERM)
+        );
+    }
+    // SAFETY: fcntl on our export, no argument.
+    let seals = unsafe { libc::fcntl(fd, libc::F_GET_SEALS) };
+    let want = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+    assert_eq!(seals & want, want, "seals {seals:#x}");
+    mr.dereg().unwrap();
+    // SAFETY: closing our export.
+    unsafe { libc::close(fd) };
+}
+
+#[test]
 fn an_export_that_refuses_mmap_moves_through_the_drivers_copies() {
     let _s = serial();
     let g = Gpu::get();

@@ -6,12 +6,34 @@ use crate::ffi::*;
 
 pub(super) fn memfd() -> std::io::Result<OwnedFd> {
     // SAFETY: NUL-terminated name; the returned fd is new and ours.
-    let fd = unsafe { libc::memfd_create(c"efa-sim-gpu-memory".as_ptr(), libc::MFD_CLOEXEC) };
+    let fd = unsafe {
+        libc::memfd_create(
+            c"efa-sim-gpu-memory".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )
+    };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
     // SAFETY: fresh fd owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A memory file of `len` bytes sealed against shrinking, growing and further seals:
+/// efa-sim maps exports of it, and a file truncated under a mapping turns the next access
+/// into SIGBUS (exports are `O_RDWR` fds anyone holding them could `ftruncate`).
+pub(super) fn sealed_memfd(len: u64) -> std::io::Result<OwnedFd> {
+    let file = memfd()?;
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+    // SAFETY: plain syscalls on our own fd (an off_t length, an int seal argument).
+    let ok = unsafe {
+        libc::ftruncate(file.as_raw_fd(), len as libc::off_t) == 0
+            && libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) == 0
+    };
+    if !ok {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(file)
 }
 
 pub(super) fn pio(fd: &OwnedFd, off: u64, buf: *mut u8, len: usize, write: bool) -> CuResult {

@@ -10,7 +10,7 @@ mod export;
 mod file;
 mod vmm;
 
-use file::{copy_fd, memfd, pio, punch};
+use file::{copy_fd, pio, punch, sealed_memfd};
 
 use crate::ffi::*;
 
@@ -101,13 +101,10 @@ impl Memory {
             return Err(std::io::Error::last_os_error());
         }
         let start = round_up(arena as u64, GRANULARITY).unwrap_or(arena as u64);
-        let file = memfd()?;
         let end = start + ARENA_LEN;
-        // SAFETY: plain syscalls on our fd; `st` is a valid out struct.
+        let file = sealed_memfd(end)?;
+        // SAFETY: plain syscall on our fd; `st` is a valid out struct.
         let ino = unsafe {
-            if libc::ftruncate(file.as_raw_fd(), end as libc::off_t) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
             let mut st: libc::stat = core::mem::zeroed();
             libc::fstat(file.as_raw_fd(), &mut st);
             st.st_ino

@@ -119,7 +119,7 @@ pub(super) unsafe extern "C" fn next_poll(cq: *mut v::ibv_cq_ex) -> c_int {
     let p = sim.model.poller();
     // SAFETY: the poll lock is held by the caller's session.
     unsafe {
-        p.retire();
+        p.retire(&sim.model);
         let c = p.next(&sim.model).copied();
         publish(cq, c)
     }
@@ -132,7 +132,7 @@ pub(super) unsafe extern "C" fn end_poll(cq: *mut v::ibv_cq_ex) {
     // SAFETY: the poll lock is held by the caller's session.
     unsafe {
         if p.current().is_some() {
-            p.retire();
+            p.retire(&sim.model);
             p.ring_doorbell(&sim.model);
         }
     }

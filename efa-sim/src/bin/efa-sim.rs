@@ -101,10 +101,12 @@ fn link_as(dir: &Path, so: &Path, names: &[&str]) -> std::io::Result<()> {
 fn find_gpu_library(sim_lib: &Path) -> Result<PathBuf, String> {
     if let Some(p) = config::gpu_library_override() {
         let p = PathBuf::from(p);
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(format!("EFA_SIM_GPU_LIB={} is not a file", p.display()))
+        return match install::check_library_file(&p) {
+            Ok(()) => Ok(p),
+            Err(e) => Err(format!(
+                "EFA_SIM_GPU_LIB=`{}`: {e}; it must name libefa_sim_gpu.so (a 64-bit ELF shared object)",
+                config::shown(&p.to_string_lossy())
+            )),
         };
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot locate this executable: {e}"))?;
@@ -150,12 +152,15 @@ fn gpu_selection_dir(so: &Path) -> Result<PathBuf, String> {
 fn gpus_option(args: &[OsString]) -> Result<(Option<u32>, &[OsString]), String> {
     match args.first().and_then(|a| a.to_str()) {
         Some("--gpus") => {
-            let n = args
-                .get(1)
-                .and_then(|v| v.to_str())
+            let value = args.get(1).map(|v| v.to_string_lossy());
+            let n = value
+                .as_deref()
                 .and_then(|v| v.parse::<u32>().ok())
                 .filter(|n| *n <= MAX_GPUS)
-                .ok_or_else(|| format!("--gpus needs a number of devices 0..={MAX_GPUS}"))?;
+                .ok_or_else(|| {
+                    let shown = config::shown(value.as_deref().unwrap_or(""));
+                    format!("--gpus `{shown}`: must be a number of devices 0..={MAX_GPUS}")
+                })?;
             Ok((Some(n), &args[2..]))
         }
         _ => Ok((None, args)),
@@ -201,6 +206,14 @@ fn sysfs_path(dir: &Path) -> Result<Option<PathBuf>, String> {
         .map_err(|e| format!("cannot write the sysfs tree under {}: {e}", cache.display()))
 }
 
+/// Rejects a malformed `EFA_SIM_*` configuration before anything is located, created or
+/// run, with the line the library prints when it is loaded with it.
+fn check_config() -> Result<(), String> {
+    config::Config::from_env()
+        .map(drop)
+        .map_err(|e| format!("configuration error, no devices: {e}"))
+}
+
 fn cmd_run(args: &[OsString]) -> Result<ExitCode, String> {
     let (gpus, args) = gpus_option(args)?;
     let args = match args.first() {
@@ -210,6 +223,7 @@ fn cmd_run(args: &[OsString]) -> Result<ExitCode, String> {
     let Some((program, rest)) = args.split_first() else {
         return Err("run: no command given (efa-sim run [--gpus N] -- CMD [ARGS])".into());
     };
+    check_config()?;
     let (mut path, vars) = selection(gpus)?;
     if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|o| !o.is_empty()) {
         path.push(":");
@@ -227,9 +241,11 @@ fn shell_quote(s: &str) -> String {
 
 fn cmd_env(args: &[OsString]) -> Result<ExitCode, String> {
     let (gpus, rest) = gpus_option(args)?;
-    if !rest.is_empty() {
-        return Err(USAGE.to_string());
+    if let Some(extra) = rest.first() {
+        let shown = config::shown(&extra.to_string_lossy());
+        return Err(format!("env: unexpected argument: {shown}\n{USAGE}"));
     }
+    check_config()?;
     let (path, vars) = selection(gpus)?;
     println!(
         "export LD_LIBRARY_PATH={}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}",
@@ -332,6 +348,7 @@ fn print_device(d: &Device) {
 }
 
 fn cmd_info() -> Result<ExitCode, String> {
+    check_config()?;
     let sim = Sim::get();
     if let Some(e) = sim.error() {
         return Err(format!("configuration rejected, no devices: {e}"));
@@ -360,7 +377,15 @@ fn main() -> ExitCode {
             println!("{USAGE}");
             Ok(ExitCode::SUCCESS)
         }
-        _ => Err(USAGE.to_string()),
+        Some(other) => Err(format!(
+            "unknown command: {}\n{USAGE}",
+            config::shown(other)
+        )),
+        None if !args.is_empty() => Err(format!(
+            "unknown command: {}\n{USAGE}",
+            config::shown(&args[0].to_string_lossy())
+        )),
+        None => Err(USAGE.to_string()),
     };
     match result {
         Ok(code) => code,

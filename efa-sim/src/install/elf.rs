@@ -22,6 +22,8 @@ pub enum ElfError {
     WrongClass,
     /// ELF, but not a shared object (`ET_DYN`).
     NotSharedObject,
+    /// A position-independent executable (`ET_DYN` with a program interpreter).
+    Executable,
     /// A header or program-header table that points outside the file.
     Truncated,
 }
@@ -32,6 +34,7 @@ impl std::fmt::Display for ElfError {
             ElfError::NotElf => "not an ELF file",
             ElfError::WrongClass => "not a 64-bit little-endian ELF file",
             ElfError::NotSharedObject => "not an ELF shared object",
+            ElfError::Executable => "an executable (it has a program interpreter), not a library",
             ElfError::Truncated => "ELF headers point past the end of the file",
         })
     }
@@ -74,19 +77,43 @@ pub fn check_shared_object(bytes: &[u8]) -> Result<(), ElfError> {
     Ok(())
 }
 
-/// The GNU build-id of a shared object (`None` when it carries none).
-pub fn build_id(bytes: &[u8]) -> Result<Option<&[u8]>, ElfError> {
+/// Checks that `bytes` (a file, or at least its start up to the end of its program
+/// headers) is a 64-bit little-endian shared library: a shared object without a program
+/// interpreter (a PIE executable is `ET_DYN` too, but has one).
+pub fn check_library(bytes: &[u8]) -> Result<(), ElfError> {
     check_shared_object(bytes)?;
+    for ph in program_headers(bytes)? {
+        if u32_at(bytes, ph + offset_of!(Elf64_Phdr, p_type))? == libc::PT_INTERP {
+            return Err(ElfError::Executable);
+        }
+    }
+    Ok(())
+}
+
+/// Offsets of the program headers of a checked shared object.
+fn program_headers(bytes: &[u8]) -> Result<Vec<usize>, ElfError> {
     let phoff = u64_at(bytes, offset_of!(Elf64_Ehdr, e_phoff))?;
     let phentsize = usize::from(u16_at(bytes, offset_of!(Elf64_Ehdr, e_phentsize))?);
     let phnum = usize::from(u16_at(bytes, offset_of!(Elf64_Ehdr, e_phnum))?);
     if phentsize < size_of::<Elf64_Phdr>() {
         return Err(ElfError::Truncated);
     }
-    for i in 0..phnum {
-        let ph = phoff
-            .checked_add(i * phentsize)
-            .ok_or(ElfError::Truncated)?;
+    (0..phnum)
+        .map(|i| {
+            let ph = phoff
+                .checked_add(i * phentsize)
+                .ok_or(ElfError::Truncated)?;
+            // The whole header must be there.
+            read::<{ size_of::<Elf64_Phdr>() }>(bytes, ph)?;
+            Ok(ph)
+        })
+        .collect()
+}
+
+/// The GNU build-id of a shared object (`None` when it carries none).
+pub fn build_id(bytes: &[u8]) -> Result<Option<&[u8]>, ElfError> {
+    check_shared_object(bytes)?;
+    for ph in program_headers(bytes)? {
         if u32_at(bytes, ph + offset_of!(Elf64_Phdr, p_type))? != libc::PT_NOTE {
             continue;
         }

@@ -4,7 +4,9 @@
 //! executable as data (`embed_cdylib_in_bins` in build.rs), because `cargo install`
 //! installs executables only. [`Lookup::locate`] picks, first match wins:
 //!
-//! 1. `EFA_SIM_LIB`, when set: that file, which must exist ([`Origin::Override`]).
+//! 1. `EFA_SIM_LIB`, when set: that file, which must be a 64-bit ELF shared library
+//!    ([`check_library_file`]; anything else is an error before any file is created,
+//!    [`Origin::Override`]).
 //! 2. `<exe dir>/../lib/efa-sim/libefa_sim.so`, the install layout of the release
 //!    tarball and the Python wheel ([`Origin::Installed`]).
 //! 3. The embedded library:
@@ -71,8 +73,8 @@ pub struct Located {
 /// Why no library could be provided.
 #[derive(Debug)]
 pub enum LocateError {
-    /// `EFA_SIM_LIB` names something that is not a file.
-    OverrideNotAFile(PathBuf),
+    /// `EFA_SIM_LIB` names something that is not a shared library.
+    BadOverride(PathBuf, LibraryFileError),
     /// The executable's bytes are not a shared object (a broken build).
     BadEmbedded(elf::ElfError),
     /// No embedded library and none of these files exist.
@@ -84,9 +86,11 @@ pub enum LocateError {
 impl std::fmt::Display for LocateError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            LocateError::OverrideNotAFile(p) => {
-                write!(f, "{OVERRIDE_VAR}={} is not a file", p.display())
-            }
+            LocateError::BadOverride(p, e) => write!(
+                f,
+                "{OVERRIDE_VAR}=`{}`: {e}; it must name {LIBRARY_FILE} (a 64-bit ELF shared object)",
+                crate::config::shown(&p.to_string_lossy())
+            ),
             LocateError::BadEmbedded(e) => write!(f, "the library inside efa-sim is broken: {e}"),
             LocateError::NotFound(paths) => {
                 write!(f, "{LIBRARY_FILE} not found (looked for")?;
@@ -175,14 +179,11 @@ impl<'a> Lookup<'a> {
     /// Finds (or writes) the library, as the module documentation describes.
     pub fn locate(&self) -> Result<Located, LocateError> {
         if let Some(p) = &self.override_path {
-            return if p.is_file() {
-                Ok(Located {
-                    path: canonical(p),
-                    origin: Origin::Override,
-                })
-            } else {
-                Err(LocateError::OverrideNotAFile(p.clone()))
-            };
+            check_library_file(p).map_err(|e| LocateError::BadOverride(p.clone(), e))?;
+            return Ok(Located {
+                path: canonical(p),
+                origin: Origin::Override,
+            });
         }
         let dir = self.exe.parent().unwrap_or(Path::new("."));
         // current_exe() has symlinks resolved, so the textual parent is the real `..`.
@@ -233,6 +234,43 @@ impl<'a> Lookup<'a> {
         }
         Err(LocateError::Cache(failures))
     }
+}
+
+/// Why a file named as a library cannot be one.
+#[derive(Debug)]
+pub enum LibraryFileError {
+    /// Missing, or a directory or device.
+    NotAFile,
+    /// It could not be read.
+    Unreadable(std::io::Error),
+    /// Its bytes are not a 64-bit shared library.
+    Elf(elf::ElfError),
+}
+
+impl std::fmt::Display for LibraryFileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LibraryFileError::NotAFile => f.write_str("not a file"),
+            LibraryFileError::Unreadable(e) => write!(f, "cannot be read ({e})"),
+            LibraryFileError::Elf(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for LibraryFileError {}
+
+/// Checks that `path` is a 64-bit little-endian ELF shared library
+/// ([`elf::check_library`]), reading only its headers (the first 64 KiB).
+pub fn check_library_file(path: &Path) -> Result<(), LibraryFileError> {
+    use std::io::Read;
+    if !path.is_file() {
+        return Err(LibraryFileError::NotAFile);
+    }
+    let mut head = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(64 * 1024).read_to_end(&mut head))
+        .map_err(LibraryFileError::Unreadable)?;
+    elf::check_library(&head).map_err(LibraryFileError::Elf)
 }
 
 fn prepare_root(root: &CacheRoot) -> std::io::Result<()> {

@@ -3,12 +3,15 @@
 //! carries the consumer index (written by the provider after every poll that consumed
 //! entries, as libefa does when the CQ has a doorbell) and the arm bit.
 //!
-//! Choices where the hardware is unconfirmed (model §3.6):
-//! * The device never overwrites a completion the consumer has not polled: one that
-//!   finds the ring full (by the consumer index of the doorbell) waits inside the device
-//!   and is written as soon as the consumer index frees a slot (counted in
-//!   [`crate::model::Stats::cq_overflows`]). A direct consumer that never writes the
-//!   doorbell therefore sees at most one ring of completions.
+//! Overflow (README "CQ overflow"; hardware behaviour unconfirmed, model §3.6): a
+//! completion that finds the ring full (by the consumer index of the doorbell) is lost,
+//! and the CQ is broken from then on: every later completion for it is lost too. The
+//! completions already in the ring stay pollable. No async event is raised (the EFA
+//! kernel driver has no path that dispatches `IB_EVENT_CQ_ERR`) and polls report no
+//! error (libefa cannot tell): polling finds the ring empty once it is drained. Lost
+//! completions are counted in [`crate::model::Stats::cq_overflows`]; their WRs' queue
+//! slots are never freed. The device never overwrites an unpolled completion, and a
+//! direct consumer that never writes the doorbell sees at most one ring of completions.
 //! * Arming (`ibv_req_notify_cq`, or a doorbell write with the arm bit) fires the
 //!   notifier once, at the next completion, or at once if completions are waiting.
 
@@ -21,7 +24,6 @@ use crate::rcu::Guard;
 use crate::ring::cqe::{self, Cqe};
 use crate::ring::{Cursor, Layout, Ring};
 use efa_sys::io::{REGS_CQ_DB_ARM_MASK, REGS_CQ_DB_CONSUMER_INDEX_MASK};
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -37,8 +39,6 @@ pub struct CqOptions {
 /// The device's producer state.
 struct Producer {
     at: Cursor,
-    /// Completions waiting for room, oldest first (allocates only on overflow).
-    waiting: VecDeque<Cqe>,
 }
 
 type Notifier = Arc<dyn Fn() + Send + Sync>;
@@ -50,8 +50,8 @@ pub struct Cq {
     opts: CqOptions,
     ring: Ring,
     prod: SpinMutex<Producer>,
-    /// `prod.waiting.len()`, readable without the lock.
-    waiting: AtomicU32,
+    /// The ring overflowed once: every later completion is lost.
+    overflowed: AtomicBool,
     armed: AtomicBool,
     /// The doorbell value the device last acted on (the watcher compares against it).
     seen_db: AtomicU32,
@@ -98,9 +98,8 @@ impl Cq {
             prod: SpinMutex::new(Producer {
                 // The first lap carries phase 1: zeroed memory holds no completion.
                 at: Cursor { count: 0, phase: 1 },
-                waiting: VecDeque::new(),
             }),
-            waiting: AtomicU32::new(0),
+            overflowed: AtomicBool::new(false),
             armed: AtomicBool::new(false),
             seen_db: AtomicU32::new(0),
             notifier: Mutex::new(None),
@@ -158,7 +157,7 @@ impl Cq {
         // SAFETY: the poll lock is held; this is the poller's CQ.
         unsafe {
             if self.poller.current().is_some() {
-                self.poller.retire();
+                self.poller.retire(self);
                 self.poller.ring_doorbell(self);
             }
         }
@@ -184,7 +183,7 @@ impl Cq {
                     },
                 };
                 f(c);
-                self.poller.retire();
+                self.poller.retire(self);
                 n += 1;
             }
             if n > 0 {
@@ -201,14 +200,18 @@ impl Cq {
         got
     }
 
-    /// Completions waiting (not yet retired), including any waiting inside the device
-    /// for room in the ring.
+    /// Completions waiting (not yet retired).
     pub fn len(&self) -> usize {
         self.poller.lock();
         // SAFETY: the poll lock is held; this is the poller's CQ.
         let n = unsafe { self.poller.waiting(self) };
         self.poller.unlock();
-        n + self.waiting.load(Ordering::Acquire) as usize
+        n
+    }
+
+    /// Whether the ring overflowed (completions were lost; none is written any more).
+    pub fn overflowed(&self) -> bool {
+        self.overflowed.load(Ordering::Acquire)
     }
 
     /// Whether no completion is waiting.
@@ -258,29 +261,21 @@ impl Cq {
     }
 
     /// Writes a completion into the next slot (the caller holds the producer lock and
-    /// checked there is room): every byte but the flags, then the flags with the phase.
+    /// checked there is room): every byte after the first word, then the first word, which
+    /// holds the flags with the phase, by one atomic release store (`Ring::publish_slot`).
     #[inline(always)]
     fn write(&self, p: &mut Producer, e: &Cqe) {
         let slot = u32::from(p.at.count);
         // A send completion is the 16-byte efa_io_tx_cdesc; the rest of the slot is unused.
-        let flags = if e.is_recv() {
-            let mut bytes = e.encode(p.at.phase);
-            let flags = bytes[cqe::FLAGS];
-            bytes[cqe::FLAGS] ^= efa_sys::io::CDESC_COMMON_PHASE_MASK;
-            self.ring.write_slot(slot, &bytes);
-            flags
+        if e.is_recv() {
+            self.ring.publish_slot(slot, &e.encode(p.at.phase));
         } else {
-            let mut bytes = e.encode_common(p.at.phase);
-            let flags = bytes[cqe::FLAGS];
-            bytes[cqe::FLAGS] ^= efa_sys::io::CDESC_COMMON_PHASE_MASK;
-            self.ring.write_slot(slot, &bytes);
-            flags
-        };
-        self.ring.write_byte(slot, cqe::FLAGS, flags);
+            self.ring.publish_slot(slot, &e.encode_common(p.at.phase));
+        }
         p.at.advance(self.depth);
     }
 
-    /// The device adds a completion (or keeps it until the ring has room).
+    /// The device adds a completion (lost if the ring is full, see the module doc).
     #[inline]
     pub(crate) fn push(&self, e: &Cqe) {
         self.push_inline(e)
@@ -298,78 +293,47 @@ impl Cq {
     /// locked instruction per acquisition, and a doorbell of 32 WQEs took it 32 times.
     #[inline]
     pub(crate) fn push_sends(&self, qp_num: u16, done: &[(u16, u8, u8)]) {
+        let mut wrote = false;
         {
             let mut p = self.prod.lock();
             for &(req_id, status, op_type) in done {
-                self.add(&mut p, &Cqe::send(qp_num, req_id, status, op_type));
+                wrote |= self.add(&mut p, &Cqe::send(qp_num, req_id, status, op_type));
             }
         }
-        self.notify();
+        if wrote {
+            self.notify();
+        }
     }
 
     #[inline(always)]
     fn push_inline(&self, e: &Cqe) {
-        {
-            let mut p = self.prod.lock();
-            self.add(&mut p, e);
-        }
-        self.notify();
-    }
-
-    /// Writes `e` into the ring, or keeps it until there is room (the producer lock is
-    /// held).
-    #[inline(always)]
-    fn add(&self, p: &mut Producer, e: &Cqe) {
-        let used = u32::from(p.at.count.wrapping_sub(self.consumer_index()));
-        if !p.waiting.is_empty() || used >= self.depth {
-            p.waiting.push_back(*e);
-            self.waiting
-                .store(p.waiting.len() as u32, Ordering::Release);
-            bump(&self.rt.stats.cq_overflows);
-            return;
-        }
-        self.write(p, e);
-    }
-
-    /// The consumer index moved (the provider polled, or the watcher saw a doorbell
-    /// write): completions waiting for room go into the ring. No fence: a completion
-    /// queued while this looked is written when the poller next finds the ring empty
-    /// (it calls this again, see [`CqPoller::next`]) or the CQ is armed.
-    #[inline]
-    pub(crate) fn consumer_moved(&self) {
-        if self.waiting.load(Ordering::Acquire) == 0 {
-            return;
-        }
-        self.drain_waiting();
-    }
-
-    /// Whether completions wait inside the device for room in the ring.
-    #[inline]
-    pub(crate) fn has_waiting(&self) -> bool {
-        self.waiting.load(Ordering::Acquire) != 0
-    }
-
-    #[cold]
-    fn drain_waiting(&self) {
         let wrote = {
             let mut p = self.prod.lock();
-            let mut wrote = false;
-            while let Some(e) = p.waiting.front().copied() {
-                let used = u32::from(p.at.count.wrapping_sub(self.consumer_index()));
-                if used >= self.depth {
-                    break;
-                }
-                p.waiting.pop_front();
-                self.write(&mut p, &e);
-                wrote = true;
-            }
-            self.waiting
-                .store(p.waiting.len() as u32, Ordering::Release);
-            wrote
+            self.add(&mut p, e)
         };
         if wrote {
             self.notify();
         }
+    }
+
+    /// Writes `e` into the ring, or loses it when the ring is full or overflowed before
+    /// (the producer lock is held). Returns whether it was written.
+    #[inline(always)]
+    fn add(&self, p: &mut Producer, e: &Cqe) -> bool {
+        let used = u32::from(p.at.count.wrapping_sub(self.consumer_index()));
+        if used >= self.depth || self.overflowed.load(Ordering::Relaxed) {
+            self.lose();
+            return false;
+        }
+        self.write(p, e);
+        true
+    }
+
+    /// A completion found the ring full: it is lost and the CQ stays broken.
+    #[cold]
+    fn lose(&self) {
+        self.overflowed.store(true, Ordering::Release);
+        bump(&self.rt.stats.cq_overflows);
     }
 
     /// The doorbell was written with the arm bit.
@@ -379,7 +343,7 @@ impl Cq {
         self.armed.store(true, Ordering::Release);
         let pending = {
             let p = self.prod.lock();
-            p.at.count != self.consumer_index() || !p.waiting.is_empty()
+            p.at.count != self.consumer_index()
         };
         if pending {
             self.notify();
@@ -393,7 +357,6 @@ impl Cq {
         if self.seen_db.swap(db, Ordering::AcqRel) == db {
             return false;
         }
-        self.consumer_moved();
         if db & REGS_CQ_DB_ARM_MASK != 0 {
             self.armed_by_doorbell();
         }

@@ -21,10 +21,17 @@
 //!   CUDA range an NVIDIA fd covers, so it relies on `iova - offset` being the export's
 //!   base, as every consumer passes it); otherwise unreachable (registration succeeds as in
 //!   the kernel, data-path accesses fail);
-//! * a regular file or memfd stands in for an exporter: mapped at `offset`, size from
-//!   `fstat` (not a kernel behaviour: the kernel would refuse it with EINVAL). A software
-//!   GPU memory file that is not an export of this process's software GPU is refused
-//!   (EINVAL): it would be mapped at the wrong offset.
+//! * a sealed efa-sim memfd stands in for an exporter (tests without a GPU): a memfd whose
+//!   name starts with `efa-sim` and that carries `F_SEAL_SHRINK | F_SEAL_SEAL`, mapped at
+//!   `offset`, size from `fstat`. The seals are what make mapping it safe: nobody can
+//!   shrink it under the mapping (a truncated file turns the device's next write into
+//!   SIGBUS).
+//!
+//! Every other fd is refused with EINVAL, as the kernel refuses it: `ib_umem_dmabuf_get`
+//! calls `dma_buf_get(fd)`, which fails with -EINVAL for a file that is not a dma-buf
+//! (regular files, unsealed or foreign memfds, pipes, ...). A software GPU memory file
+//! that is not an export of this process's software GPU is refused too (it would be
+//! mapped at the wrong offset), and so is a software GPU export without the seals.
 
 use super::gpu::{self, Class, DeviceMem, SIM_EXPORT_NO_MMAP};
 use super::mr::{check_access, AccessFlags, Backing, DmaBuf, Exporter};
@@ -37,6 +44,11 @@ use std::os::fd::RawFd;
 const DMA_BUF_MAGIC: i64 = 0x444d_4142;
 /// The software GPU's memory file (`/memfd:` + its memfd name, efa-sim-gpu's convention).
 const SIM_GPU_MEMORY_FILE: &str = "/memfd:efa-sim-gpu-memory";
+/// The names of efa-sim's own memfds (`/memfd:` + name).
+const SIM_MEMFD: &str = "/memfd:efa-sim";
+/// Seals a file needs before efa-sim maps it: it can never shrink under the mapping, and
+/// nobody can add seals later (seals are never removed).
+const NEEDED_SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL;
 /// Access bits `REG_DMABUF_MR` takes (`uverbs_get_flags32`; others are EINVAL), plus the
 /// optional range, which the model drops.
 const DMABUF_ACCESS: AccessFlags = ACCESS_LOCAL_WRITE
@@ -58,6 +70,13 @@ enum Source {
     File { size: u64 },
 }
 
+/// Whether `fd` carries every seal of [`NEEDED_SEALS`].
+fn sealed(fd: RawFd) -> bool {
+    // SAFETY: fcntl on an open fd; F_GET_SEALS takes no argument (-1 on other files).
+    let seals = unsafe { libc::fcntl(fd, libc::F_GET_SEALS) };
+    seals >= 0 && seals & NEEDED_SEALS == NEEDED_SEALS
+}
+
 /// Identifies `fd`: EBADF when it is not open, EINVAL when it is nothing efa-sim takes.
 fn source(fd: RawFd) -> Result<Source, Errno> {
     if fd < 0 {
@@ -69,13 +88,22 @@ fn source(fd: RawFd) -> Result<Source, Errno> {
     if unsafe { libc::fstat(fd, &mut st) } != 0 {
         return Err(libc::EBADF);
     }
+    let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap_or_default();
+    let link = link.to_string_lossy();
     if let Some(e) = gpu::cuda().and_then(|c| c.sim_export(fd)) {
-        return Ok(Source::SoftwareGpu(e));
+        // The software GPU seals its memory file; one that does not could be truncated.
+        return if sealed(fd) {
+            Ok(Source::SoftwareGpu(e))
+        } else {
+            Err(libc::EINVAL)
+        };
     }
     // SAFETY: fstatfs only fills `fs`.
     let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: open fd (fstat succeeded), valid out struct.
-    if unsafe { libc::fstatfs(fd, &mut fs) } == 0 && fs.f_type as i64 == DMA_BUF_MAGIC {
+    let magic = unsafe { libc::fstatfs(fd, &mut fs) } == 0 && fs.f_type as i64 == DMA_BUF_MAGIC;
+    // Kernels before 5.3 show dma-bufs as anon inodes, later ones as `/dmabuf:<name>`.
+    if magic || link == "anon_inode:dmabuf" || link.starts_with("/dmabuf:") {
         // The dma-buf llseek only answers SEEK_END (with the size) and SEEK_SET 0.
         // SAFETY: plain syscall on an open fd.
         let size = unsafe { libc::lseek(fd, 0, libc::SEEK_END) };
@@ -83,11 +111,13 @@ fn source(fd: RawFd) -> Result<Source, Errno> {
             .map(|size| Source::Kernel { size })
             .map_err(|_| libc::EINVAL);
     }
-    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-        return Err(libc::EINVAL);
-    }
-    let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap_or_default();
-    if link.to_string_lossy().starts_with(SIM_GPU_MEMORY_FILE) {
+    // The kernel: dma_buf_get(fd) is -EINVAL for a file that is no dma-buf. efa-sim only
+    // adds its own sealed memfds (a test stand-in that cannot be shrunk under a mapping).
+    let stand_in = st.st_mode & libc::S_IFMT == libc::S_IFREG
+        && link.starts_with(SIM_MEMFD)
+        && !link.starts_with(SIM_GPU_MEMORY_FILE)
+        && sealed(fd);
+    if !stand_in {
         return Err(libc::EINVAL);
     }
     Ok(Source::File {

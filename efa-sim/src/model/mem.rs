@@ -9,7 +9,8 @@
 //! One function per direction, for a memory backend to hook: [`read_registered`]
 //! (MR → device buffer), [`write_registered`] (device buffer → MR),
 //! [`copy_registered`] (host MR → host MR, the same-process path), and the cross-process
-//! pair [`pull_from_process`] / [`push_to_process`].
+//! [`pull_from_process`] (this process copies out of a peer's memory; nothing here writes
+//! another process's memory).
 
 use super::gpu::DevicePtr;
 use std::io;
@@ -205,15 +206,9 @@ pub unsafe fn pull_from_process(pid: u32, remote: u64, local: usize, len: usize)
     unsafe { copy_with_process(libc::process_vm_readv, pid, remote, local, len) }
 }
 
-/// Writes our registered range `[local, local+len)` into process `pid` at
-/// `remote` (process_vm_writev).
-///
-/// # Safety
-/// `[local, local+len)` must be readable memory of a live MR.
-pub unsafe fn push_to_process(pid: u32, remote: u64, local: usize, len: usize) -> io::Result<()> {
-    // SAFETY: forwarded contract.
-    unsafe { copy_with_process(libc::process_vm_writev, pid, remote, local, len) }
-}
+// No `process_vm_writev`: efa-sim never writes another process's memory (a bulk read is
+// pulled by its requester, see `runtime::pull`), so nothing lands there after the owner
+// reset or destroyed the QP that named it.
 
 /// The signature shared by `process_vm_readv` and `process_vm_writev`.
 type ProcessVmFn = unsafe extern "C" fn(

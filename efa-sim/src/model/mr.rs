@@ -87,7 +87,7 @@ pub enum Exporter {
     },
     /// A kernel dma-buf (`DMA_BUF_MAGIC`), e.g. NVIDIA's.
     Kernel,
-    /// A regular file or memfd standing in for an exporter (mapped at the offset).
+    /// A sealed efa-sim memfd standing in for an exporter (mapped at the offset).
     File,
 }
 

@@ -30,7 +30,7 @@ use super::runtime::Runtime;
 use super::{profile, Qp, QpState, QpType, SendOp, Sge};
 use crate::provider::SpinMutex;
 use crate::rcu::Guard;
-use crate::ring::wqe::{WqeBuf, DATA, RDMA_LOCAL};
+use crate::ring::wqe::{WqeBuf, DATA, PHASE_BYTE, RDMA_LOCAL};
 use crate::ring::{Cursor, Ring};
 use efa_sys::io::{
     send_op_type, TX_DESC_INLINE_MAX_SIZE, TX_DESC_INLINE_MAX_SIZE_128, TX_DESC_NUM_BUFS,
@@ -217,15 +217,17 @@ impl DeviceSq {
             let mut raw = WqeBuf::default();
             let size = self.ring.entry_size();
             while c.at.count != db {
-                self.ring
-                    .read_slot(u32::from(c.at.count), &mut raw.0[..size]);
-                if raw.ctrl2() & TX_META_DESC_PHASE_MASK != c.at.phase {
+                let slot = u32::from(c.at.count);
+                // The phase byte first, by an acquire load: a direct consumer may fix a
+                // stale phase in place after the doorbell, publishing the WQE with it.
+                if self.ring.load_byte(slot, PHASE_BYTE) & TX_META_DESC_PHASE_MASK != c.at.phase {
                     if c.stalled != Some(c.at.count) {
                         bump(&rt.stats.stale_wqes);
                         c.stalled = Some(c.at.count);
                     }
                     break;
                 }
+                self.ring.read_slot(slot, &mut raw.0[..size]);
                 c.at.advance(entries);
                 c.stalled = None;
                 consumed += 1;

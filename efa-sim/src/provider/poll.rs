@@ -1,9 +1,11 @@
 //! A CQ's consumer, provider side (libefa's `efa_cq` polling): reads the next slot of the
 //! CQ ring while its phase bit matches the current lap, decodes it into a
 //! [`Completion`], and frees the SQ/RQ slot of the WR when the completion is retired
-//! (`next_poll`, `end_poll`, or within `ibv_poll_cq`). After a poll that consumed entries
-//! the consumer index goes to the CQ doorbell, which lets the device write completions
-//! that were waiting for room.
+//! (`next_poll`, `end_poll`, or within `ibv_poll_cq`). The consumer index goes to the CQ
+//! doorbell before a WR's slot is freed (and after a poll that consumed entries): the
+//! device loses a completion that finds the ring full by that index (see
+//! [`crate::model::Cq`]), so a CQ at least as deep as the WRs that can be outstanding on
+//! it never overflows, even while the application posts as it polls.
 //!
 //! Completions of a QP that no longer exists, of another incarnation (the request id's
 //! generation), or of a QP not attached to this CQ are dropped as they are read (libefa
@@ -123,7 +125,7 @@ impl CqPoller {
         let mut progressed = false;
         loop {
             let slot = u32::from(st.ci.count);
-            let flags = ring.read_byte(slot, cqe::FLAGS);
+            let flags = cqe::head_flags(ring.load_head(slot));
             if cqe::phase_of(flags) != st.ci.phase {
                 st.cur = None;
                 // Nothing here: drive the device's inbound path ourselves (once), so
@@ -131,15 +133,6 @@ impl CqPoller {
                 if !progressed {
                     progressed = true;
                     if cq.rt.progress() {
-                        continue;
-                    }
-                }
-                if cq.has_waiting() {
-                    // Completions wait for room: tell the device how far we got.
-                    st.told = st.ci.count;
-                    ring.doorbell().write(db_value(st, false));
-                    cq.consumer_moved();
-                    if cqe::phase_of(ring.read_byte(slot, cqe::FLAGS)) == st.ci.phase {
                         continue;
                     }
                 }
@@ -153,32 +146,35 @@ impl CqPoller {
             };
             ring.read_slot(slot, &mut raw[..len]);
             st.ci.advance(ring.entries());
-            // In a long poll session, tell the device every quarter ring how far we got
-            // (it keeps completions that find the ring full by this index).
-            if u32::from(st.ci.count.wrapping_sub(st.told)) >= (ring.entries() / 4).max(1) {
-                st.told = st.ci.count;
-                ring.doorbell().write(db_value(st, false));
-            }
             let e = Cqe::decode(&raw, cq.options().with_sgid);
-            let Some(qp) = attached(st, cq, e.qp_num, e.is_recv()) else {
-                continue;
-            };
-            if let Some(cur) = decode(qp, &e) {
-                st.cur = Some(cur);
-                return st.cur.as_ref().map(|c| &c.c);
+            if let Some(qp) = attached(st, cq, e.qp_num, e.is_recv()) {
+                if let Some(cur) = decode(qp, &e) {
+                    st.cur = Some(cur);
+                    return st.cur.as_ref().map(|c| &c.c);
+                }
             }
+            // Skipped (stale, or its QP gone): no retire will tell the device that its
+            // slot is free, so tell it now (it loses completions that find the ring full).
+            st.told = st.ci.count;
+            ring.doorbell().write(db_value(st, false));
         }
     }
 
-    /// Retires the completion under the cursor (frees its WR's slot).
+    /// Retires the completion under the cursor (frees its WR's slot). The doorbell learns
+    /// the consumer index first: a WR posted into the freed slot completes into a ring
+    /// the device knows has room.
     ///
     /// # Safety
-    /// The caller holds the poll lock.
+    /// The caller holds the poll lock; `cq` is the CQ this poller belongs to.
     #[inline(always)]
-    pub unsafe fn retire(&self) {
+    pub unsafe fn retire(&self, cq: &Cq) {
         // SAFETY: forwarded.
         let st = unsafe { self.st() };
         if let Some(cur) = st.cur.take() {
+            if st.told != st.ci.count {
+                st.told = st.ci.count;
+                cq.ring().doorbell().write(db_value(st, false));
+            }
             match cur.owner {
                 Owner::None => {}
                 // SAFETY: the QP was attached to this CQ when read and cannot be destroyed
@@ -190,8 +186,7 @@ impl CqPoller {
         }
     }
 
-    /// Tells the device how far the consumer got (CQ doorbell, consumer index), which
-    /// may let it write completions waiting for room.
+    /// Tells the device how far the consumer got (CQ doorbell, consumer index).
     ///
     /// # Safety
     /// The caller holds the poll lock.
@@ -201,7 +196,6 @@ impl CqPoller {
         let st = unsafe { self.st() };
         st.told = st.ci.count;
         cq.ring().doorbell().write(db_value(st, false));
-        cq.consumer_moved();
     }
 
     /// Arms the CQ for one completion event (`ibv_req_notify_cq`): the doorbell with the
@@ -253,7 +247,7 @@ impl CqPoller {
         let mut raw = [0u8; cqe::SIZE];
         for _ in 0..ring.entries() {
             let slot = u32::from(at.count);
-            if cqe::phase_of(ring.read_byte(slot, cqe::FLAGS)) != at.phase {
+            if cqe::phase_of(cqe::head_flags(ring.load_head(slot))) != at.phase {
                 break;
             }
             ring.read_slot(slot, &mut raw);

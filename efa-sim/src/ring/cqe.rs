@@ -1,6 +1,8 @@
 //! Completion entries: every CQ slot is 32 bytes (`struct efa_io_rx_cdesc_ex`, the size
 //! rdma-core allocates CQs with); a send completion (`efa_io_tx_cdesc`) uses the first 16.
-//! The device writes the flags byte, which carries the phase bit, last.
+//! The device publishes the first 8 bytes, whose flags byte carries the phase bit, last
+//! and whole ([`crate::ring::Ring::publish_slot`]); pollers load that word first
+//! ([`crate::ring::Ring::load_head`]) and take the flags from it ([`head_flags`]).
 
 use core::mem::offset_of;
 use efa_sys::io::{
@@ -147,6 +149,14 @@ impl Cqe {
         }
         c
     }
+}
+
+/// The flags byte in a slot's first word as [`crate::ring::Ring::load_head`] returns it
+/// (the word is published whole, so the flags byte is read from it, not loaded alone).
+#[inline(always)]
+pub fn head_flags(head: u64) -> u8 {
+    const { assert!(FLAGS < 8) };
+    head.to_ne_bytes()[FLAGS]
 }
 
 /// Whether a slot's flags byte says receive queue.

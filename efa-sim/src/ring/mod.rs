@@ -15,6 +15,15 @@
 //! Ring memory is shared with code outside Rust's view (another thread of a C consumer
 //! writes WQEs while the device reads), so entries are only ever copied in and out with
 //! volatile accesses, and every field the device reads is validated before use.
+//!
+//! Handoffs between threads are atomic accesses with release/acquire ordering, never
+//! volatile ones with fences (those would race in Rust's memory model, and fences order
+//! only atomic accesses): WQEs and receive descriptors are published by the doorbell
+//! (an atomic word); a completion by its first word, which holds the phase bit and is
+//! stored last, whole, by one atomic release store ([`Ring::publish_slot`]), and loaded
+//! by the poller with acquire ([`Ring::load_head`]) before the rest of the entry is read.
+//! A WQE whose phase a direct consumer fixes in place is read after an acquire load of
+//! its phase byte ([`Ring::load_byte`]). The bytes in memory are EFA's formats unchanged.
 
 pub mod cqe;
 pub mod rx;
@@ -22,7 +31,7 @@ pub mod wqe;
 
 use crate::model::Errno;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// A doorbell register: one 32-bit word on its own cache line.
 #[repr(C, align(64))]
@@ -184,26 +193,55 @@ impl Ring {
         unsafe { copy_from_ring(src, out.as_mut_ptr(), n) };
     }
 
-    /// Reads one byte of slot `index` at `offset` (a completion's flags byte), acquire:
-    /// the rest of the entry is read only after it.
-    #[inline]
-    pub fn read_byte(&self, index: u32, offset: usize) -> u8 {
-        let Some(p) = self.slot(index) else { return 0 };
-        // SAFETY: offset < entry_size (callers pass a field offset of the entry type), so
-        // the byte is inside the mapping; a volatile read of shared memory.
-        let b = unsafe { core::ptr::read_volatile(p.add(offset)) };
-        core::sync::atomic::fence(Ordering::Acquire);
-        b
+    /// Publishes an entry whose first 8 bytes carry its valid bit (a completion's phase):
+    /// copies `bytes` (8 to one slot's worth, a multiple of 8) into slot `index`, every
+    /// word but the first with volatile stores, then the first word with one atomic
+    /// release store. A reader that loads that word with [`Ring::load_head`] and sees the
+    /// new valid bit sees the rest of the entry and everything written before it (a
+    /// receive buffer's data). The first word is never written non-atomically, so a
+    /// poller may load it at any time.
+    #[inline(always)]
+    pub fn publish_slot(&self, index: u32, bytes: &[u8]) {
+        let Some(dst) = self.slot(index) else { return };
+        let n = bytes.len().min(self.entry_size);
+        assert!(n >= 8, "an entry published by its first word has one");
+        debug_assert_eq!(n % 8, 0);
+        let head = u64::from_ne_bytes(bytes[..8].try_into().expect("8 bytes"));
+        // SAFETY: 8 <= n, and dst+8..dst+n is inside the mapping and 8-byte aligned
+        // (page-aligned ring, entry sizes multiples of 8); `bytes` is a distinct Rust
+        // buffer of at least n bytes.
+        unsafe { copy_to_ring(bytes.as_ptr().add(8), dst.add(8), n - 8) };
+        // SAFETY: the slot's first word is 8-byte aligned inside the live mapping (owned by
+        // this Ring), and every party in this process accesses it atomically while it may
+        // race: the writer here, pollers through `load_head`; the plain reads of
+        // `read_slot` happen only after `load_head` saw this store.
+        unsafe { &*dst.cast::<AtomicU64>() }.store(head, Ordering::Release);
     }
 
-    /// Writes one byte of slot `index` at `offset` after the rest of the entry (release):
-    /// the phase bit that publishes a completion.
-    #[inline]
-    pub fn write_byte(&self, index: u32, offset: usize, value: u8) {
-        let Some(p) = self.slot(index) else { return };
-        core::sync::atomic::fence(Ordering::Release);
-        // SAFETY: offset < entry_size, inside the mapping; a volatile write of shared memory.
-        unsafe { core::ptr::write_volatile(p.add(offset), value) };
+    /// The first 8 bytes of slot `index` (an entry [`Ring::publish_slot`] writes), loaded
+    /// with acquire ordering: when they show a new entry, the rest of it may be read.
+    #[inline(always)]
+    pub fn load_head(&self, index: u32) -> u64 {
+        let Some(p) = self.slot(index) else { return 0 };
+        // SAFETY: the slot's first word is 8-byte aligned inside the live mapping; the
+        // device writes it only by atomic stores (`publish_slot`), so this load never
+        // races with a non-atomic write in this process.
+        unsafe { &*p.cast::<AtomicU64>() }.load(Ordering::Acquire)
+    }
+
+    /// One byte of slot `index` at `offset` (a WQE's phase byte), loaded with acquire
+    /// ordering: a direct consumer that rewrites an entry's phase in place with an atomic
+    /// release store (the entry already announced by the doorbell) publishes the rest of
+    /// the entry with it.
+    #[inline(always)]
+    pub fn load_byte(&self, index: u32, offset: usize) -> u8 {
+        debug_assert!(offset < self.entry_size);
+        let Some(p) = self.slot(index) else { return 0 };
+        // SAFETY: offset < entry_size, so the byte is inside the live mapping (AtomicU8
+        // has alignment 1); in this process it is written non-atomically only by the
+        // provider before the doorbell that made the device read it (ordered by the
+        // doorbell's release/acquire), and otherwise only by atomic stores.
+        unsafe { &*p.add(offset).cast::<AtomicU8>() }.load(Ordering::Acquire)
     }
 }
 
@@ -226,10 +264,15 @@ impl Drop for Ring {
 unsafe fn copy_to_ring(src: *const u8, dst: *mut u8, n: usize) {
     debug_assert_eq!(dst as usize % 8, 0);
     // The entry sizes of the queues (16-byte send completions, 32-byte completions,
-    // 64- and 128-byte WQEs) as straight-line word copies.
+    // 64- and 128-byte WQEs; 8 and 24: the completions after their first word) as
+    // straight-line word copies.
     match n {
         // SAFETY: forwarded contract (n bytes at both ends).
+        8 => return unsafe { words_to_ring::<1>(src, dst) },
+        // SAFETY: as above.
         16 => return unsafe { words_to_ring::<2>(src, dst) },
+        // SAFETY: as above.
+        24 => return unsafe { words_to_ring::<3>(src, dst) },
         // SAFETY: as above.
         32 => return unsafe { words_to_ring::<4>(src, dst) },
         // SAFETY: as above.
@@ -351,8 +394,13 @@ mod tests {
         let mut out = [0u8; 32];
         r.read_slot(1, &mut out);
         assert_eq!(out, [7u8; 32], "slot 5 of 4 is slot 1");
-        r.write_byte(1, 3, 0x81);
-        assert_eq!(r.read_byte(5, 3), 0x81);
+        let mut e = [9u8; 32];
+        e[3] = 0x81;
+        r.publish_slot(6, &e);
+        assert_eq!(r.load_head(2).to_ne_bytes(), [9, 9, 9, 0x81, 9, 9, 9, 9]);
+        assert_eq!(r.load_byte(6, 3), 0x81);
+        r.read_slot(2, &mut out);
+        assert_eq!(out, e, "the whole entry, first word included");
         r.doorbell().write(9);
         assert_eq!(r.doorbell().read(), 9);
         assert_eq!(r.doorbell().as_ptr() as usize % 64, 0);

@@ -18,6 +18,8 @@ pub const RDMA_LOCAL: usize = DATA + offset_of!(efa_io_rdma_req, local_mem);
 const REQ_ID: usize = offset_of!(efa_io_tx_meta_desc, req_id);
 const CTRL1: usize = offset_of!(efa_io_tx_meta_desc, ctrl1);
 const CTRL2: usize = offset_of!(efa_io_tx_meta_desc, ctrl2);
+/// Offset of the byte holding the WQE's phase bit (`ctrl2` of the meta descriptor).
+pub const PHASE_BYTE: usize = CTRL2;
 const DEST_QP: usize = offset_of!(efa_io_tx_meta_desc, dest_qp_num);
 const LENGTH: usize = offset_of!(efa_io_tx_meta_desc, length);
 const IMM: usize = offset_of!(efa_io_tx_meta_desc, immediate_data);

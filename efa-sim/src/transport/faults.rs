@@ -21,39 +21,53 @@ pub struct FaultSpec {
     pub seed: u64,
 }
 
+/// Largest `delay_us`: every datagram is held back, so a request and its answer are
+/// each delayed; the round trip (2 x `delay_us`, plus up to 2 ms of `reorder`) must stay
+/// well inside the peer timeout, or every WR fails with a timeout.
+pub const MAX_DELAY_US: u64 = crate::model::runtime::PEER_TIMEOUT.as_micros() as u64 * 2 / 5;
+
 impl FaultSpec {
-    /// Parses `seed=42,reorder=0.2,delay_us=50,loss=0.05,dup=0.05,kill_after=N`.
+    /// Parses `seed=42,reorder=0.2,delay_us=50,loss=0.05,dup=0.05,kill_after=N`. An error
+    /// names the item and what it must be: `` `loss=2`: must be a probability 0..=1 ``.
     pub fn parse(text: &str) -> Result<FaultSpec, String> {
         let mut f = FaultSpec {
             seed: 0x5eed,
             ..FaultSpec::default()
         };
         for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let (k, v) = item
-                .split_once('=')
-                .ok_or_else(|| format!("`{item}` is not key=value"))?;
+            let shown = crate::config::shown(item);
+            let fail = |allowed: &str| format!("`{shown}`: must be {allowed}");
+            let (k, v) = item.split_once('=').ok_or_else(|| fail("key=value"))?;
             let prob = |v: &str| -> Result<f64, String> {
                 v.trim()
                     .parse::<f64>()
                     .ok()
                     .filter(|p| (0.0..=1.0).contains(p))
-                    .ok_or_else(|| format!("{k}: `{v}` is not a probability 0..=1"))
+                    .ok_or_else(|| fail("a probability 0..=1"))
             };
             let num = |v: &str| -> Result<u64, String> {
                 v.trim()
                     .parse()
-                    .map_err(|_| format!("{}: `{v}` is not a number", k.trim()))
+                    .map_err(|_| fail(&format!("a whole number 0..={}", u64::MAX)))
             };
             match k.trim() {
                 "seed" => f.seed = num(v)?,
                 "loss" => f.loss = prob(v)?,
                 "dup" => f.dup = prob(v)?,
                 "reorder" => f.reorder = prob(v)?,
-                "delay_us" => f.delay_us = num(v)?,
+                "delay_us" => {
+                    f.delay_us = Some(num(v)?).filter(|d| *d <= MAX_DELAY_US).ok_or_else(|| {
+                        fail(&format!(
+                            "0..={MAX_DELAY_US} (request and answer are both delayed; \
+                             longer makes every WR hit the {} ms peer timeout)",
+                            crate::model::runtime::PEER_TIMEOUT.as_millis()
+                        ))
+                    })?
+                }
                 "kill_after" => f.kill_after = num(v)?,
-                other => {
+                _ => {
                     return Err(format!(
-                        "unknown fault `{other}` (seed, loss, dup, reorder, delay_us, kill_after)"
+                        "`{shown}`: unknown fault (known: seed, loss, dup, reorder, delay_us, kill_after)"
                     ))
                 }
             }

@@ -35,8 +35,8 @@ pub const MAX_ACKS: usize = 512;
 
 /// Flag: the request carries an immediate.
 pub const FLAG_IMM: u8 = 1;
-/// Flag: data is not in the datagram; the responder copies it with
-/// process_vm_readv/writev from/to `(pid, local_addr)`.
+/// Flag: data is not in the datagram; for a write the responder copies it with
+/// process_vm_readv from `(pid, local_addr)`, a read it answers with [`STATUS_PULL`].
 pub const FLAG_FAST: u8 = 2;
 /// Flag: UD datagram (no response).
 pub const FLAG_UD: u8 = 4;
@@ -55,6 +55,11 @@ pub const ACK_BATCH: usize = 16;
 
 /// Response status: the fast path failed; resend with data in datagrams.
 pub const STATUS_FALLBACK: u8 = 0xf0;
+/// Response status to a bulk read: the responder validated its rkey and range, and the
+/// requester copies the `total_len` bytes itself from process `pid` at `local_addr` (the
+/// responder's registered source) with `process_vm_readv`, while the read is still
+/// pending at the requester (see `model::runtime::pull`).
+pub const STATUS_PULL: u8 = 0xf1;
 
 /// Operation codes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,7 +91,7 @@ pub struct Header {
     pub kind: u8,
     /// Operation.
     pub op: Op,
-    /// Response status (raw EFA status or STATUS_FALLBACK).
+    /// Response status (raw EFA status, STATUS_FALLBACK or STATUS_PULL).
     pub status: u8,
     /// FLAG_* bits.
     pub flags: u8,
@@ -112,9 +117,9 @@ pub struct Header {
     pub remote_addr: u64,
     /// Remote key (RDMA).
     pub rkey: u32,
-    /// Requester pid (fast path).
+    /// Requester pid (fast path request); responder pid (STATUS_PULL response).
     pub pid: u32,
-    /// Requester buffer (fast path).
+    /// Requester buffer (fast path request); responder source (STATUS_PULL response).
     pub local_addr: u64,
     /// Bytes following the header.
     pub data_len: u32,

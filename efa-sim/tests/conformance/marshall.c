@@ -6,6 +6,7 @@
 #include <infiniband/sa.h>
 #include <rdma/ib_user_sa.h>
 #include <rdma/ib_user_verbs.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 
 /* Declared in rdma-core's driver.h / marshall.h, which are not installed. */
@@ -129,10 +130,11 @@ int main(void)
 
 	struct ep a;
 	ep_open(&a, 0, 0, 0);
-	/* dma-buf registration (fd from memfd) */
-	int fd = memfd_create("efa-sim-dmabuf", 0);
+	/* dma-buf registration (a sealed efa-sim memfd stands in for a dma-buf) */
+	int fd = memfd_create("efa-sim-dmabuf", MFD_ALLOW_SEALING);
 	CHECK(fd >= 0, "memfd");
 	CHECK_EQ(ftruncate(fd, 8192), 0);
+	CHECK_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_SEAL), 0);
 	struct ibv_mr *dm = ibv_reg_dmabuf_mr(a.pd, 0, 8192, 0x10000, fd, IBV_ACCESS_LOCAL_WRITE);
 	CHECK_PTR(dm);
 	CHECK_EQ(dm->length, 8192);

@@ -6,10 +6,13 @@
  * length (EINVAL), and ranges that wrap around the address space (EINVAL). Optional-range
  * bits are dropped. ibv_reg_dmabuf_mr has the uverbs method's own rules: access bits it
  * does not take are EINVAL, so are an offset and iova in different places of their pages,
- * ranges past the dma-buf's end and fds that are no dma-buf (a memfd stands in for one);
- * closed fds are EBADF. Run with EFA_SIM_PROFILE=efa_1.caps=-rdma_read-rdma_write. */
+ * ranges past the dma-buf's end and fds that are no dma-buf (a regular file, an unsealed
+ * memfd, a pipe: the kernel's dma_buf_get refuses them; a sealed efa-sim memfd stands in for
+ * a dma-buf); closed fds are EBADF. Run with EFA_SIM_PROFILE=efa_1.caps=-rdma_read-rdma_write. */
 #define _GNU_SOURCE
 #include "common.h"
+#include <fcntl.h>
+#include <stdio.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -35,9 +38,10 @@ int main(void)
 	CHECK_PTR(pd);
 	CHECK_PTR(bare_pd);
 	static char buf[8192];
-	int fd = memfd_create("efa-sim-registration", 0);
+	int fd = memfd_create("efa-sim-registration", MFD_ALLOW_SEALING);
 	CHECK(fd >= 0, "memfd");
 	CHECK_EQ(ftruncate(fd, 8192), 0);
+	CHECK_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_SEAL), 0);
 
 	for (int how = 0; how < 3; how++) {
 		/* RDMA core: remote write / remote atomic need local write. */
@@ -84,6 +88,18 @@ int main(void)
 	close(p[0]);
 	close(p[1]);
 	CHECK_NULL_ERRNO(ibv_reg_dmabuf_mr(pd, 0, 64, 0, p[0], LW), EBADF);
+	/* A regular file and a memfd without seals are no dma-bufs either: mapped, they could be
+	 * truncated under the device's writes (SIGBUS). */
+	FILE *tmp = tmpfile();
+	CHECK(tmp != NULL, "tmpfile");
+	CHECK_EQ(ftruncate(fileno(tmp), 8192), 0);
+	CHECK_NULL_ERRNO(ibv_reg_dmabuf_mr(pd, 0, 64, 0, fileno(tmp), LW), EINVAL);
+	fclose(tmp);
+	int unsealed = memfd_create("efa-sim-unsealed", 0);
+	CHECK(unsealed >= 0, "memfd");
+	CHECK_EQ(ftruncate(unsealed, 8192), 0);
+	CHECK_NULL_ERRNO(ibv_reg_dmabuf_mr(pd, 0, 64, 0, unsealed, LW), EINVAL);
+	close(unsealed);
 	/* rdma-core reports a dma-buf MR's addr as its offset. */
 	struct ibv_mr *at = ibv_reg_dmabuf_mr(pd, 4096, 64, 0x11000, fd, LW);
 	CHECK_PTR(at);

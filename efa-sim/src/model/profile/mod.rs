@@ -4,7 +4,8 @@
 //! `EFA_SIM_PROFILE` is an inline list if it contains `=`, otherwise the path of a file
 //! holding the list. List syntax: `key=value` items separated by `,`, `;` or newlines; `#`
 //! starts a comment; an item `efa_N.key=value` applies to device N only (after the global
-//! items). Numbers are decimal or `0x` hex; booleans `true/false/1/0/yes/no/on/off`.
+//! items). Numbers are decimal or `0x` hex; switches exactly `0`/`1`/`off`/`on`/`false`/`true`.
+//! [`validate`] rejects limits that would make a device unusable or contradict its caps.
 //! Example: `max_rdma_size=65536,caps=-rdma_write,max_sq_wr=16,efa_1.mtu_bytes=4096`.
 //! Keys: one per [`Profile`] field ([`PROFILE_KEYS`]); `caps` (alias `device_caps`) is a
 //! number, a `name|name` set, or `+name`/`-name` edits of the default (names `rdma_read`,
@@ -195,50 +196,110 @@ pub const PROFILE_KEYS: &[&str] = &[
     "peermem",
 ];
 
-/// Checks the invariants the model relies on.
+/// Checks the invariants the model relies on, and rejects limits that would make the
+/// device unusable or contradict its capabilities. The error names the field, its value
+/// and what is allowed: `max_rdma_size=0: must be 1..=4294967295 while caps has
+/// rdma_read or rdma_write`.
 pub fn validate(p: &Profile) -> Result<(), String> {
-    let e = |m: &str| Err(m.to_string());
-    if p.max_sq_sge as usize > TX_DESC_NUM_BUFS || p.max_sq_sge == 0 {
-        return Err(format!(
-            "max_sq_sge must be 1..={TX_DESC_NUM_BUFS} (buffer descriptors in a send WQE)"
-        ));
-    }
-    if p.max_rq_sge > MAX_RQ_SGE || p.max_rq_sge == 0 {
-        return Err(format!("max_rq_sge must be 1..={MAX_RQ_SGE}"));
-    }
-    if p.inline_buf_size as usize > TX_DESC_INLINE_MAX_SIZE_128
-        || p.inline_buf_size_ex as usize > TX_DESC_INLINE_MAX_SIZE_128
-    {
-        return Err(format!(
-            "inline_buf_size(_ex) must be <= {TX_DESC_INLINE_MAX_SIZE_128}"
-        ));
-    }
-    if p.max_sq_wr > MAX_RING_ENTRIES
-        || p.max_rq_wr > MAX_RING_ENTRIES
-        || p.max_cqe > MAX_RING_ENTRIES
-        || p.max_llq_size / 64 > MAX_RING_ENTRIES
-    {
-        return Err(format!(
-            "max_sq_wr, max_rq_wr, max_cqe and max_llq_size/64 must be <= {MAX_RING_ENTRIES} (16-bit ring indices)"
-        ));
-    }
-    if p.max_mr > MAX_MRS {
-        return Err(format!("max_mr must be <= {MAX_MRS}"));
-    }
-    if p.mtu_bytes == 0 || p.mtu_bytes > MAX_MTU_BYTES {
-        return Err(format!("mtu_bytes must be 1..={}", MAX_MTU_BYTES));
-    }
-    if p.max_llq_size < 64 || p.max_sq_wr == 0 || p.max_rq_wr == 0 || p.max_cqe == 0 {
-        return e("max_llq_size >= 64, max_sq_wr, max_rq_wr and max_cqe > 0 required");
-    }
-    if p.max_qp == 0 || p.max_qp > MAX_QPS_PER_PROCESS {
-        return Err(format!(
-            "max_qp must be 1..={} (QPNs are 16-bit)",
-            MAX_QPS_PER_PROCESS
-        ));
-    }
-    if p.num_comp_vectors == 0 {
-        return e("num_comp_vectors must be >= 1");
+    let range = |key: &str, v: u64, lo: u64, hi: u64, why: &str| -> Result<(), String> {
+        if (lo..=hi).contains(&v) {
+            return Ok(());
+        }
+        Err(format!("{key}={v}: must be {lo}..={hi}{why}"))
+    };
+    let ring = " (16-bit ring indices)";
+    let unusable = " (0 makes the device unusable)";
+    range(
+        "max_sq_sge",
+        p.max_sq_sge.into(),
+        1,
+        TX_DESC_NUM_BUFS as u64,
+        " (buffer descriptors in a send WQE)",
+    )?;
+    range("max_rq_sge", p.max_rq_sge.into(), 1, MAX_RQ_SGE.into(), "")?;
+    let inline_max = TX_DESC_INLINE_MAX_SIZE_128 as u64;
+    range(
+        "inline_buf_size",
+        p.inline_buf_size.into(),
+        0,
+        inline_max,
+        " (inline bytes of a WQE)",
+    )?;
+    range(
+        "inline_buf_size_ex",
+        p.inline_buf_size_ex.into(),
+        0,
+        inline_max,
+        " (inline bytes of a WQE)",
+    )?;
+    let entries = u64::from(MAX_RING_ENTRIES);
+    range("max_sq_wr", p.max_sq_wr.into(), 1, entries, ring)?;
+    range("max_rq_wr", p.max_rq_wr.into(), 1, entries, ring)?;
+    range("max_cqe", p.max_cqe.into(), 1, entries, ring)?;
+    range(
+        "max_llq_size",
+        p.max_llq_size.into(),
+        64,
+        entries * 64,
+        " (64-byte WQEs, 16-bit ring indices)",
+    )?;
+    range(
+        "min_sq_wr",
+        p.min_sq_wr.into(),
+        0,
+        p.max_sq_wr.into(),
+        " (at most max_sq_wr)",
+    )?;
+    range(
+        "max_mr",
+        p.max_mr.into(),
+        1,
+        MAX_MRS.into(),
+        " (24-bit MR keys)",
+    )?;
+    range(
+        "max_qp",
+        p.max_qp.into(),
+        1,
+        MAX_QPS_PER_PROCESS.into(),
+        " (QPNs are 16-bit)",
+    )?;
+    range("max_cq", p.max_cq.into(), 1, u32::MAX.into(), unusable)?;
+    range("max_pd", p.max_pd.into(), 1, u32::MAX.into(), unusable)?;
+    range("max_ah", p.max_ah.into(), 1, u32::MAX.into(), unusable)?;
+    range("max_mr_size", p.max_mr_size, 1, u64::MAX, unusable)?;
+    range(
+        "page_size_cap",
+        p.page_size_cap,
+        1,
+        u64::MAX,
+        " (0: no page size at all)",
+    )?;
+    range(
+        "mtu_bytes",
+        p.mtu_bytes.into(),
+        1,
+        MAX_MTU_BYTES.into(),
+        " (a SEND travels in one datagram)",
+    )?;
+    range(
+        "num_comp_vectors",
+        p.num_comp_vectors.into(),
+        1,
+        u32::MAX.into(),
+        "",
+    )?;
+    if p.device_caps & (CAP_RDMA_READ | CAP_RDMA_WRITE) != 0 {
+        let rdma =
+            " while caps has rdma_read or rdma_write (drop them with caps=-rdma_read-rdma_write)";
+        range(
+            "max_rdma_size",
+            p.max_rdma_size.into(),
+            1,
+            u32::MAX.into(),
+            rdma,
+        )?;
+        range("max_sge_rd", p.max_sge_rd.into(), 1, u32::MAX.into(), rdma)?;
     }
     Ok(())
 }

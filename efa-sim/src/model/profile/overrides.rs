@@ -15,29 +15,27 @@ const CAP_NAMES: &[(&str, u32)] = &[
     ("unsolicited_write_recv", CAP_UNSOLICITED_WRITE_RECV),
 ];
 
-fn parse_u64(key: &str, v: &str) -> Result<u64, String> {
+fn parse_u64(v: &str) -> Result<u64, String> {
     let v = v.trim();
     let parsed = if let Some(hex) = v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
         u64::from_str_radix(hex, 16)
     } else {
         v.parse::<u64>()
     };
-    parsed.map_err(|_| format!("{key}: `{v}` is not a number"))
+    parsed.map_err(|_| "must be a number (decimal or 0x hex)".to_string())
 }
 
-fn parse_num<T: TryFrom<u64>>(key: &str, v: &str) -> Result<T, String> {
-    let n = parse_u64(key, v)?;
-    T::try_from(n).map_err(|_| format!("{key}: {n} is out of range"))
+/// A number that fits the unsigned field type `T`.
+fn parse_num<T: TryFrom<u64>>(v: &str) -> Result<T, String> {
+    let n = parse_u64(v)?;
+    let bits = 8 * std::mem::size_of::<T>() as u32;
+    let max = u64::MAX.checked_shr(64 - bits).unwrap_or(u64::MAX);
+    T::try_from(n).map_err(|_| format!("must be a number 0..={max}"))
 }
 
-fn parse_bool(key: &str, v: &str) -> Result<bool, String> {
-    match v.trim() {
-        "1" | "true" | "yes" | "on" => Ok(true),
-        "0" | "false" | "no" | "off" => Ok(false),
-        other => Err(format!(
-            "{key}: `{other}` is not a boolean (true/false/1/0)"
-        )),
-    }
+fn parse_bool(v: &str) -> Result<bool, String> {
+    crate::config::parse_switch(v)
+        .ok_or_else(|| format!("must be {}", crate::config::SWITCH_SPELLINGS))
 }
 
 /// `caps=` value: a number; a `|`-list of names (replaces the set); or a list
@@ -45,7 +43,7 @@ fn parse_bool(key: &str, v: &str) -> Result<bool, String> {
 fn parse_caps(current: u32, v: &str) -> Result<u32, String> {
     let v = v.trim();
     if v.starts_with(|c: char| c.is_ascii_digit()) {
-        return parse_num::<u32>("caps", v);
+        return parse_num::<u32>(v);
     }
     let relative = v.starts_with(['+', '-']);
     let mut caps = if relative { current } else { 0 };
@@ -62,10 +60,7 @@ fn parse_caps(current: u32, v: &str) -> Result<u32, String> {
             .map(|(_, b)| *b)
             .ok_or_else(|| {
                 let names: Vec<&str> = CAP_NAMES.iter().map(|(k, _)| *k).collect();
-                format!(
-                    "caps: unknown capability `{n}` (known: {})",
-                    names.join(", ")
-                )
+                format!("unknown capability `{n}` (known: {})", names.join(", "))
             })?;
         if sign == '-' {
             *caps &= !bit;
@@ -88,54 +83,55 @@ fn parse_caps(current: u32, v: &str) -> Result<u32, String> {
     Ok(caps)
 }
 
-/// Applies one `key=value` to `p`.
+/// Applies one `key=value` to `p`. The error says what the value must be (the caller
+/// names the item).
 pub fn apply(p: &mut Profile, key: &str, value: &str) -> Result<(), String> {
     let v = value;
     match key {
-        "vendor_id" => p.vendor_id = parse_num(key, v)?,
-        "vendor_part_id" => p.vendor_part_id = parse_num(key, v)?,
-        "hw_ver" => p.hw_ver = parse_num(key, v)?,
+        "vendor_id" => p.vendor_id = parse_num(v)?,
+        "vendor_part_id" => p.vendor_part_id = parse_num(v)?,
+        "hw_ver" => p.hw_ver = parse_num(v)?,
         "fw_ver" => {
             let v = v.trim();
             if !v.starts_with("efa-sim") {
-                return Err(format!(
-                    "fw_ver: `{v}` must start with \"efa-sim\" (device selection relies on it)"
-                ));
+                return Err(
+                    "must start with \"efa-sim\" (device selection relies on it)".to_string(),
+                );
             }
             p.fw_ver = v.to_string();
         }
-        "node_guid" => p.node_guid = parse_num(key, v)?,
+        "node_guid" => p.node_guid = parse_num(v)?,
         "caps" | "device_caps" => p.device_caps = parse_caps(p.device_caps, v)?,
-        "cq_notifications" => p.cq_notifications = parse_bool(key, v)?,
-        "max_sq_wr" => p.max_sq_wr = parse_num(key, v)?,
-        "max_rq_wr" => p.max_rq_wr = parse_num(key, v)?,
-        "max_sq_sge" => p.max_sq_sge = parse_num(key, v)?,
-        "max_rq_sge" => p.max_rq_sge = parse_num(key, v)?,
-        "max_sge_rd" => p.max_sge_rd = parse_num(key, v)?,
-        "inline_buf_size" => p.inline_buf_size = parse_num(key, v)?,
-        "inline_buf_size_ex" => p.inline_buf_size_ex = parse_num(key, v)?,
-        "max_rdma_size" => p.max_rdma_size = parse_num(key, v)?,
-        "mtu_bytes" => p.mtu_bytes = parse_num(key, v)?,
-        "max_qp" => p.max_qp = parse_num(key, v)?,
-        "max_cq" => p.max_cq = parse_num(key, v)?,
-        "max_cqe" => p.max_cqe = parse_num(key, v)?,
-        "max_mr" => p.max_mr = parse_num(key, v)?,
-        "max_pd" => p.max_pd = parse_num(key, v)?,
-        "max_ah" => p.max_ah = parse_num(key, v)?,
-        "max_mr_size" => p.max_mr_size = parse_num(key, v)?,
-        "page_size_cap" => p.page_size_cap = parse_num(key, v)?,
-        "max_llq_size" => p.max_llq_size = parse_num(key, v)?,
-        "max_tx_batch" => p.max_tx_batch = parse_num(key, v)?,
-        "min_sq_wr" => p.min_sq_wr = parse_num(key, v)?,
-        "link_gbps" => p.link_gbps = parse_num(key, v)?,
-        "num_comp_vectors" => p.num_comp_vectors = parse_num(key, v)?,
-        "read_completes_as_send" => p.read_completes_as_send = parse_bool(key, v)?,
+        "cq_notifications" => p.cq_notifications = parse_bool(v)?,
+        "max_sq_wr" => p.max_sq_wr = parse_num(v)?,
+        "max_rq_wr" => p.max_rq_wr = parse_num(v)?,
+        "max_sq_sge" => p.max_sq_sge = parse_num(v)?,
+        "max_rq_sge" => p.max_rq_sge = parse_num(v)?,
+        "max_sge_rd" => p.max_sge_rd = parse_num(v)?,
+        "inline_buf_size" => p.inline_buf_size = parse_num(v)?,
+        "inline_buf_size_ex" => p.inline_buf_size_ex = parse_num(v)?,
+        "max_rdma_size" => p.max_rdma_size = parse_num(v)?,
+        "mtu_bytes" => p.mtu_bytes = parse_num(v)?,
+        "max_qp" => p.max_qp = parse_num(v)?,
+        "max_cq" => p.max_cq = parse_num(v)?,
+        "max_cqe" => p.max_cqe = parse_num(v)?,
+        "max_mr" => p.max_mr = parse_num(v)?,
+        "max_pd" => p.max_pd = parse_num(v)?,
+        "max_ah" => p.max_ah = parse_num(v)?,
+        "max_mr_size" => p.max_mr_size = parse_num(v)?,
+        "page_size_cap" => p.page_size_cap = parse_num(v)?,
+        "max_llq_size" => p.max_llq_size = parse_num(v)?,
+        "max_tx_batch" => p.max_tx_batch = parse_num(v)?,
+        "min_sq_wr" => p.min_sq_wr = parse_num(v)?,
+        "link_gbps" => p.link_gbps = parse_num(v)?,
+        "num_comp_vectors" => p.num_comp_vectors = parse_num(v)?,
+        "read_completes_as_send" => p.read_completes_as_send = parse_bool(v)?,
         "read_opcode" => p.read_completes_as_send = parse_read_opcode(v)?,
-        "dmabuf_mr" => p.dmabuf_mr = parse_bool(key, v)?,
-        "peermem" => p.peermem = parse_bool(key, v)?,
+        "dmabuf_mr" => p.dmabuf_mr = parse_bool(v)?,
+        "peermem" => p.peermem = parse_bool(v)?,
         _ => {
             return Err(format!(
-                "unknown profile key `{key}` (known: {}, read_opcode)",
+                "unknown profile key (known: {}, device_caps, read_opcode)",
                 PROFILE_KEYS.join(", ")
             ))
         }
@@ -148,9 +144,7 @@ pub fn parse_read_opcode(v: &str) -> Result<bool, String> {
     match v.trim() {
         "send" => Ok(true),
         "rdma_read" => Ok(false),
-        other => Err(format!(
-            "read opcode `{other}` must be `send` or `rdma_read`"
-        )),
+        _ => Err("must be send or rdma_read".to_string()),
     }
 }
 
@@ -171,22 +165,25 @@ impl Overrides {
                 .map(str::trim)
                 .filter(|s| !s.is_empty())
             {
+                let shown = crate::config::shown(item);
                 let (k, v) = item
                     .split_once('=')
-                    .ok_or_else(|| format!("`{item}` is not `key=value`"))?;
+                    .ok_or_else(|| format!("`{shown}`: must be key=value"))?;
                 let k = k.trim();
                 let (dev, key) = match k.split_once('.') {
                     Some((d, key)) => {
                         let idx = d
                             .strip_prefix("efa_")
                             .and_then(|n| n.parse::<u32>().ok())
-                            .ok_or_else(|| format!("`{k}`: device prefix must be efa_<N>"))?;
+                            .ok_or_else(|| {
+                                format!("`{shown}`: the device prefix must be efa_<N>")
+                            })?;
                         (Some(idx), key)
                     }
                     None => (None, k),
                 };
                 // Check the key and value now, so errors name the item.
-                apply(&mut Profile::default(), key, v).map_err(|m| format!("`{item}`: {m}"))?;
+                apply(&mut Profile::default(), key, v).map_err(|m| format!("`{shown}`: {m}"))?;
                 items.push((dev, key.to_string(), v.to_string()));
             }
         }
@@ -199,9 +196,11 @@ impl Overrides {
         if value.contains('=') {
             Overrides::parse(value)
         } else {
-            let text = std::fs::read_to_string(value)
-                .map_err(|e| format!("cannot read profile file `{value}`: {e}"))?;
-            Overrides::parse(&text).map_err(|m| format!("{value}: {m}"))
+            let text = std::fs::read_to_string(value).map_err(|e| {
+                let shown = crate::config::shown(value);
+                format!("`{shown}`: must be a key=value list or the path of a readable file ({e})")
+            })?;
+            Overrides::parse(&text).map_err(|m| format!("{}: {m}", crate::config::shown(value)))
         }
     }
 
@@ -210,12 +209,12 @@ impl Overrides {
         let mut p = base.clone();
         for (dev, k, v) in &self.items {
             if dev.is_none() {
-                apply(&mut p, k, v)?;
+                apply(&mut p, k, v).map_err(|m| format!("`{k}={v}`: {m}"))?;
             }
         }
         for (dev, k, v) in &self.items {
             if *dev == Some(index) {
-                apply(&mut p, k, v)?;
+                apply(&mut p, k, v).map_err(|m| format!("`efa_{index}.{k}={v}`: {m}"))?;
             }
         }
         validate(&p).map_err(|m| format!("efa_{index}: {m}"))?;

@@ -139,19 +139,38 @@ impl Runtime {
             }
             return;
         }
-        let mut h = Header::new(wire::KIND_RESP, req.op);
-        h.status = status;
-        h.epoch = req.epoch;
-        h.req_id = req.req_id;
-        h.src_gid = self.gid;
-        h.src_qpn = req.dst_qpn;
-        h.dst_qpn = req.src_qpn;
+        let mut h = Self::response_to(self.gid, req, status);
         let data_len = if status == 0 { data_len } else { 0 };
         h.data_len = data_len as u32;
         let mut out = std::mem::take(&mut ib.out);
         h.encode(&mut out);
         self.queue_out(ib, &out[..wire::HEADER + data_len], to);
         ib.out = out;
+    }
+
+    /// Queues the [`wire::STATUS_PULL`] answer to bulk read `req`: the requester copies
+    /// `req.total_len` bytes from this process at `src` (validated against the rkey).
+    pub(super) fn respond_pull(&self, ib: &mut Inbound, req: &Header, src: u64, to: SocketAddrV4) {
+        let mut h = Self::response_to(self.gid, req, wire::STATUS_PULL);
+        h.pid = self.pid;
+        h.local_addr = src;
+        h.total_len = req.total_len;
+        let mut out = std::mem::take(&mut ib.out);
+        h.encode(&mut out);
+        self.queue_out(ib, &out[..wire::HEADER], to);
+        ib.out = out;
+    }
+
+    /// The header of a response from `gid` to `req` with `status`.
+    fn response_to(gid: crate::model::Gid, req: &Header, status: u8) -> Header {
+        let mut h = Header::new(wire::KIND_RESP, req.op);
+        h.status = status;
+        h.epoch = req.epoch;
+        h.req_id = req.req_id;
+        h.src_gid = gid;
+        h.src_qpn = req.dst_qpn;
+        h.dst_qpn = req.src_qpn;
+        h
     }
 
     /// Moves acknowledgement list `i` into the bundle for its requester as one packet.

@@ -247,6 +247,9 @@ impl Runtime {
         // The requester's dedup state is looked up once, and kept across the execution to
         // remember this request's status in.
         let mut remember = None;
+        // A bulk read answered with a pull before: the answer names our memory, so the
+        // request is validated again to answer it (not counted as a second copy).
+        let mut pulled = false;
         if dedup {
             let peer = ib.peers.entry((from, h.epoch)).or_default();
             peer.last_seen = None;
@@ -260,10 +263,14 @@ impl Runtime {
             }
             if let Some(st) = peer.done.get(h.req_id) {
                 bump(&self.stats.duplicates);
-                self.respond(ib, &h, st, 0, from);
-                return;
+                if st != wire::STATUS_PULL {
+                    self.respond(ib, &h, st, 0, from);
+                    return;
+                }
+                pulled = true;
+            } else {
+                remember = Some(peer);
             }
-            remember = Some(peer);
         }
         let mut resp_len = 0usize;
         let g = Guard::enter();
@@ -286,6 +293,18 @@ impl Runtime {
         drop(g);
         match outcome {
             Outcome::Drop => {}
+            Outcome::Pull(src) => {
+                if !pulled {
+                    bump(&self.stats.process_vm);
+                }
+                if let Some(peer) = remember {
+                    peer.done
+                        .insert(h.req_id, wire::STATUS_PULL, peer.watermark);
+                }
+                self.respond_pull(ib, &h, src, from);
+                // The requester copies as soon as this arrives: it goes now.
+                self.flush_outs(ib);
+            }
             Outcome::Respond(st) => {
                 if st == STATUS_RNR {
                     bump(&self.stats.rnr_naks);

@@ -33,9 +33,12 @@
 //! Bulk RDMA (> [`INLINE_RDMA`] bytes) between processes uses a fast path:
 //! the request names the requester's pid and buffer address (which the
 //! requester validated through its lkey) and the responder, after validating
-//! its own rkey/range, copies with `process_vm_readv`/`process_vm_writev`.
-//! If that fails (other host, EPERM, ESRCH; or `EFA_SIM_NO_PROCESS_VM=1` at
-//! the responder) the responder answers `STATUS_FALLBACK` (after validating
+//! its own rkey/range, copies a write's data with `process_vm_readv`; a read it
+//! answers with `STATUS_PULL` and its source address, and the requester copies
+//! the data with `process_vm_readv` itself while the read is still pending
+//! (`pull`: no process writes another's memory, so nothing lands after a
+//! reset or destroy). If that fails (other host, EPERM, ESRCH; or
+//! `EFA_SIM_NO_PROCESS_VM=1`) the responder answers `STATUS_FALLBACK` (after validating
 //! the rkey and range) and the requester moves the WR as ordinary
 //! data-in-datagram requests of [`INLINE_RDMA`] bytes (8 in flight), each
 //! acknowledged; a write-with-imm ends with a data-less *commit* request that
@@ -71,6 +74,7 @@ pub(crate) mod doorbell;
 pub(crate) mod engine;
 pub(crate) mod inbound;
 pub(crate) mod pending;
+pub(crate) mod pull;
 pub(crate) mod request;
 pub(crate) mod requester;
 pub(crate) mod responder;
@@ -79,6 +83,7 @@ pub(crate) mod route;
 pub mod stats;
 pub(crate) mod tables;
 pub(crate) mod trust;
+pub(crate) mod window;
 
 use crate::config::Config;
 use crate::model::{Device, Errno, Gid, Mr, Profile, Qp, MAX_QPS_PER_PROCESS};
@@ -168,6 +173,10 @@ pub(crate) struct Runtime {
     qp_gens: Box<[AtomicU16]>,
     ahs: AhTable,
     pending: Mutex<PendingTable<Pending>>,
+    /// Held by the requester's copy of a pulled bulk read (see [`pull`]), which takes it
+    /// before it lets go of `pending`: a reset, destroy or ERR takes it after removing
+    /// the QP's requests, so it returns only once no copy into their buffers runs.
+    pulls: Mutex<()>,
     low_water: AtomicU64,
     heard: Mutex<HashSet<SocketAddrV4>>,
     /// Addresses known to be in `heard`, direct-mapped by port (a hit needs no lock).
@@ -225,6 +234,7 @@ impl Runtime {
                 .collect(),
             ahs: AhTable::default(),
             pending: Mutex::new(PendingTable::with_capacity(PENDING_RING)),
+            pulls: Mutex::new(()),
             low_water: AtomicU64::new(1),
             heard: Mutex::new(HashSet::new()),
             heard_cache: (0..HEARD_CACHE).map(|_| AtomicU64::new(0)).collect(),

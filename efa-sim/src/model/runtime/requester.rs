@@ -415,13 +415,15 @@ impl Runtime {
         }
     }
 
-    /// Drops outstanding requests of QP `qpn` without completions.
+    /// Drops outstanding requests of QP `qpn` without completions; returns once no copy
+    /// into their buffers runs (see [`Runtime::wait_pulls`]).
     pub(crate) fn purge_pending(&self, qpn: u32) {
         let gone = self
             .pending
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take_if(|p| p.qpn == qpn);
+        self.wait_pulls();
         drop(gone);
     }
 
@@ -441,6 +443,7 @@ impl Runtime {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take_if(f);
+        self.wait_pulls();
         for p in gone.into_iter().filter(|p| p.chunk.parent().is_none()) {
             self.complete_qpn(p.qpn, &p.origin, status);
         }

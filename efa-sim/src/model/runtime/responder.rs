@@ -27,6 +27,9 @@ pub(crate) enum Outcome {
     Respond(u8),
     /// Drop it silently (the requester times out).
     Drop,
+    /// A bulk read whose rkey and range are valid: answer [`wire::STATUS_PULL`] with the
+    /// host address of the source, from which the requester copies the data itself.
+    Pull(u64),
 }
 
 /// A QP state that accepts incoming requests.
@@ -147,7 +150,7 @@ impl Runtime {
         let proven = !fast
             || commit
             || self.config.no_process_vm
-            || from.map_or(true, |f| self.requester_proven(h, f));
+            || from.map_or(true, |f| self.sender_proven(h, f));
         let target = self
             .mrs()
             .get(h.rkey, g)
@@ -170,12 +173,23 @@ impl Runtime {
             let Some(host) = at.host() else {
                 return Outcome::Respond(wire::STATUS_FALLBACK);
             };
-            let r = if write {
-                // SAFETY: host..host+len is inside our live MR (read section open).
-                unsafe { mem::pull_from_process(h.pid, h.local_addr, host, len) }
+            if !write {
+                // The requester copies a bulk read into its buffer itself, while the read
+                // is still pending there (see `super::pull`): never this process, which
+                // cannot tell whether that buffer is still the requester's to write.
+                return Outcome::Pull(host as u64);
+            }
+            // SAFETY: host..host+len is inside our live MR (read section open).
+            let copy = || unsafe { mem::pull_from_process(h.pid, h.local_addr, host, len) };
+            // A datagram from a requester of this process: copy only while it still waits
+            // for this request (not after its QP was reset, flushed or destroyed).
+            let r = if from.is_some() && h.pid == self.pid {
+                match Runtime::while_requested(h, copy) {
+                    Some(r) => r,
+                    None => return Outcome::Drop,
+                }
             } else {
-                // SAFETY: as above.
-                unsafe { mem::push_to_process(h.pid, h.local_addr, host, len) }
+                copy()
             };
             if r.is_err() {
                 return Outcome::Respond(wire::STATUS_FALLBACK);

@@ -20,6 +20,9 @@ impl Runtime {
         if h.epoch != self.epoch {
             return;
         }
+        if h.status == wire::STATUS_PULL {
+            return self.handle_pull(h, from);
+        }
         let now = Instant::now();
         let mut status = h.status;
         let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());

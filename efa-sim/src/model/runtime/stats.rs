@@ -45,8 +45,12 @@ counters! {
     chunked,
     /// WRs executed on a same-process device without datagrams.
     direct,
-    /// Bulk RDMA copies this responder made with process_vm_readv/writev.
+    /// Bulk RDMA copies with process_vm_readv this responder made (writes) or let its
+    /// requester make (reads, answered with a pull).
     process_vm,
+    /// Pull answers to bulk reads no longer pending here (completed already, or their
+    /// QP reset, destroyed or moved to ERR): dropped, nothing copied.
+    late_pulls,
     /// Bulk requests naming process memory whose sender was not proven to be
     /// that process (see the trust model): answered with the chunk fallback.
     unproven,
@@ -62,7 +66,8 @@ counters! {
     stale_wqes,
     /// Malformed WQEs and receive descriptors, completed with an error status.
     bad_wqes,
-    /// Completions that found their CQ ring full and waited for the consumer.
+    /// Completions lost to CQ overflow: they found their CQ ring full (by the consumer
+    /// index of its doorbell), or their CQ had overflowed before.
     cq_overflows,
     /// Datagrams appended to a peer's shared-memory inbox (the rest went over UDP).
     shm_sent,

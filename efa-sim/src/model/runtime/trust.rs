@@ -11,8 +11,13 @@
 //! and re-validates the whole remote range.
 //!
 //! The one field that names memory of *another* process is the bulk fast
-//! path's `(pid, local_addr)`. The responder acts on it only when it can
-//! prove the request came from that very process:
+//! path's `(pid, local_addr)`: in a bulk request, the requester's buffer (a
+//! write's source, which the responder reads); in a `STATUS_PULL` response, the
+//! responder's validated source of a bulk read, which the requester reads into
+//! its own buffer (see `super::pull`: no process ever writes another's memory,
+//! so a buffer whose QP was reset or destroyed cannot be written late). Each
+//! side acts on it only when it can prove the packet came from that very
+//! process:
 //!
 //! * the datagram's source `(IP, UDP port)` equals the address derived from
 //!   the requester GID and the slot of its QPN (a process can send from a
@@ -67,13 +72,15 @@ const PROOF_RETRY: Duration = Duration::from_secs(1);
 impl Runtime {
     /// Whether the bulk request `h`, which arrived from `from`, really comes
     /// from process `h.pid` (so process_vm_* on `h.local_addr` touches only
-    /// memory that process named itself): `from` must be exactly the address
-    /// of the requester's GID and QPN slot, and that slot's owner record (see
+    /// memory that process named itself); the same for a [`STATUS_PULL`](crate::transport::wire::STATUS_PULL)
+    /// response, whose `src_gid`, `src_qpn` and `pid` name its responder, before the
+    /// requester reads from `h.local_addr`: `from` must be exactly the address
+    /// of the sender's GID and QPN slot, and that slot's owner record (see
     /// [`crate::transport::Endpoint::read_owner`]) must name `h.pid`, list `from` as bound, be
     /// in our pid namespace and match the live process's start time. The
     /// process is then pinned by a pidfd, so a pid reused after its exit
     /// proves nothing.
-    pub(crate) fn requester_proven(&self, h: &Header, from: SocketAddrV4) -> bool {
+    pub(crate) fn sender_proven(&self, h: &Header, from: SocketAddrV4) -> bool {
         let Some((ip, dev)) = gid_endpoint(&h.src_gid) else {
             return false;
         };
