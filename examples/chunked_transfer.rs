@@ -44,15 +44,9 @@ fn run(bytes: Option<u64>) -> Res<()> {
     let max = ctx.query_efa()?.max_rdma_size;
     let len = bytes.unwrap_or((4 * max as u64 + 4097).min(64 << 20));
     let pd = ctx.alloc_pd()?;
-    let cq = ctx.create_ext_cq(CqOptions::new(256).waitable())?;
-    let a = pd
-        .create_qp(&cq, &cq, &QpConfig::srd())?
-        .prepare(1, None)
-        .map_err(|e| e.error)?;
-    let b = pd
-        .create_qp(&cq, &cq, &QpConfig::srd())?
-        .prepare(2, None)
-        .map_err(|e| e.error)?;
+    let cq = ctx.create_ext_cq(CqOptions::new(1024).waitable())?;
+    let a = pd.create_qp(&cq, &cq, &QpConfig::srd())?.prepare(1, None)?;
+    let b = pd.create_qp(&cq, &cq, &QpConfig::srd())?.prepare(2, None)?;
     let to_b = pd.connect(&b.endpoint())?;
     let src = pd.register(
         (0..len).map(byte).collect::<Vec<u8>>(),

@@ -34,17 +34,12 @@ fn run() -> Res<()> {
     let ctx = Context::open_first_efa()?;
     let pd = ctx.alloc_pd()?;
     let channel = ctx.create_comp_channel()?;
-    let send_cq = ctx.create_ext_cq_with_channel(&channel, CqOptions::new(128))?;
-    let recv_cq = ctx.create_ext_cq_with_channel(&channel, CqOptions::new(128))?;
+    // Sized for the QPs on them: a's 256 + 256 and b's 256 sends; b's 256 receives.
+    let send_cq = ctx.create_ext_cq_with_channel(&channel, CqOptions::new(1024))?;
+    let recv_cq = ctx.create_ext_cq_with_channel(&channel, CqOptions::new(256))?;
     let cfg = QpConfig::srd();
-    let a = pd
-        .create_qp(&send_cq, &send_cq, &cfg)?
-        .prepare(1, None)
-        .map_err(|e| e.error)?;
-    let b = pd
-        .create_qp(&send_cq, &recv_cq, &cfg)?
-        .prepare(2, None)
-        .map_err(|e| e.error)?;
+    let a = pd.create_qp(&send_cq, &send_cq, &cfg)?.prepare(1, None)?;
+    let b = pd.create_qp(&send_cq, &recv_cq, &cfg)?.prepare(2, None)?;
     let to_b = pd.connect(&b.endpoint())?;
     let inbox = pd.register(
         vec![0u8; (MSG * MESSAGES) as usize],

@@ -129,11 +129,10 @@ pub fn run_target(
     let ctx = Context::open_first_efa()?;
     let fw_ver = ctx.query_device()?.fw_ver().to_owned();
     let pd = ctx.alloc_pd()?;
-    let cq = ctx.create_ext_cq(CqOptions::new(16).waitable())?;
+    let cq = ctx.create_ext_cq(CqOptions::new(512).waitable())?;
     let qp = pd
         .create_qp(&cq, &cq, &QpConfig::srd())?
-        .prepare(QKEY_TARGET, None)
-        .map_err(|e| e.error)?;
+        .prepare(QKEY_TARGET, None)?;
     // RDMA from the initiator needs an AH for its GID here (one host: the same GID).
     let _ah = pd.create_ah(ctx.gid()?)?;
 
@@ -216,11 +215,10 @@ pub fn run_initiator_from_env() -> DemoResult<()> {
     let gpu = Device::get(env(ENV_DEVICE)?.parse()?)?;
     let ctx = Context::open_first_efa()?;
     let pd = ctx.alloc_pd()?;
-    let cq = ctx.create_ext_cq(CqOptions::new(64).waitable())?;
+    let cq = ctx.create_ext_cq(CqOptions::new(512).waitable())?;
     let qp = pd
         .create_qp(&cq, &cq, &QpConfig::srd())?
-        .prepare(QKEY_INITIATOR, None)
-        .map_err(|e| e.error)?;
+        .prepare(QKEY_INITIATOR, None)?;
     let to_target = pd.connect(&peer)?;
 
     let n = target.len();
@@ -233,7 +231,7 @@ pub fn run_initiator_from_env() -> DemoResult<()> {
     let bulk = n.saturating_sub(TAIL);
     if bulk > 0 {
         // Chunks of at most max_rdma_size, never more in flight than the queue holds.
-        let opts = Transfer::new(TIMEOUT).wr_ids_from(100);
+        let opts = Transfer::new(TIMEOUT);
         qp.write_all(
             &cq,
             &to_target,

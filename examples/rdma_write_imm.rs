@@ -56,17 +56,15 @@ fn run() -> Res<()> {
         }
     }
     let (pd_a, pd_b) = (ctx_a.alloc_pd()?, ctx_b.alloc_pd()?);
-    let cq_a = ctx_a.create_ext_cq(CqOptions::new(64).waitable())?;
+    let cq_a = ctx_a.create_ext_cq(CqOptions::new(512).waitable())?;
     // B's CQ reports the GID of senders it has no AH for.
-    let cq_b = ctx_b.create_ext_cq(CqOptions::new(64).sender_gid().waitable())?;
+    let cq_b = ctx_b.create_ext_cq(CqOptions::new(512).sender_gid().waitable())?;
     let qp_a = pd_a
         .create_qp(&cq_a, &cq_a, &QpConfig::srd())?
-        .prepare(QKEY, None)
-        .map_err(|e| e.error)?;
+        .prepare(QKEY, None)?;
     let qp_b = pd_b
         .create_qp(&cq_b, &cq_b, &QpConfig::srd())?
-        .prepare(QKEY, None)
-        .map_err(|e| e.error)?;
+        .prepare(QKEY, None)?;
 
     // B: receives for the hello and the write-with-immediate (which consumes one).
     let hello_in = pd_b.register(vec![0u8; EndpointInfo::WIRE_SIZE], AccessFlags::LOCAL_WRITE)?;

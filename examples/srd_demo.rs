@@ -151,12 +151,10 @@ pub fn run(args: &Args) -> DemoResult<Report> {
     let cq_b = ctx_b.create_ext_cq(CqOptions::new(1024).waitable())?;
     let qp_a = pd_a
         .create_qp(&cq_a, &cq_a, &QpConfig::srd())?
-        .prepare(0x1111, None)
-        .map_err(|e| e.error)?;
+        .prepare(0x1111, None)?;
     let qp_b = pd_b
         .create_qp(&cq_b, &cq_b, &QpConfig::srd())?
-        .prepare(0x2222, None)
-        .map_err(|e| e.error)?;
+        .prepare(0x2222, None)?;
 
     // Endpoint exchange: 24 bytes each way (here within one process).
     let wire_a = qp_a.endpoint().to_bytes();
@@ -329,7 +327,7 @@ fn rdma(bytes: u64, max_rdma: u32, link: &Link) -> DemoResult<()> {
 
     let mut stray = 0;
     let start = Instant::now();
-    let opts = Transfer::new(STEP).wr_ids_from(1 << 32);
+    let opts = Transfer::new(STEP);
     let chunks = qp_a.write_all(cq_a, to_b, &src, remote, opts, |_| stray += 1)?;
     // The write-with-immediate carries no payload beyond its last byte; it orders nothing
     // (SRD is unordered), which is why write_all waited for every chunk's completion.

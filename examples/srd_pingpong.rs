@@ -45,11 +45,10 @@ fn post_inbox<C>(qp: &Qp<C, Rts>, inbox: &Mr<C, Vec<u8>>) -> Res<()> {
 fn run(tcp: &mut TcpStream, client: bool) -> Res<()> {
     let ctx = Context::open_first_efa()?;
     let pd = ctx.alloc_pd()?;
-    let cq = ctx.create_ext_cq(CqOptions::new(64).waitable())?;
+    let cq = ctx.create_ext_cq(CqOptions::new(512).waitable())?;
     let qp = pd
         .create_qp(&cq, &cq, &QpConfig::srd())?
-        .prepare(QKEY, None)
-        .map_err(|e| e.error)?;
+        .prepare(QKEY, None)?;
     let peer = pd.connect(&exchange(tcp, &qp.endpoint())?)?;
     let mut out = pd.register(vec![0u8; MSG as usize], AccessFlags::empty())?;
     let inbox = pd.register(vec![0u8; MSG as usize], AccessFlags::LOCAL_WRITE)?;

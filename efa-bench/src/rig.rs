@@ -140,8 +140,8 @@ impl Rig {
     pub fn new() -> Result<Rig> {
         let ctx = Arc::new(Context::open_first_efa()?);
         let pd: SharedPd = Arc::new(Pd::new(Arc::clone(&ctx))?);
-        let ext = || ExtCq::new(Arc::clone(&ctx), CqOptions::new(1024)).map(Arc::new);
-        let classic = || Cq::new(Arc::clone(&ctx), CqOptions::new(1024)).map(Arc::new);
+        let ext = || ExtCq::new(Arc::clone(&ctx), CqOptions::new(2048)).map(Arc::new);
+        let classic = || Cq::new(Arc::clone(&ctx), CqOptions::new(2048)).map(Arc::new);
         let (cq_a, cq_b, cq_idle) = (ext()?, ext()?, ext()?);
         let (cq_c, cq_idle_classic) = (classic()?, classic()?);
         let cfg = QpConfig::srd().depth(DEPTH, DEPTH);
@@ -151,7 +151,7 @@ impl Rig {
                 RecvCq::Ext(r) => Qp::new(Arc::clone(&pd), send, Arc::clone(r), &cfg)?,
                 RecvCq::Classic(r) => Qp::new(Arc::clone(&pd), send, Arc::clone(r), &cfg)?,
             };
-            q.prepare(qkey, None).map_err(|e| e.error)
+            q.prepare(qkey, None)
         };
         let a = qp(&cq_a, RecvCq::Ext(&cq_a), 0xa)?;
         let b = qp(&cq_a, RecvCq::Ext(&cq_b), 0xb)?;

@@ -43,7 +43,7 @@
 //! let (gpu0, gpu1) = (Device::get(0)?, Device::get(1)?);
 //! let ctx = Context::open_first_efa()?;
 //! let pd = ctx.alloc_pd()?;
-//! let cq = ctx.create_ext_cq(CqOptions::new(16).waitable())?;
+//! let cq = ctx.create_ext_cq(CqOptions::new(1024).waitable())?; // two QPs of 256 + 256
 //! let a = pd.create_qp(&cq, &cq, &QpConfig::srd())?.prepare(0x1234, None)?;
 //! let b = pd.create_qp(&cq, &cq, &QpConfig::srd())?.prepare(0x5678, None)?;
 //! let to_b = pd.connect(&b.endpoint())?;

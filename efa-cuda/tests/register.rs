@@ -34,7 +34,7 @@ fn remote_access(ctx: &Context) -> AccessFlags {
 /// RDMA-writes 16 host bytes into `mr` at offset 8 through efa-sim and reads them back with
 /// the driver's copies: the registration reaches the memory (`mr` needs remote write).
 fn write_lands<P, M: DeviceMemory>(ctx: &Context, pd: &Pd<&Context>, mr: &GpuMr<P, M>) {
-    let cq = ctx.create_ext_cq(CqOptions::new(16)).unwrap();
+    let cq = ctx.create_ext_cq(CqOptions::new(1024)).unwrap();
     let a = pd
         .create_qp(&cq, &cq, &QpConfig::srd())
         .unwrap()

@@ -69,7 +69,7 @@ fn gpu_sges_go_in_the_same_batches_as_host_memory_under_the_same_pd_check() {
     let ctx = efa();
     let pd = ctx.alloc_pd().unwrap();
     let other_pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_ext_cq(CqOptions::new(64)).unwrap();
+    let cq = ctx.create_ext_cq(CqOptions::new(512)).unwrap();
     let qp = pd
         .create_qp(&cq, &cq, &QpConfig::srd())
         .unwrap()
@@ -150,7 +150,7 @@ fn an_arc_held_gpu_registration_lives_in_an_engine_on_another_thread() {
     let dev = support::sim().device(1).unwrap();
     let ctx = Arc::new(efa());
     let pd = Arc::new(Pd::new(Arc::clone(&ctx)).unwrap());
-    let cq = Arc::new(ExtCq::new(Arc::clone(&ctx), CqOptions::new(16)).unwrap());
+    let cq = Arc::new(ExtCq::new(Arc::clone(&ctx), CqOptions::new(512)).unwrap());
     let qp = Qp::new(
         Arc::clone(&pd),
         Arc::clone(&cq),

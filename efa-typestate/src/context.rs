@@ -219,6 +219,8 @@ pub(crate) fn timeout_ms(timeout: Option<Duration>) -> c_int {
 pub struct Context {
     raw: NonNull<ffi::ibv_context>,
     efa: Option<EfaDeviceAttr>,
+    /// `ibv_query_device`'s `max_cqe` at open (0: the query failed).
+    max_cqe: u32,
 }
 
 // SAFETY: libibverbs contexts may be used from any thread; all verbs on a context are
@@ -234,8 +236,13 @@ impl Context {
     /// `raw` must come from `ibv_open_device`, be exclusively owned by the new value and
     /// not be closed elsewhere.
     pub unsafe fn from_raw(raw: NonNull<ffi::ibv_context>) -> Context {
-        let mut ctx = Context { raw, efa: None };
+        let mut ctx = Context {
+            raw,
+            efa: None,
+            max_cqe: 0,
+        };
         ctx.efa = ctx.query_efa().ok();
+        ctx.max_cqe = ctx.query_device().map_or(0, |a| a.max_cqe());
         ctx
     }
 
@@ -286,6 +293,12 @@ impl Context {
             verb: Verb::EfadvQueryDevice,
             why: crate::error::Unsupported::Provider(crate::error::Errno::EOPNOTSUPP),
         })
+    }
+
+    /// The device's `max_cqe` as read when the context was opened (`None` if that query
+    /// failed).
+    pub(crate) fn max_cqe(&self) -> Option<u32> {
+        (self.max_cqe != 0).then_some(self.max_cqe)
     }
 
     /// Queries the EFA attributes (`efadv_query_device`, rdma-core 65 layout).

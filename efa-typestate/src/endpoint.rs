@@ -1,4 +1,6 @@
 //! Addresses: the 16-byte GID and the 24-byte endpoint info peers exchange out of band.
+// Offsets, lengths and indexes here come from callers or peers: no arithmetic that can wrap.
+#![deny(clippy::arithmetic_side_effects)]
 
 use core::fmt;
 
@@ -36,15 +38,11 @@ impl Gid {
 
 impl fmt::Display for Gid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for i in 0..8 {
+        for (i, pair) in self.0.chunks_exact(2).enumerate() {
             if i > 0 {
                 f.write_str(":")?;
             }
-            write!(
-                f,
-                "{:x}",
-                u16::from_be_bytes([self.0[2 * i], self.0[2 * i + 1]])
-            )?;
+            write!(f, "{:x}", u16::from_be_bytes([pair[0], pair[1]]))?;
         }
         Ok(())
     }

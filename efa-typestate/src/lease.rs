@@ -11,16 +11,24 @@
 //!
 //! Why this is sound:
 //! * a ticket's `wr_id` has bit 63 set and comes from a process-wide 63-bit counter, so
-//!   no two work requests ever share it; batches refuse user `wr_id`s with bit 63
-//!   ([`InvalidInput::ReservedWrId`]), and a [`Completion`] cannot be made except by
-//!   polling, so only the device can produce the completion that matches a ticket;
-//! * a ticket dropped unredeemed releases the lease without handing it back: an `Mr` is
-//!   deregistered first (the device then fails the work request instead of touching the
-//!   memory), a pool slot is never returned to its pool (the pool frees its memory only
-//!   after deregistering it);
-//! * a ticket forgotten with `mem::forget` leaks the lease, whose memory then stays
-//!   allocated forever: leases over borrowed memory are refused
-//!   ([`InvalidInput::LeaseNeedsOwnedMemory`]).
+//!   no two work requests ever share it (the chunks of [`Qp::write_all`] /
+//!   [`Qp::read_all`] take theirs from the same counter); batches refuse user `wr_id`s
+//!   with bit 63 ([`InvalidInput::ReservedWrId`]), and a [`Completion`] cannot be made
+//!   except by polling, so only the device can produce the completion that matches a
+//!   ticket;
+//! * a ticket dropped unredeemed, or forgotten with `mem::forget`, leaks its lease: the
+//!   memory stays allocated and registered for the rest of the process, so the device
+//!   can finish the work request into memory nobody else owns. Deregistering it instead
+//!   would let a later registration get the same key (devices reissue keys: efa-sim
+//!   after 255 generations of a key slot) at the same address, and the device would
+//!   write that one. Leases over borrowed memory are refused
+//!   ([`InvalidInput::LeaseNeedsOwnedMemory`]). A [`BufferPool`](crate::pool::BufferPool)
+//!   dropped while any slot is out (posted, abandoned or forgotten) leaks its
+//!   registration the same way;
+//! * the normal path pays nothing for this: no reference count, no table, no lock.
+//!   Reclaim tickets to get leases back (by their completion, or by
+//!   [`Posted::reclaim_reset`] once their QP is reset, e.g. receive pools at teardown);
+//!   an abandoned one costs its memory until exit.
 
 use core::mem::ManuallyDrop;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -39,7 +47,15 @@ static NEXT_LEASE_ID: AtomicU64 = AtomicU64::new(0);
 
 /// A `wr_id` no other work request of this process ever had.
 fn next_wr_id() -> u64 {
-    LEASE_WR_ID_BIT | (NEXT_LEASE_ID.fetch_add(1, Ordering::Relaxed) & !LEASE_WR_ID_BIT)
+    reserve_wr_ids(1)
+}
+
+/// The first of `n` consecutive `wr_id`s (bit 63 set) that no other work request of
+/// this process ever had or will have. The counter has 63 bits: at one id per
+/// nanosecond it lasts 292 years.
+#[cfg_attr(not(feature = "std"), allow(dead_code))] // chunked transfers are std-only
+pub(crate) fn reserve_wr_ids(n: u64) -> u64 {
+    LEASE_WR_ID_BIT | (NEXT_LEASE_ID.fetch_add(n, Ordering::Relaxed) & !LEASE_WR_ID_BIT)
 }
 
 mod sealed {
@@ -55,7 +71,8 @@ pub trait Lease: sealed::Sealed + Sized {
     /// The whole leased region.
     #[doc(hidden)]
     fn lease_sge(&self) -> Result<Sge<'_>>;
-    /// Releases the lease while its work request may still be in flight.
+    /// Gives up the lease while its work request may still be in flight: its memory and
+    /// registration must stay alive (see the [module docs](self)).
     #[doc(hidden)]
     fn abandon(self);
 }
@@ -68,8 +85,9 @@ impl<P, M: RegionMemory> Lease for Mr<P, M, Local> {
         self.sge_all()
     }
     fn abandon(self) {
-        // Dropping deregisters before the memory is released (leaked if that fails).
-        drop(self);
+        // Leaked: registered and allocated for good (LEAK_SAFE memory), so its key can
+        // never be reissued to memory the device would then write.
+        core::mem::forget(self);
     }
 }
 
@@ -94,13 +112,21 @@ impl<H: crate::parent::Parent<Target = crate::pool::BufferPool<P>>, P> Lease
 
 /// A leased work request in flight. Nothing reaches the lease until
 /// [`reclaim`](Self::reclaim) gives it back for the work request's completion; dropping
-/// the ticket releases the lease without handing it back (see the [module docs](self)).
-#[must_use = "dropping the ticket abandons the lease"]
+/// the ticket leaks the lease (memory and registration stay alive until the process
+/// exits, see the [module docs](self)).
+#[must_use = "dropping the ticket leaks the lease"]
 pub struct Posted<L: Lease> {
     lease: ManuallyDrop<L>,
     wr_id: u64,
     qpn: u32,
+    // The QP it was posted on, as an identity only (never dereferenced).
+    qp: *const crate::ffi::ibv_qp,
 }
+
+// SAFETY: `qp` is an address compared, never dereferenced; the rest follows `L`.
+unsafe impl<L: Lease + Send> Send for Posted<L> {}
+// SAFETY: as above; `&Posted` gives no access to the lease.
+unsafe impl<L: Lease + Sync> Sync for Posted<L> {}
 
 impl<L: Lease> Posted<L> {
     /// The `wr_id` the work request's completion carries.
@@ -121,9 +147,29 @@ impl<L: Lease> Posted<L> {
         if !self.matches(c) {
             return Err(self);
         }
+        Ok(self.into_lease())
+    }
+    /// The lease back after the QP it was posted on has been reset (the ticket back if
+    /// `qp` is another QP): a reset ends the device's window over every work request
+    /// posted before it, completed or not, so a receive pool can be taken back at
+    /// teardown instead of being leaked by dropping its tickets.
+    ///
+    /// Sound for any `qp` whose address is the ticket's: either it is the QP the lease
+    /// was posted on, now in RESET, or that QP was destroyed (which also ended the
+    /// window) and another took its place.
+    pub fn reclaim_reset<P>(
+        self,
+        qp: &crate::qp::Qp<P, crate::qp::Reset>,
+    ) -> core::result::Result<L, Self> {
+        if qp.as_ptr().cast_const() != self.qp {
+            return Err(self);
+        }
+        Ok(self.into_lease())
+    }
+    fn into_lease(self) -> L {
         let mut me = ManuallyDrop::new(self);
         // SAFETY: `me` is never used or dropped again; the lease is taken exactly once.
-        Ok(unsafe { ManuallyDrop::take(&mut me.lease) })
+        unsafe { ManuallyDrop::take(&mut me.lease) }
     }
 }
 
@@ -172,6 +218,7 @@ fn ticket<L: Lease>(
     lease: L,
     wr_id: u64,
     qpn: u32,
+    qp: *const crate::ffi::ibv_qp,
     r: Result<()>,
 ) -> core::result::Result<Posted<L>, Rejected<L>> {
     match r {
@@ -179,6 +226,7 @@ fn ticket<L: Lease>(
             lease: ManuallyDrop::new(lease),
             wr_id,
             qpn,
+            qp,
         }),
         Err(e) => Err(Rejected {
             lease,
@@ -214,7 +262,7 @@ impl<P> Qp<P, Rts> {
         } else {
             Err(InvalidInput::LeaseNeedsOwnedMemory.into())
         };
-        ticket(lease, wr_id, self.qpn(), posted)
+        ticket(lease, wr_id, self.qpn(), self.as_ptr(), posted)
     }
 }
 
@@ -237,7 +285,7 @@ impl<P, S: RecvReady> Qp<P, S> {
         } else {
             Err(InvalidInput::LeaseNeedsOwnedMemory.into())
         };
-        ticket(lease, wr_id, self.qpn(), posted)
+        ticket(lease, wr_id, self.qpn(), self.as_ptr(), posted)
     }
 }
 

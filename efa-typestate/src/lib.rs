@@ -18,7 +18,7 @@
 //! let ctx = Context::open_first_efa()?;
 //! # assert!(efa_sim_select::fw_matches_selection(ctx.query_device()?.fw_ver()));
 //! let pd = ctx.alloc_pd()?;
-//! let cq = ctx.create_ext_cq(CqOptions::new(64).waitable())?;
+//! let cq = ctx.create_ext_cq(CqOptions::new(1024).waitable())?; // two QPs of 256 + 256
 //!
 //! // Two SRD QPs, each brought to RTS in one call (with a finite RNR retry).
 //! let a = pd.create_qp(&cq, &cq, &QpConfig::srd())?.prepare(0x1234, None)?;
@@ -81,7 +81,7 @@
 //! # fn main() -> efa_typestate::Result<()> {
 //! # let ctx = Context::open_first_efa()?;
 //! # let pd = ctx.alloc_pd()?;
-//! # let cq = ctx.create_ext_cq(CqOptions::new(64))?;
+//! # let cq = ctx.create_ext_cq(CqOptions::new(1024))?;
 //! # let a = pd.create_qp(&cq, &cq, &QpConfig::srd())?.prepare(1, None)?;
 //! # let b = pd.create_qp(&cq, &cq, &QpConfig::srd())?.prepare(2, None)?;
 //! # let to_b = pd.connect(&b.endpoint())?;
@@ -132,7 +132,7 @@
 //! # fn main() -> efa_typestate::Result<()> {
 //! let ctx = Arc::new(Context::open_first_efa()?);
 //! let pd: SharedPd = Arc::new(Pd::new(Arc::clone(&ctx))?);
-//! let cq = Arc::new(ExtCq::new(Arc::clone(&ctx), CqOptions::new(64).waitable())?);
+//! let cq = Arc::new(ExtCq::new(Arc::clone(&ctx), CqOptions::new(512).waitable())?);
 //! let qp = Qp::new(Arc::clone(&pd), Arc::clone(&cq), Arc::clone(&cq), &QpConfig::srd())?
 //!     .prepare(0x42, None)?;
 //! let to_self = Peer::connect(Arc::clone(&pd), &qp.endpoint())?;
@@ -207,29 +207,37 @@
 //! the QP type or the device lacks; RTS refuses out-of-range RNR retry counts. Each is a
 //! typed [`Error`] naming the value and the limit.
 //!
-//! # Soundness: who may touch registered memory
+//! # Soundness: every promise, how it is kept, and the test that attacks it
 //!
-//! * **Posted buffers.** Posting a batch is `unsafe` ([`Qp::post_send`],
-//!   [`Qp::post_recv`]): from the post until the work request's completion is polled,
-//!   the device may read (sends, RDMA-write sources) or write (receives, RDMA-read
-//!   destinations) the bytes its SGEs name; the caller promises not to write (resp.
-//!   access) them meanwhile and to keep them allocated. Posting a lease is safe: the
-//!   ticket holds the buffer until the completion that carries its unique `wr_id`.
-//! * **Peers.** A peer may write memory registered with `REMOTE_WRITE` at any time, so
-//!   such memory is a [`RemoteWrite`] registration, reached only by (volatile) copies;
-//!   the right ends when the registration is closed (the memory comes back as a plain
-//!   value) or re-registered (old keys dead). Peers may read `REMOTE_READ` memory at any
-//!   time. Both rights need memory that stays allocated even if its `Mr` is leaked with
-//!   `mem::forget` (owned `Vec`/`Box`, or `register_raw`'s promise), never a borrow.
-//! * **Releasing memory.** Memory cannot be freed while registered: the `Mr` owns or
-//!   borrows it and deregisters before releasing it (and leaks it if deregistration
-//!   fails). A dropped `Mr` makes the device fail the work request rather than touch the
-//!   memory.
-//! * **Other PDs and devices.** An SGE or peer of another PD (lkeys of two devices
-//!   collide) never reaches a QP's post.
-//! * **Raw access.** `as_ptr` handles and the `unsafe` escape hatches (`modify`,
-//!   `register_raw`, `as_slice_unchecked`) carry their own contracts; work requests
-//!   posted through raw handles must not use `wr_id`s with bit 63 set.
+//! Safe code cannot make the device touch memory it does not own, nor read memory it
+//! may be writing. Each promise below is kept by a type (misuse does not compile), a
+//! run-time check (a typed [`Error`] before the device sees anything) or the contract
+//! of an `unsafe fn`; the last column names the tests (in `tests/`, efa-sim's in
+//! `efa-sim/tests/`) that try to break it. `adversarial.rs` holds the attacks found by
+//! reading these docs as an attacker would.
+//!
+//! | Promise | Kept by | Attacked by |
+//! |---|---|---|
+//! | **Posted memory.** The device may read or write what a work request names from the post until its completion is polled, or until a reset or destroy of its QP has returned, and never after | contract of `unsafe` [`Qp::post_send`] / [`Qp::post_recv`]; efa-sim drops late responses | `efa-sim/tests/model_late.rs`; `adversarial::a_transfer_whose_completions_another_thread_steals_is_cut_off_by_a_reset` |
+//! | **Keys are not reissued under a posted work request.** The crate never deregisters memory a work request of its own may still name (device keys can be reissued to later registrations) | abandoned and forgotten leases leak (or come back by [`Posted::reclaim_reset`] once their QP is reset); a pool dropped with slots out leaks; transfers cut chunks off by a QP reset, not a deregistration; the `unsafe` post contract forbids dropping an `Mr` in the window | `adversarial::hole_1_*` (both), `adversarial::tickets_come_back_by_a_reset_of_their_own_qp_only`, `leases::a_dropped_ticket_keeps_its_slot_out_of_the_pool` |
+//! | **Leased memory is out of reach while posted**, and comes back only by its own completion | type (the lease moves into [`Posted`]); `wr_id`s with bit 63 are reserved and unique; [`Completion`] has no constructor | `leases::*`, `adversarial::eighth_hole_*` |
+//! | **Transfers return only when no chunk is in flight** ([`Qp::write_all`], [`Qp::read_all`]), also when the callback panics | check: the QP's own send CQ ([`InvalidInput::NotSendCq`]); reserved chunk ids, send-side opcodes only; the panic is caught and resumed after the wait; missing completions are cut off by a reset | `adversarial::hole_2_*`, `adversarial::eighth_hole_*`, `adversarial::a_transfer_whose_*`, `transfer::*` |
+//! | **Peer-writable memory gives no `&`/`&mut`** | type ([`RemoteWrite`] registrations copy only) | `rules` compile-fail doctests, `soundness::hole_1_*` |
+//! | **Remote access and leases need memory that survives a leak** (`mem::forget` of an `Mr` or ticket) | check ([`InvalidInput::RemoteAccessNeedsOwnedMemory`], [`InvalidInput::LeaseNeedsOwnedMemory`]) | `soundness::hole_3_*`, `leases::refused_leases_come_back_and_reach_nothing` |
+//! | **Objects of another PD or device never reach a post** (lkeys of two devices collide) | check: the [`PdId`] of every SGE, peer and lease | `soundness::hole_2_*`, `leases::refused_leases_come_back_and_reach_nothing` |
+//! | **Handles cannot outlive their parents**; a batch pins its QP | types (borrows or `Arc`s, [`parent`]) | `rules` compile-fail doctests, `ownership::*` |
+//! | **States**: sends only in RTS, receives from INIT on | types ([`QpState`], sealed); [`DynQp`] checks | `rules` compile-fail doctests, `session::a_dyn_qp_opens_a_session_only_in_rts` |
+//! | **Limits** of the QP (SGE counts, including QPs granted none, inline, SEND and RDMA lengths, queue depth) and of the device at creation (depths, SGEs, inline, CQ entries; a CQ must hold its QP's depths) | checks naming value and limit ([`QpLimits`], [`InvalidInput::ExceedsDeviceLimit`], [`InvalidInput::CqTooSmall`]) | `adversarial_limits::*`, `limits::*` |
+//! | **Numbers from callers and peers never wrap** (element indexes, offsets, remote ranges, iovas, chunking) | checked arithmetic, `clippy::arithmetic_side_effects` denied where peer numbers are handled; [`InvalidInput::AddressWraps`] | `adversarial::hole_3_*`, `props_wire::*`, `props_ranges::*` (property tests) |
+//! | **Only dma-bufs register as dma-bufs** | the device refuses other fds (EINVAL, as the kernel does) | `adversarial_dmabuf::*` |
+//! | **Polls say when they cannot take anything** | check ([`InvalidInput::OutputFull`]) | `adversarial_polls::*` |
+//! | **Threads**: handles are `Send`/`Sync` as their holders; sessions stay on one thread inside their closure | types; the provider's locks | `data::several_threads_post_to_one_qp`, the ThreadSanitizer job (`scripts/sanitize.sh`) |
+//! | **Unwinding** never leaves a session open or a transfer's chunks in flight | guards; `catch_unwind` around transfer callbacks | `session::a_panic_in_the_session_aborts_it`, `adversarial::hole_2_a_panicking_*` |
+//! | **Raw escape hatches** (`as_ptr`, `modify`, `register_raw`, `as_slice_unchecked`) | their `# Safety` contracts (raw work requests must not use `wr_id` bit 63) | n/a: `unsafe` by design |
+//!
+//! An abandoned lease therefore costs its memory and registration until the process
+//! exits: reclaim tickets, by their completion or, at teardown, by resetting their QP. Memory sanity is also checked by AddressSanitizer over the
+//! tests on efa-sim (`scripts/sanitize.sh`, run by CI).
 //!
 //! # Waiting, and no silent hangs
 //!
@@ -238,8 +246,9 @@
 //! return [`Error::Timeout`] after the deadline. SRD QPs retry RNR a finite
 //! [`DEFAULT_RNR_RETRY`] times unless [`RnrRetry::Forever`] is asked for by name.
 //! [`Qp::write_all`] / [`Qp::read_all`] move buffers of any size within the send queue's
-//! depth ([`Transfer`] sets the timeout and the chunks' `wr_id`s; chunk `i` of any
-//! [`RdmaChunks`] fill gets `base + i`).
+//! depth ([`Transfer`] sets the timeout; the chunks' `wr_id`s are reserved ones, and
+//! the call returns only when no chunk is in flight). Chunk `i` of an [`RdmaChunks`]
+//! fill of a batch gets `base + i`.
 //!
 //! # Choosing a CQ
 //!
@@ -304,7 +313,8 @@ pub use cq::{
 pub use device::{Device, DeviceList};
 pub use endpoint::{EndpointInfo, Gid, MAX_QPN};
 pub use error::{
-    EfaStatus, Errno, Error, InvalidInput, PdObject, Result, SrdOnly, Unsupported, Verb,
+    CqRole, DeviceLimit, EfaStatus, Errno, Error, InvalidInput, PdObject, Result, SrdOnly,
+    Unsupported, Verb,
 };
 pub use lease::{Lease, Posted, Rejected};
 #[cfg(feature = "std")]

@@ -16,8 +16,13 @@ const BITS: usize = u64::BITS as usize;
 /// be a send source, a receive buffer or an RDMA-read destination). The registration is
 /// private: slot bytes are reachable only through the [`Slot`] that holds them, and not
 /// at all while that slot is posted. Holds its PD through `P`.
+///
+/// Dropped while a slot is out (only possible for a slot whose ticket was dropped or
+/// forgotten: a live slot holds the pool), the pool leaks its registration and memory
+/// instead of releasing them: the slot may still be posted ([`lease`](crate::lease)).
 pub struct BufferPool<P> {
-    mr: Mr<P, std::vec::Vec<u8>>,
+    // Dropped only when every slot is back (see `Drop`).
+    mr: core::mem::ManuallyDrop<Mr<P, std::vec::Vec<u8>>>,
     slot_size: usize,
     free: FreeSlots,
 }
@@ -88,10 +93,14 @@ impl<P> BufferPool<P> {
         }
         let mr = Mr::new(pd, std::vec![0u8; bytes], AccessFlags::LOCAL_WRITE)?;
         Ok(BufferPool {
-            mr,
+            mr: core::mem::ManuallyDrop::new(mr),
             slot_size,
             free: FreeSlots::new(count),
         })
+    }
+    /// The local key of the pool's one registration (every slot's SGE carries it).
+    pub fn lkey(&self) -> u32 {
+        self.mr.lkey()
     }
     /// Bytes per slot.
     pub fn slot_size(&self) -> usize {
@@ -116,6 +125,17 @@ impl<P> BufferPool<P> {
 
     fn offset(&self, index: u32) -> usize {
         index as usize * self.slot_size
+    }
+}
+
+impl<P> Drop for BufferPool<P> {
+    fn drop(&mut self) {
+        // A slot still out was abandoned or forgotten while posted: the device may still
+        // write it, so its registration (and key) and memory stay for good.
+        if self.free.available() == self.free.count {
+            // SAFETY: dropped exactly once, here; never used again.
+            unsafe { core::mem::ManuallyDrop::drop(&mut self.mr) };
+        }
     }
 }
 
@@ -197,7 +217,8 @@ impl<H> Slot<H> {
         Sge::new_checked(self.addr, self.len as u32, self.lkey, self.pd)
     }
     /// Gives up the slot without returning it to the pool (its work request may still
-    /// be in flight); the pool holder is released.
+    /// be in flight); the pool holder is released. The slot's bit stays taken, so the
+    /// pool will leak its registration rather than release it.
     pub(crate) fn lose(self) {
         let mut me = core::mem::ManuallyDrop::new(self);
         // SAFETY: `me` is never used or dropped again; the holder is dropped once.

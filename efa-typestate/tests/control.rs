@@ -213,7 +213,7 @@ fn efadv_query_mr_is_answered_or_unsupported() {
 fn qp_state_machine_step_by_step() {
     let ctx = open(0);
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(CqOptions::new(64)).unwrap();
+    let cq = ctx.create_cq(CqOptions::new(1024)).unwrap();
     assert!(cq.depth() >= 64);
     let qp = pd
         .create_qp(&cq, &cq, &QpConfig::srd().depth(32, 32))
@@ -272,7 +272,7 @@ fn qp_state_machine_step_by_step() {
 fn failed_transition_gives_the_qp_back() {
     let ctx = open(0);
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(CqOptions::new(16)).unwrap();
+    let cq = ctx.create_cq(CqOptions::new(1024)).unwrap();
     // rnr_retry is not settable on UD QPs: RTR -> RTS with it fails, the QP comes back in RTR.
     let qp = pd
         .create_qp(&cq, &cq, &QpConfig::ud())
@@ -340,7 +340,7 @@ fn failed_transition_gives_the_qp_back() {
 fn dyn_qp_tracks_state_at_run_time() {
     let ctx = open(0);
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(CqOptions::new(16)).unwrap();
+    let cq = ctx.create_cq(CqOptions::new(1024)).unwrap();
     let mut qp = pd.create_qp(&cq, &cq, &QpConfig::srd()).unwrap().into_dyn();
     assert_eq!(qp.state(), QpStateKind::Reset);
     let peer = pd.connect(&qp.endpoint()).unwrap();
@@ -371,7 +371,7 @@ fn dyn_qp_tracks_state_at_run_time() {
 fn raw_modify_escape_hatch() {
     let ctx = open(0);
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(CqOptions::new(16)).unwrap();
+    let cq = ctx.create_cq(CqOptions::new(1024)).unwrap();
     let qp = rts_qp(&pd, &cq, &QpConfig::srd(), 5);
     // SAFETY: ibv_qp_attr is a C struct of integers and nested integer structs/unions,
     // for which all-zero bytes are valid.
@@ -396,7 +396,7 @@ fn raw_modify_escape_hatch() {
 fn endpoint_round_trip_and_peer() {
     let ctx = open(0);
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(CqOptions::new(16)).unwrap();
+    let cq = ctx.create_cq(CqOptions::new(1024)).unwrap();
     let qp = pd
         .create_qp(&cq, &cq, &QpConfig::srd())
         .unwrap()
@@ -426,7 +426,7 @@ fn endpoint_round_trip_and_peer() {
 fn ud_and_srd_creation_report_granted_caps() {
     let ctx = open(0);
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_ext_cq(CqOptions::new(16)).unwrap();
+    let cq = ctx.create_ext_cq(CqOptions::new(1024)).unwrap();
     let ud = pd.create_qp(&cq, &cq, &QpConfig::ud().depth(3, 5)).unwrap();
     assert_eq!(ud.qp_type(), QpType::Ud);
     assert_eq!(ud.send_ops(), SendOps::SEND | SendOps::SEND_WITH_IMM);
@@ -443,7 +443,8 @@ fn ud_and_srd_creation_report_granted_caps() {
         .send_ops()
         .contains(SendOps::RDMA_READ | SendOps::RDMA_WRITE | SendOps::RDMA_WRITE_WITH_IMM));
     assert_ne!(srd.qpn(), ud.qpn());
-    // Too many SGEs for the device: EINVAL from the provider.
+    // Too many SGEs for the device: refused before the provider, naming the value and
+    // the device's limit.
     let too_many = QpCaps {
         max_send_wr: 8,
         max_recv_wr: 8,
@@ -456,10 +457,11 @@ fn ud_and_srd_creation_report_granted_caps() {
         .unwrap_err();
     assert_eq!(
         err,
-        Error::Verb {
-            verb: Verb::EfadvCreateQp,
-            errno: Errno::EINVAL
-        }
+        Error::Invalid(InvalidInput::ExceedsDeviceLimit {
+            what: DeviceLimit::SendSges,
+            value: 64,
+            max: 2
+        })
     );
     // UD cannot do RDMA, nor have SRD-only options: refused before the device.
     let err = pd
@@ -486,14 +488,15 @@ fn ud_and_srd_creation_report_granted_caps() {
 fn layout_queries_describe_the_rings() {
     let ctx = open(0);
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_ext_cq(CqOptions::new(16)).unwrap();
+    // 512 entries: room for the QP's 256 sends and 256 receives.
+    let cq = ctx.create_ext_cq(CqOptions::new(512)).unwrap();
     let qp = pd.create_qp(&cq, &cq, &QpConfig::srd()).unwrap();
     if efa_sim_select::SOFTWARE_DEVICE {
         // efa-sim emulates the rings: EFA's entry sizes (32-byte CQEs, 64-byte WQEs for
         // 32 inline bytes, 16-byte receive descriptors) at the granted depths; a doorbell
         // batch is the profile's 16 WQEs.
         let l = cq.layout().unwrap();
-        assert_eq!((l.entry_size, l.num_entries), (32, 16), "{l:?}");
+        assert_eq!((l.entry_size, l.num_entries), (32, 512), "{l:?}");
         assert!(l.buffer != 0 && l.doorbell != 0, "{l:?}");
         let caps = qp.caps();
         let (sq, rq) = qp.wq_layout().unwrap();

@@ -59,7 +59,7 @@ fn device_address_registrations_are_bounded_tagged_and_give_the_owner_back() {
     let ctx = open(0);
     let pd = ctx.alloc_pd().unwrap();
     let other_pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_ext_cq(CqOptions::new(16)).unwrap();
+    let cq = ctx.create_ext_cq(CqOptions::new(1024)).unwrap();
     let qp = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_A);
     let peer = pd.connect(&qp.endpoint()).unwrap();
 

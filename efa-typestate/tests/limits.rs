@@ -52,7 +52,7 @@ fn sends_up_to_max_msg_sz_arrive_and_longer_ones_are_refused() {
 fn rnr_when_receiver_posts_nothing() {
     let ctx = open(0);
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_ext_cq(CqOptions::new(16)).unwrap();
+    let cq = ctx.create_ext_cq(CqOptions::new(1024)).unwrap();
     let a = pd
         .create_qp(&cq, &cq, &QpConfig::srd())
         .unwrap()
@@ -75,7 +75,7 @@ fn rnr_when_receiver_posts_nothing() {
 fn send_queue_full_is_recoverable() {
     let ctx = open(0);
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_ext_cq(CqOptions::new(256)).unwrap();
+    let cq = ctx.create_ext_cq(CqOptions::new(1024)).unwrap();
     let a = rts_qp(&pd, &cq, &QpConfig::srd().depth(8, 8), QKEY_A);
     let b = rts_qp(&pd, &cq, &QpConfig::srd().depth(64, 64), QKEY_B);
     let to_b = pd.connect(&b.endpoint()).unwrap();
@@ -123,7 +123,7 @@ fn send_queue_full_is_recoverable() {
 fn recv_queue_full_reports_how_many_were_posted() {
     let ctx = open(0);
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(CqOptions::new(64)).unwrap();
+    let cq = ctx.create_cq(CqOptions::new(1024)).unwrap();
     let qp = pd
         .create_qp(&cq, &cq, &QpConfig::srd().depth(8, 8))
         .unwrap()
@@ -193,7 +193,7 @@ fn send_op_not_enabled_is_refused_before_the_device() {
 fn gather_lists_follow_the_qps_sge_limits() {
     let ctx = open(0);
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_ext_cq(CqOptions::new(16)).unwrap();
+    let cq = ctx.create_ext_cq(CqOptions::new(1024)).unwrap();
     let a = rts_qp(&pd, &cq, &QpConfig::srd().sges(2, 1), QKEY_A);
     let to_a = pd.connect(&a.endpoint()).unwrap();
     assert_eq!(a.limits().max_send_sge(), 2);

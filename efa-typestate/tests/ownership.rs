@@ -29,7 +29,7 @@ fn an_engine_owns_its_handles_and_moves_to_another_thread() {
     let pd: SharedPd = Arc::new(Pd::new(Arc::clone(&ctx)).unwrap());
     let channel = Arc::new(CompChannel::new(Arc::clone(&ctx)).unwrap());
     let cq = Arc::new(
-        Cq::with_channel(Arc::clone(&ctx), Arc::clone(&channel), CqOptions::new(32)).unwrap(),
+        Cq::with_channel(Arc::clone(&ctx), Arc::clone(&channel), CqOptions::new(1024)).unwrap(),
     );
     let qp = Qp::new(
         Arc::clone(&pd),
@@ -95,7 +95,7 @@ struct Sample {
 fn typed_buffers_move_f32_f16_bits_and_records() {
     let ctx = open(0);
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_ext_cq(CqOptions::new(16)).unwrap();
+    let cq = ctx.create_ext_cq(CqOptions::new(1024)).unwrap();
     let a = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_A);
     let to_a = pd.connect(&a.endpoint()).unwrap();
 

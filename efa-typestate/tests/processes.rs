@@ -11,7 +11,7 @@ use efa_typestate::*;
 fn two_processes_send_and_rdma_write() {
     let ctx = open(0);
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_ext_cq(CqOptions::new(32)).unwrap();
+    let cq = ctx.create_ext_cq(CqOptions::new(1024)).unwrap();
     let qp = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_B);
     // RDMA from the child needs an AH for its GID here; on one host both use efa_0's GID.
     let _ah = pd.create_ah(ctx.gid().unwrap()).unwrap();
@@ -20,8 +20,10 @@ fn two_processes_send_and_rdma_write() {
         .unwrap();
     let target = write_target(&pd, 64);
     let mut r = RecvBatch::<2>::new(&qp);
-    r.push(1, inbox.sge_all().unwrap()).unwrap();
-    r.push(2, inbox.sge(0, 0).unwrap()).unwrap(); // consumed by the write-with-imm
+    // SRD does not order the child's SEND and write-with-imm, and receives are consumed
+    // in posting order: either may take either receive, so both fit the SEND.
+    r.push(1, inbox.sge(0, 32).unwrap()).unwrap();
+    r.push(2, inbox.sge(32, 32).unwrap()).unwrap();
 
     // SAFETY: `inbox` is read only after both receive completions are polled (and their
     // count asserted) below; its Mr owns the buffer and lives to the end of the test.
@@ -47,8 +49,9 @@ fn two_processes_send_and_rdma_write() {
         .iter()
         .find(|c| c.opcode() == WcOpcode::RECV)
         .expect("send arrived");
+    let at = if send.wr_id() == 1 { 0 } else { 32 };
     assert_eq!(
-        &inbox.as_slice()[..send.byte_len() as usize],
+        &inbox.as_slice()[at..at + send.byte_len() as usize],
         b"hello from the child process"
     );
     let imm = got
@@ -69,7 +72,7 @@ fn child_side() {
     let parent_pid = std::os::unix::process::parent_id();
     let ctx = open(0);
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(CqOptions::new(8)).unwrap();
+    let cq = ctx.create_cq(CqOptions::new(512)).unwrap();
     let qp = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_A);
     let to_parent = pd.connect(&peer).unwrap();
     let mut msg = pd.register(vec![0u8; 64], AccessFlags::empty()).unwrap();

@@ -21,7 +21,7 @@ fn capability_gated_features_are_unsupported() {
                 why: Unsupported::MissingCapability(cap),
             };
             let pd = ctx.alloc_pd().unwrap();
-            let cq = ctx.create_ext_cq(CqOptions::new(16)).unwrap();
+            let cq = ctx.create_ext_cq(CqOptions::new(1024)).unwrap();
 
             // Defaults follow the caps: an SRD QP gets send + read, no write.
             let qp = pd.create_qp(&cq, &cq, &QpConfig::srd()).unwrap();
@@ -47,11 +47,11 @@ fn capability_gated_features_are_unsupported() {
                 .unwrap_err();
             assert_eq!(e, missing(Verb::EfadvCreateQp, DeviceCaps::RDMA_WRITE));
             let e = ctx
-                .create_ext_cq(CqOptions::new(16).sender_gid())
+                .create_ext_cq(CqOptions::new(1024).sender_gid())
                 .unwrap_err();
             assert_eq!(e, missing(Verb::EfadvCreateCq, DeviceCaps::CQ_WITH_SGID));
             let e = ctx
-                .create_ext_cq(CqOptions::new(16).unsolicited_flag())
+                .create_ext_cq(CqOptions::new(1024).unsolicited_flag())
                 .unwrap_err();
             assert_eq!(
                 e,

@@ -19,7 +19,7 @@ fn chunked_write_and_read_across_max_rdma_size() {
             let max = ctx.efa_attr().unwrap().max_rdma_size;
             assert_eq!(max, 4096, "profile applied");
             let pd = ctx.alloc_pd().unwrap();
-            let cq = ctx.create_ext_cq(CqOptions::new(64)).unwrap();
+            let cq = ctx.create_ext_cq(CqOptions::new(1024)).unwrap();
             let a = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_A);
             let b = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_B);
             let to_b = pd.connect(&b.endpoint()).unwrap();

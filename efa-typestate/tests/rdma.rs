@@ -145,9 +145,9 @@ fn unknown_peer_for_rdma_write_is_status_14_and_sender_gid_for_send() {
     let ctx_b = open(1);
     let pd_a = ctx_a.alloc_pd().unwrap();
     let pd_b = ctx_b.alloc_pd().unwrap();
-    let cqa = ctx_a.create_ext_cq(CqOptions::new(16)).unwrap();
+    let cqa = ctx_a.create_ext_cq(CqOptions::new(1024)).unwrap();
     let cqb = ctx_b
-        .create_ext_cq(CqOptions::new(16).sender_gid())
+        .create_ext_cq(CqOptions::new(1024).sender_gid())
         .unwrap();
     let a = rts_qp(&pd_a, &cqa, &QpConfig::srd(), QKEY_A);
     let b = rts_qp(&pd_b, &cqb, &QpConfig::srd(), QKEY_B);
@@ -222,16 +222,9 @@ fn remote_access_error_without_remote_write_right() {
 #[test]
 fn dmabuf_registration_is_a_target_and_a_source() {
     pair!(ctx, pd, cqa, cqb, a, b, to_b, _to_a);
-    // A plain file stands in for a dma-buf: the software device maps the fd range.
-    let path = std::env::temp_dir().join(format!("efa-ts-dmabuf-{}", std::process::id()));
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&path)
-        .unwrap();
-    file.set_len(8192).unwrap();
+    // A sealed efa-sim memfd stands in for a dma-buf: the software device maps the fd
+    // range (it refuses plain files and unsealed memfds, as the kernel refuses non-dma-bufs).
+    let file = sealed_memfd(8192);
     let fd = std::os::fd::OwnedFd::from(file.try_clone().unwrap());
     let dmabuf = pd
         .register_dmabuf(
@@ -259,7 +252,8 @@ fn dmabuf_registration_is_a_target_and_a_source() {
     // the remote dma-buf MR; the completion is polled on the next line.
     unsafe { a.post_send(&s) }.unwrap();
     expect_n(&cqa, 1)[0].result().unwrap();
-    let bytes = std::fs::read(&path).unwrap();
+    let mut bytes = vec![0u8; 8192];
+    std::os::unix::fs::FileExt::read_exact_at(&file, &mut bytes, 0).unwrap();
     assert_eq!(&bytes[4096 + 10..4096 + 28], b"into device memory");
     assert!(
         bytes[..4096].iter().all(|&x| x == 0),
@@ -283,8 +277,24 @@ fn dmabuf_registration_is_a_target_and_a_source() {
     assert_eq!(&dst.as_slice()[..18], b"into device memory");
     let owner = dmabuf.close().unwrap();
     assert_eq!((owner.offset(), owner.len()), (4096, 4096));
-    let _ = std::fs::remove_file(&path);
     let _ = &ctx;
+}
+
+/// An `efa-sim` memfd of `len` bytes sealed against shrinking (what the software device
+/// takes as a stand-in dma-buf).
+fn sealed_memfd(len: u64) -> std::fs::File {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    // SAFETY: NUL-terminated name and flags; returns a new fd or -1.
+    let fd = unsafe { libc::memfd_create(c"efa-sim-ts-dmabuf".as_ptr(), libc::MFD_ALLOW_SEALING) };
+    assert!(fd >= 0, "memfd_create");
+    // SAFETY: the fd was just created and is owned by nobody else.
+    let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    file.set_len(len).unwrap();
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl on our own fd with an int seal argument.
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) };
+    assert_eq!(rc, 0, "F_ADD_SEALS");
+    file
 }
 
 #[test]

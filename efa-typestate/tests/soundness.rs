@@ -15,7 +15,7 @@ use efa_typestate::*;
 fn hole_1_peer_writable_memory_is_reached_by_copies_and_the_right_is_revocable() {
     let ctx = open(0);
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_ext_cq(CqOptions::new(16)).unwrap();
+    let cq = ctx.create_ext_cq(CqOptions::new(1024)).unwrap();
     let a = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_A);
     let to_a = pd.connect(&a.endpoint()).unwrap();
     // A slice-giving registration cannot grant REMOTE_WRITE.
@@ -97,7 +97,7 @@ fn hole_2_sges_and_peers_of_another_pd_or_device_are_refused() {
     let pd0 = ctx0.alloc_pd().unwrap();
     let pd1 = ctx1.alloc_pd().unwrap();
     let other_pd0 = ctx0.alloc_pd().unwrap();
-    let cq = ctx0.create_ext_cq(CqOptions::new(16)).unwrap();
+    let cq = ctx0.create_ext_cq(CqOptions::new(1024)).unwrap();
     let b = rts_qp(&pd0, &cq, &QpConfig::srd(), QKEY_B);
     // The collision the hole used: registrations on both devices until a device-0 MR and
     // a device-1 MR share an lkey (the keys are per device).
@@ -225,17 +225,20 @@ fn hole_3_remote_access_to_borrowed_memory_is_refused() {
     assert_eq!(owned.len(), 4096);
 }
 
-/// A file standing in for a dma-buf (the software device maps the fd range).
+/// A sealed efa-sim memfd standing in for a dma-buf (the software device maps the fd
+/// range; it refuses plain files and unsealed memfds, as the kernel refuses non-dma-bufs).
 fn tempfile(len: u64) -> std::fs::File {
-    let path = std::env::temp_dir().join(format!("efa-ts-soundness-{}-{len}", std::process::id()));
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&path)
-        .unwrap();
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    // SAFETY: NUL-terminated name and flags; returns a new fd or -1.
+    let fd =
+        unsafe { libc::memfd_create(c"efa-sim-ts-soundness".as_ptr(), libc::MFD_ALLOW_SEALING) };
+    assert!(fd >= 0, "memfd_create");
+    // SAFETY: the fd was just created and is owned by nobody else.
+    let f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
     f.set_len(len).unwrap();
-    let _ = std::fs::remove_file(&path);
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl on our own fd with an int seal argument.
+    let rc = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_ADD_SEALS, seals) };
+    assert_eq!(rc, 0, "F_ADD_SEALS");
     f
 }

@@ -24,7 +24,7 @@ fn write_all_and_read_all_move_any_size_within_the_queue() {
                 "profile applied"
             );
             let pd = ctx.alloc_pd().unwrap();
-            let cq = ctx.create_ext_cq(CqOptions::new(64).waitable()).unwrap();
+            let cq = ctx.create_ext_cq(CqOptions::new(1024).waitable()).unwrap();
             let a = rts_qp(&pd, &cq, &QpConfig::srd().depth(8, 8), QKEY_A);
             let b = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_B);
             assert!(
@@ -51,7 +51,7 @@ fn write_all_and_read_all_move_any_size_within_the_queue() {
                 .register_remote_write(vec![0u8; LEN], AccessFlags::REMOTE_READ)
                 .unwrap();
             let mut others = Vec::new();
-            let opts = Transfer::new(Duration::from_secs(20)).wr_ids_from(1000);
+            let opts = Transfer::new(Duration::from_secs(20));
             let chunks = a
                 .write_all(&cq, &to_b, &src, target.remote(), opts, |c| others.push(c))
                 .unwrap();
@@ -61,7 +61,7 @@ fn write_all_and_read_all_move_any_size_within_the_queue() {
             let mut back = pd
                 .register(vec![0u8; LEN + 10], AccessFlags::LOCAL_WRITE)
                 .unwrap();
-            let opts = opts.local_offset(10).wr_ids_from(5000);
+            let opts = opts.local_offset(10);
             let chunks = a
                 .read_all(&cq, &to_b, &mut back, target.remote(), opts, |c| {
                     others.push(c)
@@ -90,7 +90,7 @@ fn write_all_stops_at_the_first_error_with_nothing_left_in_flight() {
         || {
             let ctx = open(0);
             let pd = ctx.alloc_pd().unwrap();
-            let cq = ctx.create_ext_cq(CqOptions::new(64)).unwrap();
+            let cq = ctx.create_ext_cq(CqOptions::new(1024)).unwrap();
             let a = rts_qp(&pd, &cq, &QpConfig::srd().depth(8, 8), QKEY_A);
             let b = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_B);
             let to_b = pd.connect(&b.endpoint()).unwrap();

@@ -46,16 +46,16 @@ fn wake_after<Q: CompletionQueue + Sync>(ctx: &Context, cq: &Q, delay: Duration)
 fn poll_until_wakes_on_every_cq_kind() {
     let ctx = open(0);
     let delay = Duration::from_millis(50);
-    let ext = ctx.create_ext_cq(CqOptions::new(16).waitable()).unwrap();
+    let ext = ctx.create_ext_cq(CqOptions::new(1024).waitable()).unwrap();
     assert!(ext.is_waitable());
     wake_after(&ctx, &ext, delay);
-    let classic = ctx.create_cq(CqOptions::new(16).waitable()).unwrap();
+    let classic = ctx.create_cq(CqOptions::new(1024).waitable()).unwrap();
     wake_after(&ctx, &classic, delay);
     // Without a channel of its own a CQ is polled with short naps: same result.
-    let plain = ctx.create_ext_cq(CqOptions::new(16)).unwrap();
+    let plain = ctx.create_ext_cq(CqOptions::new(1024)).unwrap();
     assert!(!plain.is_waitable());
     wake_after(&ctx, &plain, delay);
-    let plain = ctx.create_cq(CqOptions::new(16)).unwrap();
+    let plain = ctx.create_cq(CqOptions::new(1024)).unwrap();
     wake_after(&ctx, &plain, delay);
 }
 
@@ -63,7 +63,7 @@ fn poll_until_wakes_on_every_cq_kind() {
 fn poll_until_times_out_with_what_arrived() {
     let ctx = open(0);
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_ext_cq(CqOptions::new(16).waitable()).unwrap();
+    let cq = ctx.create_ext_cq(CqOptions::new(1024).waitable()).unwrap();
     let a = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_A);
     let to_a = pd.connect(&a.endpoint()).unwrap();
     let dst = pd
@@ -125,7 +125,7 @@ fn a_cq_has_one_channel_of_its_own_device() {
 fn a_send_nobody_receives_fails_after_the_default_rnr_retries() {
     let ctx = open(0);
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_ext_cq(CqOptions::new(16).waitable()).unwrap();
+    let cq = ctx.create_ext_cq(CqOptions::new(1024).waitable()).unwrap();
     let a = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_A); // RNR retry left to the default
     let b = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_B);
     assert_eq!(a.query().unwrap().rnr_retry, 3);

@@ -62,7 +62,7 @@ fn steady_state_post_and_poll_does_not_allocate() {
     POSTING_THREAD.with(|t| t.set(true));
     let ctx = open(0);
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_ext_cq(CqOptions::new(64)).unwrap();
+    let cq = ctx.create_ext_cq(CqOptions::new(1024)).unwrap();
     let a = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_A);
     let b = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_B);
     let to_b = pd.connect(&b.endpoint()).unwrap();
@@ -201,4 +201,11 @@ fn steady_state_post_and_poll_does_not_allocate() {
         "the counting allocator works"
     );
     drop(probe);
+    // Teardown: the receives still posted come back once their QP is reset (dropping
+    // their tickets would leak the pool).
+    let b = b.reset().unwrap();
+    for t in posted.drain(..) {
+        drop(t.reclaim_reset(&b).expect("posted on b"));
+    }
+    assert_eq!(pool.available(), pool.len(), "every slot is back");
 }

@@ -252,8 +252,8 @@ pub fn in_process(gpus: &Gpus, mem: Mem, checks: &Checks) {
     let ctx = efa();
     let rw = access(&ctx);
     let pd = ctx.alloc_pd().unwrap();
-    let cqa = ctx.create_ext_cq(CqOptions::new(256)).unwrap();
-    let cqb = ctx.create_ext_cq(CqOptions::new(256)).unwrap();
+    let cqa = ctx.create_ext_cq(CqOptions::new(512)).unwrap();
+    let cqb = ctx.create_ext_cq(CqOptions::new(512)).unwrap();
     let a = pd
         .create_qp(&cqa, &cqa, &QpConfig::srd())
         .unwrap()
@@ -408,7 +408,7 @@ pub fn target(gpus: &Gpus, mem: Mem, checks: &Checks, mut initiator: Command) {
     let ctx = efa();
     let rw = access(&ctx);
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_ext_cq(CqOptions::new(64)).unwrap();
+    let cq = ctx.create_ext_cq(CqOptions::new(512)).unwrap();
     let qp = pd
         .create_qp(&cq, &cq, &QpConfig::srd())
         .unwrap()
@@ -481,7 +481,7 @@ pub fn initiator_from_env(driver: &'static Driver, checks: &Checks) {
     let ctx = efa();
     let rw = access(&ctx);
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_ext_cq(CqOptions::new(64)).unwrap();
+    let cq = ctx.create_ext_cq(CqOptions::new(512)).unwrap();
     let qp = pd
         .create_qp(&cq, &cq, &QpConfig::srd())
         .unwrap()

@@ -73,6 +73,7 @@ impl<C: Parent<Target = Context>> Cq<C> {
             Some((raw, keep)) => (Some(raw), Some(keep)),
             None => (None, None),
         };
+        crate::qp::check_cq_depth(&ctx, opts.depth_value())?;
         let (ch, own) = choose_channel(&ctx, ch_raw, &opts)?;
         // SAFETY: valid context, optional channel of this context, no cq_context.
         let raw = unsafe {
@@ -185,12 +186,14 @@ impl<C> Cq<C> {
     /// Polls up to `out`'s spare capacity of entries straight into `out`, as the
     /// provider writes them (`ibv_poll_cq` into an `ibv_wc` array: nothing is converted
     /// or copied); returns how many arrived. [`poll`](CompletionQueue::poll) gives the
-    /// same entries as [`Completion`]s.
+    /// same entries as [`Completion`]s. A full `out` is
+    /// [`InvalidInput::OutputFull`](crate::InvalidInput::OutputFull) (a loop polling
+    /// into it would otherwise see 0 for ever).
     #[inline]
     pub fn poll_wc<const N: usize>(&self, out: &mut ArrayVec<WorkCompletion, N>) -> Result<usize> {
         let want = out.remaining_capacity().min(c_int::MAX as usize);
         if want == 0 {
-            return Ok(0);
+            return Err(super::no_room(N));
         }
         let len = out.len();
         // SAFETY: `len <= N`, so this is the start of the spare capacity;
@@ -204,6 +207,20 @@ impl<C> Cq<C> {
         // first `n` spare entries are the ones the provider wrote.
         unsafe { out.set_len(len + n) };
         Ok(n)
+    }
+
+    /// [`poll_wc`](Self::poll_wc) until at least `n` entries arrived or `timeout`
+    /// passed, waiting as [`poll_until`](CompletionQueue::poll_until) does (spin, then
+    /// sleep on the CQ's own channel or nap); returns how many it appended, or
+    /// [`Error::Timeout`] with what arrived meanwhile in `out`.
+    #[cfg(feature = "std")]
+    pub fn poll_wc_until<const N: usize>(
+        &self,
+        out: &mut ArrayVec<WorkCompletion, N>,
+        n: usize,
+        timeout: core::time::Duration,
+    ) -> Result<usize> {
+        super::wait::poll_until_with(self, out, n, timeout, |out| self.poll_wc(out))
     }
 }
 
@@ -220,7 +237,7 @@ impl<C> CompletionQueue for Cq<C> {
     fn poll<const N: usize>(&self, out: &mut ArrayVec<Completion, N>) -> Result<usize> {
         let want = out.remaining_capacity().min(c_int::MAX as usize);
         if want == 0 {
-            return Ok(0);
+            return Err(super::no_room(N));
         }
         // SAFETY: `len <= N`, so this is the start of the spare capacity.
         let spare = unsafe { out.as_mut_ptr().add(out.len()) }.cast::<ffi::ibv_wc>();

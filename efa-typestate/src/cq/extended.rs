@@ -121,6 +121,7 @@ impl<C: Parent<Target = Context>> ExtCq<C> {
                 });
             }
         }
+        crate::qp::check_cq_depth(&ctx, opts.depth_value())?;
         let (ch, own) = choose_channel(&ctx, ch_raw, &opts)?;
         // SAFETY: all-zero is a valid ibv_cq_init_attr_ex (integers and null pointers).
         let mut attr: ffi::ibv_cq_init_attr_ex = unsafe { core::mem::zeroed() };
@@ -331,7 +332,7 @@ impl<C> CompletionQueue for ExtCq<C> {
     #[inline]
     fn poll<const N: usize>(&self, out: &mut ArrayVec<Completion, N>) -> Result<usize> {
         if out.is_full() {
-            return Ok(0);
+            return Err(super::no_room(N));
         }
         let mut attr = ffi::ibv_poll_cq_attr { comp_mask: 0 };
         // SAFETY: valid CQ and attr with comp_mask 0.

@@ -88,7 +88,8 @@ pub trait CompletionQueue: sealed::Sealed {
     fn as_cq_ptr(&self) -> *mut ffi::ibv_cq;
 
     /// Appends up to `out.remaining_capacity()` completions to `out`; returns how many.
-    /// Never allocates, never blocks.
+    /// Never allocates, never blocks. A full `out` is [`InvalidInput::OutputFull`]: a
+    /// loop polling into it would otherwise see 0 for ever.
     fn poll<const N: usize>(&self, out: &mut ArrayVec<Completion, N>) -> Result<usize>;
 
     /// Polls one completion.
@@ -166,6 +167,15 @@ pub trait CompletionQueue: sealed::Sealed {
             doorbell: a.doorbell as usize,
         })
     }
+}
+
+/// The error of a poll into a full output buffer of capacity `n`.
+#[cold]
+pub(crate) fn no_room(n: usize) -> Error {
+    InvalidInput::OutputFull {
+        capacity: u32::try_from(n).unwrap_or(u32::MAX),
+    }
+    .into()
 }
 
 /// Identifies a CQ in a [`CqEvent`].

@@ -25,6 +25,18 @@ pub(super) fn poll_until<Q: CompletionQueue + ?Sized, const N: usize>(
     n: usize,
     timeout: Duration,
 ) -> Result<usize> {
+    poll_until_with(cq, out, n, timeout, |out| cq.poll(out))
+}
+
+/// [`poll_until`] for any entry type `T` that `poll` appends to `out` (a [`Completion`]
+/// or a classic CQ's raw [`WorkCompletion`](super::WorkCompletion)).
+pub(super) fn poll_until_with<Q: CompletionQueue + ?Sized, T, const N: usize>(
+    cq: &Q,
+    out: &mut ArrayVec<T, N>,
+    n: usize,
+    timeout: Duration,
+    mut poll: impl FnMut(&mut ArrayVec<T, N>) -> Result<usize>,
+) -> Result<usize> {
     if n > out.remaining_capacity() {
         return Err(InvalidInput::WaitBeyondCapacity {
             wanted: n,
@@ -32,12 +44,15 @@ pub(super) fn poll_until<Q: CompletionQueue + ?Sized, const N: usize>(
         }
         .into());
     }
+    if n == 0 && out.is_full() {
+        return Ok(0);
+    }
     let start = Instant::now();
     let deadline = start.checked_add(timeout);
     let left = |now: Instant| deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(now));
     let mut got = 0;
     loop {
-        got += cq.poll(out)?;
+        got += poll(out)?;
         if got >= n {
             return Ok(got);
         }
@@ -57,7 +72,7 @@ pub(super) fn poll_until<Q: CompletionQueue + ?Sized, const N: usize>(
             Some(ch) => {
                 cq.request_notify()?;
                 // Re-poll after arming: completions that raced the arm are seen now.
-                got += cq.poll(out)?;
+                got += poll(out)?;
                 if got >= n {
                     return Ok(got);
                 }
@@ -68,7 +83,7 @@ pub(super) fn poll_until<Q: CompletionQueue + ?Sized, const N: usize>(
                 nap = (nap * 2).min(MAX_NAP);
             }
         }
-        got += cq.poll(out)?;
+        got += poll(out)?;
         if got >= n {
             return Ok(got);
         }

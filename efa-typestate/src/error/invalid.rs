@@ -152,6 +152,41 @@ pub enum InvalidInput {
     },
     /// The memory region was deregistered and could not be registered again.
     Deregistered,
+    /// A transfer must poll the QP's own send CQ: completions of another CQ (or
+    /// another device, whose QP numbers overlap) say nothing about its chunks.
+    NotSendCq,
+    /// A poll into an output buffer with no room left.
+    OutputFull {
+        /// The buffer's capacity.
+        capacity: u32,
+    },
+    /// An address range `[addr, addr+len)` that runs past the end of the 64-bit address
+    /// space (`len` saturates at `u32::MAX`).
+    AddressWraps {
+        /// First byte.
+        addr: u64,
+        /// Length in bytes.
+        len: u32,
+    },
+    /// A creation parameter beyond what the device offers (checked before the provider
+    /// sees it, which would only say EINVAL).
+    ExceedsDeviceLimit {
+        /// Which parameter.
+        what: DeviceLimit,
+        /// The value asked for.
+        value: u32,
+        /// The device's limit.
+        max: u32,
+    },
+    /// A CQ too small for the QP it is to serve: once full it would overflow on hardware.
+    CqTooSmall {
+        /// Which CQ of the QP.
+        cq: CqRole,
+        /// Entries the CQ has (as granted).
+        depth: u32,
+        /// Completions the QP can have outstanding on it (its granted queue depths).
+        needed: u32,
+    },
 }
 
 impl fmt::Display for InvalidInput {
@@ -232,6 +267,86 @@ impl fmt::Display for InvalidInput {
                 "waiting for {wanted} completions with room for {room}"
             ),
             Deregistered => write!(f, "the memory region is no longer registered"),
+            OutputFull { capacity } => write!(
+                f,
+                "the output buffer (capacity {capacity}) is full: take completions out first"
+            ),
+            NotSendCq => write!(f, "the CQ given is not the QP's send CQ"),
+            AddressWraps { addr, len } => write!(
+                f,
+                "range of {len} bytes at {addr:#x} runs past the end of the address space"
+            ),
+            ExceedsDeviceLimit { what, value, max } => {
+                write!(f, "{what} of {value} exceeds the device's limit of {max}")
+            }
+            CqTooSmall { cq, depth, needed } => write!(
+                f,
+                "{cq} of {depth} entries cannot hold the QP's {needed} outstanding {}",
+                cq.holds()
+            ),
         }
+    }
+}
+
+/// A device limit a creation parameter is checked against
+/// ([`InvalidInput::ExceedsDeviceLimit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DeviceLimit {
+    /// Send queue depth (`max_send_wr`; the device's deepest send queue for the QP's
+    /// inline size, `efadv_get_max_sq_depth`, or `max_sq_wr`).
+    SendDepth,
+    /// Receive queue depth (`max_recv_wr`; `efadv_get_max_rq_depth` or `max_rq_wr`).
+    RecvDepth,
+    /// SGEs per send (`max_send_sge`; the device's `max_sq_sge`).
+    SendSges,
+    /// SGEs per receive (`max_recv_sge`; the device's `max_rq_sge`).
+    RecvSges,
+    /// Inline bytes per send (`max_inline_data`; the device's inline buffer size).
+    InlineData,
+    /// CQ entries (the device's `max_cqe`).
+    CqEntries,
+}
+
+impl fmt::Display for DeviceLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DeviceLimit::SendDepth => "send queue depth (max_send_wr)",
+            DeviceLimit::RecvDepth => "receive queue depth (max_recv_wr)",
+            DeviceLimit::SendSges => "SGEs per send (max_send_sge)",
+            DeviceLimit::RecvSges => "SGEs per receive (max_recv_sge)",
+            DeviceLimit::InlineData => "inline data (max_inline_data)",
+            DeviceLimit::CqEntries => "CQ entries (cqe)",
+        })
+    }
+}
+
+/// Which CQ of a QP is too small ([`InvalidInput::CqTooSmall`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CqRole {
+    /// The send CQ (one completion per send work request).
+    Send,
+    /// The receive CQ (one completion per receive work request).
+    Recv,
+    /// One CQ for both (sends and receives together).
+    Shared,
+}
+
+impl CqRole {
+    fn holds(self) -> &'static str {
+        match self {
+            CqRole::Send => "send work requests",
+            CqRole::Recv => "receive work requests",
+            CqRole::Shared => "send and receive work requests",
+        }
+    }
+}
+
+impl fmt::Display for CqRole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CqRole::Send => "send CQ",
+            CqRole::Recv => "receive CQ",
+            CqRole::Shared => "shared send/receive CQ",
+        })
     }
 }

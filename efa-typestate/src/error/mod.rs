@@ -7,7 +7,7 @@ mod codes;
 mod invalid;
 
 pub use codes::{EfaStatus, Errno, Unsupported, Verb};
-pub use invalid::{InvalidInput, PdObject, SrdOnly};
+pub use invalid::{CqRole, DeviceLimit, InvalidInput, PdObject, SrdOnly};
 
 /// Everything that can go wrong in this crate. Small and `Copy`: cheap to return on
 /// the data path.

@@ -159,7 +159,9 @@ impl<P, O: DmaBufMemory> DmaBufMr<P, O> {
         C: Parent<Target = Context>,
     {
         // No host mapping: REMOTE_WRITE is allowed as asked; only the leak rule applies.
-        if let Err(e) = check_remote_needs_owned(access, O::STAYS_ALLOCATED_IF_LEAKED) {
+        if let Err(e) = check_remote_needs_owned(access, O::STAYS_ALLOCATED_IF_LEAKED)
+            .and_then(|()| super::check_iova(iova, owner.len() as u64))
+        {
             return Err((owner, e));
         }
         // SAFETY: a live PD (held by `pd`).

@@ -1,6 +1,8 @@
 //! [`Mr`]: registered host memory of element type `T`, holding its PD through `P` and
 //! its memory `M` (a borrowed `&mut [T]`, an owned `Vec<T>`/`Box<[T]>`, or
 //! [`RawMemory`]), with access decided by `A` ([`Local`] or [`RemoteWrite`]).
+// Offsets, lengths and indexes here come from callers or peers: no arithmetic that can wrap.
+#![deny(clippy::arithmetic_side_effects)]
 
 use core::marker::PhantomData;
 use core::ptr::NonNull;
@@ -75,6 +77,11 @@ impl<P, M: RegionMemory, A: Access> Mr<P, M, A> {
         };
         let ptr = region.ptr.as_ptr().cast::<u8>();
         let iova = iova.unwrap_or(ptr as u64);
+        if let Err(e) = super::check_iova(iova, bytes as u64) {
+            // SAFETY: the region taken apart above, rebuilt once.
+            drop(unsafe { M::from_raw(region) });
+            return Err(e);
+        }
         // SAFETY: a live PD (held by `pd`).
         let pd_raw = unsafe { NonNull::new_unchecked(pd.as_ptr()) };
         match reg_mr(pd_raw, ptr, bytes, iova, access) {
@@ -105,12 +112,25 @@ impl<P, M: RegionMemory, A: Access> Mr<P, M, A> {
 
     #[inline]
     fn bytes(&self) -> usize {
-        self.region.len * core::mem::size_of::<M::Elem>()
+        // Checked not to overflow when the memory was registered.
+        self.region
+            .len
+            .saturating_mul(core::mem::size_of::<M::Elem>())
     }
 
+    /// The byte range of `count` elements from element `start`. Indexes come from
+    /// callers: a product that does not fit 64 bits is out of bounds, never wrapped.
     fn elem_range(&self, start: usize, count: usize) -> Result<(u64, u64)> {
         let size = core::mem::size_of::<M::Elem>() as u64;
-        let (offset, len) = (start as u64 * size, count as u64 * size);
+        let offset = (start as u64).checked_mul(size);
+        let len = (count as u64).checked_mul(size);
+        let (Some(offset), Some(len)) = (offset, len) else {
+            return Err(InvalidInput::SgeOutOfBounds {
+                offset: (start as u64).saturating_mul(size),
+                len: u32::try_from((count as u64).saturating_mul(size)).unwrap_or(u32::MAX),
+            }
+            .into());
+        };
         super::check_range(offset, len, self.bytes() as u64)?;
         Ok((offset, len))
     }

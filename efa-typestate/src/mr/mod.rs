@@ -19,6 +19,8 @@
 //!   ...), because a reference would promise bytes that a peer can change under it. The
 //!   remote right ends with the registration: [`Mr::close`] deregisters and gives the
 //!   memory back as a plain value. `unsafe` slice access states its contract.
+// Offsets, lengths and indexes here come from callers or peers: no arithmetic that can wrap.
+#![deny(clippy::arithmetic_side_effects)]
 
 use crate::error::{Error, Result, Verb};
 use crate::ffi;
@@ -42,7 +44,7 @@ pub use memory::{Plain, RawMemory, RawRegion, RegionMemory};
 pub use remote::RemoteBuffer;
 pub use sge::{Sge, SgeList, Sges};
 
-pub(crate) use sge::check_range;
+pub(crate) use sge::{check_iova, check_range};
 
 flag_set! {
     /// Access rights of a memory region (`IBV_ACCESS_*`). EFA accepts LOCAL_WRITE,
@@ -161,8 +163,18 @@ pub trait MemoryRegion: region_sealed::Sealed {
             return Err(InvalidInput::LengthTooLarge(len).into());
         }
         check_range(offset, len, self.len())?;
+        // Registrations check that `[iova, iova + len)` fits; a device-address region's
+        // iova is its owner's word, so it is checked here too.
+        let Some(addr) = self.iova().checked_add(offset) else {
+            return Err(InvalidInput::AddressWraps {
+                addr: self.iova(),
+                len: len as u32,
+            }
+            .into());
+        };
+        check_iova(addr, len)?;
         Ok(Sge::new_checked(
-            self.iova() + offset,
+            addr,
             len as u32,
             self.lkey(),
             self.pd_id(),

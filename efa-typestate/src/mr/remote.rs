@@ -1,5 +1,7 @@
 //! The remote view of a registration: what a peer needs to RDMA into or out of it, with
 //! its 24-byte wire format.
+// Addresses and lengths here come from peers: no arithmetic that can wrap.
+#![deny(clippy::arithmetic_side_effects)]
 
 use zerocopy::byteorder::big_endian::{U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
@@ -33,14 +35,32 @@ impl RemoteBuffer {
             reserved: U32::ZERO,
         }
     }
-    /// Parses the 24-byte wire format.
+    /// Parses the 24-byte wire format. A range that runs past the end of the 64-bit
+    /// address space is refused ([`InvalidInput::AddressWraps`]): a peer's bytes are
+    /// input like any other. The reserved word is ignored: the value is the one
+    /// [`new`](Self::new) makes of the address, length and rkey.
     #[inline]
     pub fn parse(bytes: &[u8]) -> Result<RemoteBuffer> {
-        RemoteBuffer::read_from_bytes(bytes).map_err(|_| {
+        let r = RemoteBuffer::read_from_bytes(bytes).map_err(|_| {
             Error::Invalid(InvalidInput::WireLength {
                 expected: Self::WIRE_SIZE as u32,
                 got: bytes.len(),
             })
+        })?;
+        r.end()?;
+        // Not `r` itself: a non-zero reserved word would make it unequal to (and hash
+        // and encode differently from) the buffer it names.
+        Ok(RemoteBuffer::new(r.addr(), r.len(), r.rkey()))
+    }
+    /// One past the last byte's address; fails if that does not fit 64 bits.
+    #[inline]
+    pub(crate) fn end(&self) -> Result<u64> {
+        self.addr().checked_add(self.len()).ok_or_else(|| {
+            InvalidInput::AddressWraps {
+                addr: self.addr(),
+                len: saturate(self.len()),
+            }
+            .into()
         })
     }
     /// The wire bytes.
@@ -70,20 +90,35 @@ impl RemoteBuffer {
     pub fn rkey(&self) -> u32 {
         self.rkey.get()
     }
-    /// `len` bytes at `offset`, checked to lie inside this buffer.
+    /// `len` bytes at `offset`, checked to lie inside this buffer (and, for a buffer
+    /// made with [`new`](Self::new) from unchecked parts, inside the address space).
     #[inline]
     pub fn slice(&self, offset: u64, len: u64) -> Result<RemoteBuffer> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len() => {
-                Ok(RemoteBuffer::new(self.addr() + offset, len, self.rkey()))
+                let Some(addr) = self.addr().checked_add(offset) else {
+                    return Err(InvalidInput::AddressWraps {
+                        addr: self.addr(),
+                        len: saturate(end),
+                    }
+                    .into());
+                };
+                let out = RemoteBuffer::new(addr, len, self.rkey());
+                out.end()?;
+                Ok(out)
             }
             _ => Err(InvalidInput::RemoteOutOfBounds {
                 offset,
-                len: len.min(u32::MAX as u64) as u32,
+                len: saturate(len),
             }
             .into()),
         }
     }
+}
+
+/// A length for an error field of 32 bits.
+fn saturate(len: u64) -> u32 {
+    u32::try_from(len).unwrap_or(u32::MAX)
 }
 
 impl core::fmt::Debug for RemoteBuffer {
@@ -99,6 +134,7 @@ impl core::fmt::Debug for RemoteBuffer {
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects)]
 mod tests {
     use super::*;
 

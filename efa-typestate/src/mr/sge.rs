@@ -1,5 +1,7 @@
 //! Scatter/gather elements: byte ranges of one registration, tagged with its protection
 //! domain so that a batch can refuse memory of another PD or device with one compare.
+// Offsets, lengths and indexes here come from callers or peers: no arithmetic that can wrap.
+#![deny(clippy::arithmetic_side_effects)]
 
 use core::marker::PhantomData;
 
@@ -14,6 +16,20 @@ pub(crate) fn check_range(offset: u64, len: u64, region_len: u64) -> Result<()> 
         _ => Err(InvalidInput::SgeOutOfBounds {
             offset,
             len: len.min(u32::MAX as u64) as u32,
+        }
+        .into()),
+    }
+}
+
+/// Fails unless `[iova, iova + len)` fits the 64-bit address space: every SGE and
+/// remote slice of a registration adds an offset to its iova.
+#[inline]
+pub(crate) fn check_iova(iova: u64, len: u64) -> Result<()> {
+    match iova.checked_add(len) {
+        Some(_) => Ok(()),
+        None => Err(InvalidInput::AddressWraps {
+            addr: iova,
+            len: u32::try_from(len).unwrap_or(u32::MAX),
         }
         .into()),
     }
@@ -64,12 +80,15 @@ impl<'mr> Sge<'mr> {
     #[inline]
     pub fn slice(&self, offset: u32, len: u32) -> Result<Self> {
         check_range(offset as u64, len as u64, self.raw.length as u64)?;
-        Ok(Sge::new_checked(
-            self.raw.addr + offset as u64,
-            len,
-            self.raw.lkey,
-            self.pd,
-        ))
+        let addr = self.raw.addr.checked_add(offset as u64);
+        let Some(addr) = addr.filter(|a| a.checked_add(len as u64).is_some()) else {
+            return Err(InvalidInput::AddressWraps {
+                addr: self.raw.addr,
+                len,
+            }
+            .into());
+        };
+        Ok(Sge::new_checked(addr, len, self.raw.lkey, self.pd))
     }
     #[inline]
     pub(crate) fn raw(&self) -> &ffi::ibv_sge {

@@ -5,6 +5,8 @@
 //! Writes by the device or a peer happen outside the Rust abstract machine; what a copy
 //! races with is at most torn data (some bytes old, some new), never undefined behaviour
 //! of this program.
+// Indexes here run below the lengths of the slices they index (never caller numbers).
+#![allow(clippy::arithmetic_side_effects)]
 
 const WORD: usize = core::mem::size_of::<u64>();
 

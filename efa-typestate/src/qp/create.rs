@@ -5,6 +5,7 @@ use core::marker::PhantomData;
 use core::ptr::NonNull;
 
 use super::config::{QpCaps, QpConfig, QpType};
+use super::device_limits;
 use super::raw::{PostRecvFn, QpInner, SendFns, EFA_PORT};
 use super::{Qp, Reset};
 use crate::context::{Context, DeviceCaps};
@@ -86,6 +87,21 @@ impl<P> Qp<P, Reset> {
     /// send ops (`ibv_qp_ex`). The CQs are held the way `pd` is: borrows of the same
     /// lifetime beside `&Pd`, `Arc`s beside `Arc<Pd>`. Options the QP type or the device
     /// cannot have are refused before the device sees them. The QP starts in [`Reset`].
+    ///
+    /// Limits are checked before the provider is called: queue depths, SGE counts and
+    /// inline size beyond the device's are
+    /// [`InvalidInput::ExceedsDeviceLimit`],
+    /// naming the parameter, the value asked for and the device's limit.
+    ///
+    /// The CQs must hold every completion the QP can have outstanding, or they could
+    /// overflow on hardware: the send CQ at least the QP's send depth, the receive CQ its
+    /// receive depth, a CQ serving both their sum, else
+    /// [`InvalidInput::CqTooSmall`]. Both sides of this
+    /// check are the *granted* sizes: the QP's depths as the device granted them (it may
+    /// round a request up, to a power of two for instance; those are what batches and the
+    /// rings allow outstanding), so this check runs right after creation and destroys
+    /// the new QP when it fails; and the CQs' granted depths ([`CompletionQueue::depth`]).
+    /// Only this QP is counted: a CQ shared by several QPs must hold all of theirs.
     pub fn new<C, SC, RC>(pd: P, send_cq: SC, recv_cq: RC, config: &QpConfig) -> Result<Self>
     where
         P: Parent<Target = Pd<C>>,
@@ -95,7 +111,13 @@ impl<P> Qp<P, Reset> {
         RC: Sibling<P>,
         RC::Target: CompletionQueue,
     {
-        let inner = create_inner(&pd, send_cq.as_cq_ptr(), recv_cq.as_cq_ptr(), config)?;
+        let cqs = CqsOf {
+            send: send_cq.as_cq_ptr(),
+            recv: recv_cq.as_cq_ptr(),
+            send_depth: send_cq.depth(),
+            recv_depth: recv_cq.depth(),
+        };
+        let inner = create_inner(&pd, cqs, config)?;
         Ok(Qp {
             inner,
             _state: PhantomData,
@@ -105,10 +127,17 @@ impl<P> Qp<P, Reset> {
     }
 }
 
+/// The QP's CQs and their granted depths.
+struct CqsOf {
+    send: *mut ffi::ibv_cq,
+    recv: *mut ffi::ibv_cq,
+    send_depth: u32,
+    recv_depth: u32,
+}
+
 fn create_inner<C: Parent<Target = Context>>(
     pd: &Pd<C>,
-    send_cq: *mut ffi::ibv_cq,
-    recv_cq: *mut ffi::ibv_cq,
+    cqs: CqsOf,
     config: &QpConfig,
 ) -> Result<QpInner> {
     let ctx = pd.context();
@@ -132,13 +161,14 @@ fn create_inner<C: Parent<Target = Context>>(
             .max_inline
             .unwrap_or_else(|| dev.map_or(0, |d| d.inline_buf_size as u32)),
     });
+    device_limits::check_qp_caps(ctx, dev.as_ref(), &caps, config.inline_write)?;
     let gid = ctx.gid()?;
     let max_msg = ctx.query_port(EFA_PORT)?.max_msg_sz;
 
     // SAFETY: all-zero is a valid ibv_qp_init_attr_ex (null pointers, zero integers).
     let mut attr: ffi::ibv_qp_init_attr_ex = unsafe { core::mem::zeroed() };
-    attr.send_cq = send_cq;
-    attr.recv_cq = recv_cq;
+    attr.send_cq = cqs.send;
+    attr.recv_cq = cqs.recv;
     attr.cap = ffi::ibv_qp_cap {
         max_send_wr: caps.max_send_wr,
         max_recv_wr: caps.max_recv_wr,
@@ -215,6 +245,14 @@ fn create_inner<C: Parent<Target = Context>>(
         max_recv_sge: attr.cap.max_recv_sge,
         max_inline_data: attr.cap.max_inline_data,
     };
+    if let Err(e) = device_limits::check_cqs(
+        cqs.send == cqs.recv,
+        cqs.send_depth,
+        cqs.recv_depth,
+        &granted,
+    ) {
+        return destroy(e);
+    }
     let limits = QpLimits {
         pd: pd.id(),
         qp_type: config.qp_type,

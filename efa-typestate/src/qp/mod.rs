@@ -17,6 +17,7 @@ use crate::wr::{QpLimits, RecvBatch, RecvTarget, SendBatch, SendTarget, TargetSe
 
 mod config;
 mod create;
+mod device_limits;
 mod dynamic;
 mod raw;
 mod session;
@@ -32,6 +33,7 @@ pub use state::{Init, QpState, QpStateKind, RecvReady, Reset, Rtr, Rts, Transiti
 #[cfg(feature = "std")]
 pub use transfer::Transfer;
 
+pub(crate) use device_limits::check_cq_depth;
 pub(crate) use raw::{QpInner, EFA_PORT};
 
 /// A queue pair in compile-time state `S`, destroyed on drop. Holds its PD and CQs
@@ -154,9 +156,17 @@ impl<P> Qp<P, Reset> {
 
     /// RESET → INIT → RTR → RTS in one call, with `rnr_retry` (`None`: the finite
     /// [`DEFAULT_RNR_RETRY`] where the device lets it be set, see [`RtsOptions`]). On
-    /// failure the QP is reset and handed back (as a [`DynQp`] in whatever state it
-    /// ended up if even that failed).
-    pub fn prepare(
+    /// failure the QP is destroyed and the error returned: a plain [`Error`], so `?`
+    /// works in functions returning `Box<dyn Error>` or `anyhow::Result` whatever holds
+    /// the PD (a borrowed QP inside the error would not be `'static`). To get the QP
+    /// back instead, use [`try_prepare`](Self::try_prepare).
+    pub fn prepare(self, qkey: u32, rnr_retry: Option<RnrRetry>) -> Result<Qp<P, Rts>> {
+        self.try_prepare(qkey, rnr_retry).map_err(Error::from)
+    }
+
+    /// As [`prepare`](Self::prepare), but on failure the QP is reset and handed back
+    /// (as a [`DynQp`] in whatever state it ended up if even that failed).
+    pub fn try_prepare(
         self,
         qkey: u32,
         rnr_retry: Option<RnrRetry>,
@@ -208,14 +218,15 @@ impl<P, S: RecvReady> Qp<P, S> {
     /// Posts a batch of receives (built for this QP) as one chain. No allocation.
     ///
     /// # Safety
-    /// From this call until each receive's completion has been polled, the device may
-    /// write the bytes its SGEs name at any time: the caller must not read or write
-    /// them (through the `Mr` or otherwise) in that window, and must keep the memory
-    /// allocated and not reuse it. Keeping the `Mr` alive does that; dropping it
-    /// deregisters the memory first (the device then fails the receive instead of
-    /// writing), so dropping is allowed, but a `mem::forget` of an `Mr` over borrowed
-    /// memory is not (the borrow ends while the receive is posted). The window also ends
-    /// when the QP is reset or destroyed.
+    /// The device's window over the memory the SGEs name opens with this call and ends,
+    /// for each receive, when its completion has been polled from the CQ, or when a
+    /// call that resets or destroys the QP has returned, whichever comes first. Within
+    /// the window the device may write those bytes at any time, so the caller must not
+    /// read or write them (through the `Mr` or otherwise), must keep the memory
+    /// allocated and not reuse it, and must keep it registered: dropping, closing or
+    /// re-registering the `Mr` is not allowed either, because the device may hand its
+    /// key to a later registration, which the receive would then write. (A `mem::forget`
+    /// of an `Mr` over owned memory keeps both; over borrowed memory it does not.)
     ///
     /// [`InvalidInput::WrongQp`](crate::InvalidInput::WrongQp) for a batch of another QP;
     /// on [`Error::RecvQueueFull`] the first `posted` receives were posted.
@@ -233,13 +244,15 @@ impl<P> Qp<P, Rts> {
     /// then post again.
     ///
     /// # Safety
-    /// From this call until each work request's completion has been polled, the device
-    /// may read (sends, RDMA-write sources) or write (RDMA-read destinations) the bytes
-    /// its SGEs name at any time: the caller must not write source bytes, nor read or
-    /// write destination bytes, in that window, and must keep the memory allocated and
-    /// not reuse it (as for [`post_recv`](Self::post_recv): dropping the `Mr` is allowed,
-    /// forgetting one over borrowed memory is not). Inline payloads are copied during the
-    /// call and are exempt.
+    /// The device's window over the memory the SGEs name opens with this call and ends,
+    /// for each work request, when its completion has been polled from the CQ, or when
+    /// a call that resets or destroys the QP has returned, whichever comes first. Within
+    /// the window the device may read (sends, RDMA-write sources) or write (RDMA-read
+    /// destinations) those bytes at any time: the caller must not write source bytes,
+    /// nor read or write destination bytes, and must keep the memory allocated and
+    /// registered, as for [`post_recv`](Self::post_recv) (no drop, close or
+    /// re-registration of the `Mr`: its key could be reissued). Inline payloads are
+    /// copied during the call and are exempt.
     #[inline(always)]
     pub unsafe fn post_send<const N: usize>(&self, batch: &SendBatch<'_, N>) -> Result<()> {
         // SAFETY: forwarded contract.

@@ -111,6 +111,12 @@ impl RecvReady for Rtr {}
 impl RecvReady for Rts {}
 
 /// A failed transition: the error and the QP, unchanged, in its previous state.
+///
+/// It converts into [`Error`] (`?` in a function returning this crate's `Result`), and
+/// is a `std::error::Error` itself when the QP is (`'static` holders, e.g. `Arc`). A QP
+/// that borrows its PD is not `'static`, so to use `?` into `Box<dyn Error>` or
+/// `anyhow::Error`, convert first (`.map_err(efa_typestate::Error::from)?`), or use
+/// [`Qp::prepare`](crate::Qp::prepare), which returns a plain [`Error`].
 #[derive(Debug)]
 pub struct TransitionError<Q> {
     /// The QP, still in the state it was in.

@@ -1,15 +1,40 @@
 //! [`Qp::write_all`] and [`Qp::read_all`]: a buffer of any size moved by RDMA through a
 //! QP, in chunks of at most `max_rdma_size`, never more in flight than the send queue
-//! (and the CQ) can hold, returning when every chunk completed or after the first error.
+//! (and the CQ) can hold, returning only when no chunk can still touch the buffer.
+//!
+//! Why a return means "the device is done with the buffer":
+//! * the CQ polled is checked to be the QP's own send CQ ([`InvalidInput::NotSendCq`]):
+//!   QP numbers are per device, so a completion of another device's CQ could carry this
+//!   QP's number;
+//! * a chunk is counted only by a send-side completion of this QP whose `wr_id` lies in
+//!   a range reserved for this call from the process-wide id space of
+//!   [leases](crate::lease) (bit 63 set, never handed out twice, refused in batches), so
+//!   neither a receive, nor a concurrent transfer on the same QP, nor any other work
+//!   request can be mistaken for a chunk;
+//! * after an error, the timeout or a panic in the caller's callback, nothing more is
+//!   posted and the call waits, up to the timeout again, for every chunk already
+//!   posted. Chunks whose completions are still missing then (the peer is slow, another
+//!   thread polled them away, or the CQ failed) are cut off by resetting the QP: once
+//!   that call has returned the device no longer touches the buffer (the window of
+//!   [`Qp::post_send`] ends). The QP's type still says RTS, but posting to it fails
+//!   until it is brought back ([`Qp::reset`] then [`Qp::prepare`]); if even the reset
+//!   fails, the call waits for the completions without a deadline.
+//!
+//! Nothing is deregistered to cut a chunk short: keys can be reissued to later
+//! registrations, so a key that goes away while a work request names it could make the
+//! device write someone else's memory.
+// Offsets, lengths and indexes here come from callers or peers: no arithmetic that can wrap.
+#![deny(clippy::arithmetic_side_effects)]
 
+use std::panic::{self, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
 use arrayvec::ArrayVec;
 
-use super::{Qp, Rts};
+use super::{Qp, QpStateKind, Rts};
 use crate::ah::Peer;
 use crate::cq::{Completion, CompletionQueue};
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidInput, Result};
 use crate::mr::{MemoryRegion, RemoteBuffer};
 use crate::wr::{Dest, Payload, RdmaChunks, SendBatch, SendOp, SendWr};
 
@@ -17,17 +42,15 @@ use crate::wr::{Dest, Payload, RdmaChunks, SendBatch, SendOp, SendWr};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Transfer {
     local_offset: u64,
-    wr_id_base: u64,
     timeout: Duration,
 }
 
 impl Transfer {
-    /// A transfer that must finish within `timeout`, starting at byte 0 of the local
-    /// region, whose chunk `i` has `wr_id` `i`.
+    /// A transfer whose chunks must all be posted and completed within `timeout`,
+    /// starting at byte 0 of the local region.
     pub fn new(timeout: Duration) -> Self {
         Transfer {
             local_offset: 0,
-            wr_id_base: 0,
             timeout,
         }
     }
@@ -36,26 +59,50 @@ impl Transfer {
         self.local_offset = offset;
         self
     }
-    /// Chunk `i` gets `wr_id` `base + i` (choose a range no other work request of this
-    /// QP uses while the transfer runs).
-    pub fn wr_ids_from(mut self, base: u64) -> Self {
-        self.wr_id_base = base;
-        self
-    }
 }
 
 /// Batches posted per doorbell.
 const BATCH: usize = 16;
 
+/// A deadline that does not come.
+fn far() -> Instant {
+    let now = Instant::now();
+    [86_400 * 365, 3_600]
+        .into_iter()
+        .find_map(|s| now.checked_add(Duration::from_secs(s)))
+        .unwrap_or(now)
+}
+
+/// How one run ended: chunks moved, or the first error; and a panic of the caller's
+/// callback to resume once nothing is in flight.
+struct Outcome {
+    result: Result<u64>,
+    panic: Option<Box<dyn core::any::Any + Send + 'static>>,
+}
+
+impl Outcome {
+    fn finish(self) -> Result<u64> {
+        if let Some(p) = self.panic {
+            panic::resume_unwind(p);
+        }
+        self.result
+    }
+}
+
 impl<P> Qp<P, Rts> {
     /// RDMA-writes `remote.len()` bytes of `src` (from [`Transfer::local_offset`]) into
     /// `remote`, in chunks of at most the device's `max_rdma_size`, keeping at most the
-    /// send queue's (and the CQ's) depth in flight. Polls `cq` (this QP's send CQ) until
-    /// every chunk completed; completions that are not the transfer's are handed to
-    /// `others`. Returns the number of chunks, or the first error (a failed chunk, a
-    /// refused post, or [`Error::Timeout`]): no further chunk is posted after it, and
-    /// the call still waits for those in flight, up to `timeout` more; after that, on
-    /// `Err(Timeout)`, chunks may still be in flight and the remote bytes are undefined.
+    /// send queue's (and the CQ's) depth in flight. Polls `cq`, which must be this QP's
+    /// send CQ ([`InvalidInput::NotSendCq`]), until every chunk completed; completions
+    /// that are not the transfer's are handed to `others`. Returns the number of chunks,
+    /// or the first error (a failed chunk, a refused post, or [`Error::Timeout`] when
+    /// the chunks did not all complete within the timeout).
+    ///
+    /// It returns only when no chunk is in flight (see the soundness table in the crate docs): after
+    /// an error nothing more is posted and the chunks already posted are waited for, up
+    /// to `timeout` more; chunks still in flight then are cut off by resetting the QP.
+    /// If `others` panics, the same happens before the panic continues (completions
+    /// that arrive meanwhile and are not the transfer's are dropped).
     pub fn write_all<Q, R, X>(
         &self,
         cq: &Q,
@@ -69,19 +116,16 @@ impl<P> Qp<P, Rts> {
         Q: CompletionQueue,
         R: MemoryRegion + ?Sized,
     {
+        self.check_send_cq(cq)?;
         let max = self.limits().max_rdma_size();
         let chunks = RdmaChunks::new(src, opts.local_offset, remote, max)?;
         self.run(cq, Dest::of(peer), chunks, SendOp::Write, opts, &mut others)
-            .map_err(|(e, _)| e)
+            .finish()
     }
 
     /// RDMA-reads `remote` into `dst` (from [`Transfer::local_offset`]), as
-    /// [`write_all`](Self::write_all) writes. `dst` is borrowed exclusively for the
-    /// whole call and no chunk can still write it when the call returns: if in-flight
-    /// chunks do not complete within `timeout` after the first error, `dst` is
-    /// deregistered and registered again ([`Mr::reregister`](crate::Mr::reregister):
-    /// new keys, the old ones reach nothing) and `Err(Timeout)` is returned; only if
-    /// even the deregistration fails does the call wait for the device to complete them.
+    /// [`write_all`](Self::write_all) writes: `dst` is borrowed exclusively for the
+    /// whole call, and no chunk can still write it when the call returns (or unwinds).
     pub fn read_all<Q, R, X>(
         &self,
         cq: &Q,
@@ -95,56 +139,24 @@ impl<P> Qp<P, Rts> {
         Q: CompletionQueue,
         R: MemoryRegion + ?Sized,
     {
-        let dest = Dest::of(peer);
+        self.check_send_cq(cq)?;
         let max = self.limits().max_rdma_size();
-        let (total, outcome) = {
-            let chunks = RdmaChunks::new(&*dst, opts.local_offset, remote, max)?;
-            let total = chunks.total();
-            (
-                total,
-                self.run(cq, dest, chunks, SendOp::Read, opts, &mut others),
-            )
-        };
-        match outcome {
-            Ok(n) => Ok(n),
-            Err((e, 0)) => Err(e),
-            // Chunks may still write `dst`: make their keys dead before giving it back.
-            Err((e, in_flight)) => {
-                if dst.revoke().is_err() {
-                    // Still registered: the device must finish them first.
-                    self.drain(cq, opts.wr_id_base, total, in_flight, &mut others);
-                }
-                Err(e)
-            }
+        let chunks = RdmaChunks::new(&*dst, opts.local_offset, remote, max)?;
+        self.run(cq, Dest::of(peer), chunks, SendOp::Read, opts, &mut others)
+            .finish()
+    }
+
+    fn check_send_cq<Q: CompletionQueue>(&self, cq: &Q) -> Result<()> {
+        // SAFETY: a live QP; `send_cq` is a plain field set at creation.
+        let send_cq = unsafe { (*self.as_ptr()).send_cq };
+        if cq.as_cq_ptr() == send_cq {
+            Ok(())
+        } else {
+            Err(InvalidInput::NotSendCq.into())
         }
     }
 
-    /// Polls until `in_flight` more completions of the transfer `[base, base+total)` of
-    /// this QP arrived (no deadline: used only when the memory cannot be revoked).
-    fn drain<Q: CompletionQueue>(
-        &self,
-        cq: &Q,
-        base: u64,
-        total: u64,
-        mut in_flight: u64,
-        others: &mut impl FnMut(Completion),
-    ) {
-        let mut got = ArrayVec::<Completion, 32>::new();
-        while in_flight > 0 {
-            got.clear();
-            let _ = cq.poll_until(&mut got, 1, Duration::from_millis(10));
-            for c in got.drain(..) {
-                if c.qp_num() == self.qpn() && c.wr_id().wrapping_sub(base) < total {
-                    in_flight -= 1;
-                } else {
-                    others(c);
-                }
-            }
-        }
-    }
-
-    /// Posts and polls the chunks; on error returns it with the number of chunks still
-    /// in flight.
+    /// Posts and polls the chunks until none is in flight.
     fn run<'a, Q: CompletionQueue>(
         &'a self,
         cq: &Q,
@@ -153,26 +165,36 @@ impl<P> Qp<P, Rts> {
         op: impl Fn(RemoteBuffer) -> SendOp,
         opts: Transfer,
         others: &mut impl FnMut(Completion),
-    ) -> core::result::Result<u64, (Error, u64)> {
+    ) -> Outcome {
         let total = chunks.total();
-        let base = opts.wr_id_base;
-        let ours =
-            |c: &Completion| c.qp_num() == self.qpn() && c.wr_id().wrapping_sub(base) < total;
-        let window = (self.limits().max_send_wr() as u64)
-            .min(cq.depth() as u64)
+        // Ids no other work request of this process has or will have.
+        let base = crate::lease::reserve_wr_ids(total);
+        let qpn = self.qpn();
+        let ours = |c: &Completion| {
+            c.qp_num() == qpn && !c.opcode().is_recv() && c.wr_id().wrapping_sub(base) < total
+        };
+        let window = u64::from(self.limits().max_send_wr())
+            .min(u64::from(cq.depth()))
             .max(1);
-        let start = Instant::now();
-        let post_until = start.checked_add(opts.timeout);
-        let drain_until = post_until.and_then(|d| d.checked_add(opts.timeout));
+        let deadline = Instant::now().checked_add(opts.timeout);
+        // When posting stopped early, the chunks in flight get `timeout` more.
+        let mut cut_off: Option<Instant> = None;
         let (mut posted, mut done) = (0u64, 0u64);
         let mut first: Option<Error> = None;
+        let mut panicked = None;
         let mut got = ArrayVec::<Completion, 32>::new();
         loop {
-            if first.is_none() && post_until.is_some_and(|d| Instant::now() >= d) && done < total {
+            let stopped = first.is_some() || panicked.is_some();
+            if !stopped && deadline.is_some_and(|d| Instant::now() >= d) {
                 first = Some(Error::Timeout);
             }
-            while first.is_none() && chunks.remaining() > 0 && posted - done < window {
-                let room = ((window - (posted - done)) as usize).min(BATCH);
+            while first.is_none() && panicked.is_none() && chunks.remaining() > 0 {
+                let in_flight = posted.saturating_sub(done);
+                if in_flight >= window {
+                    break;
+                }
+                let room = usize::try_from(window.saturating_sub(in_flight))
+                    .map_or(BATCH, |r| r.min(BATCH));
                 let mut batch = SendBatch::<BATCH>::new(self);
                 let mut built = Ok(());
                 while batch.len() < room {
@@ -181,58 +203,80 @@ impl<P> Qp<P, Rts> {
                     };
                     let id = base.wrapping_add(chunks.index());
                     built = SendWr::with_dest(id, op(remote), dest, Payload::Sge(local))
-                        .and_then(|wr| batch.push(wr));
+                        .and_then(|wr| batch.push_from(wr, crate::wr::Origin::Lease));
                     if built.is_err() {
                         break;
                     }
                     chunks.advance();
                 }
-                let n = batch.len();
+                let n = batch.len() as u64;
                 if let Err(e) = built {
                     first = Some(e);
-                    chunks.rewind(n as u64);
+                    chunks.rewind(n);
                     break;
                 }
                 // SAFETY: the chunks name bytes of the caller's region, borrowed (shared
-                // for sources, exclusive for destinations) for the whole transfer; the
-                // callers return only when no chunk is in flight, or (read_all) after
-                // the region's keys were revoked.
+                // for sources, exclusive for destinations) for the whole call, and the
+                // call returns or unwinds only when no chunk is in flight (or the QP
+                // was reset), see the module docs.
                 match unsafe { self.post_send(&batch) } {
-                    Ok(()) => posted += n as u64,
+                    Ok(()) => posted = posted.saturating_add(n),
                     Err(Error::SendQueueFull) => {
-                        chunks.rewind(n as u64);
+                        chunks.rewind(n);
                         break;
                     }
                     Err(e) => {
-                        chunks.rewind(n as u64);
+                        chunks.rewind(n);
                         first = Some(e);
                     }
                 }
             }
-            if done == posted && (first.is_some() || chunks.remaining() == 0) {
-                return match first {
-                    None => Ok(total),
-                    Some(e) => Err((e, 0)),
-                };
+            let stopped = first.is_some() || panicked.is_some();
+            if stopped && cut_off.is_none() {
+                cut_off = Some(Instant::now().checked_add(opts.timeout).unwrap_or(far()));
             }
-            if drain_until.is_some_and(|d| Instant::now() >= d) {
-                return Err((first.unwrap_or(Error::Timeout), posted - done));
+            if posted > done && cut_off.is_some_and(|c| Instant::now() >= c) {
+                // The reset ends the device's window over every chunk still in flight.
+                if self.inner.set_state(QpStateKind::Reset).is_ok() {
+                    done = posted;
+                } else {
+                    cut_off = Some(far()); // wait for the completions after all
+                }
+            }
+            if done == posted && (stopped || chunks.remaining() == 0) {
+                let result = match first {
+                    None if panicked.is_none() => Ok(total),
+                    None => Err(Error::Timeout),
+                    Some(e) => Err(e),
+                };
+                return Outcome {
+                    result,
+                    panic: panicked,
+                };
             }
             got.clear();
             match cq.poll_until(&mut got, 1, Duration::from_millis(10)) {
                 Ok(_) | Err(Error::Timeout) => {}
                 Err(e) => {
+                    // The CQ failed: completions of chunks in flight may never be seen,
+                    // so they are cut off now (above, at the next turn).
+                    cut_off = Some(Instant::now());
                     first.get_or_insert(e);
+                    std::thread::sleep(Duration::from_millis(1));
                 }
             }
             for c in got.drain(..) {
                 if ours(&c) {
-                    done += 1;
+                    done = done.saturating_add(1);
                     if let Some(e) = c.into_error() {
                         first.get_or_insert(e);
                     }
-                } else {
-                    others(c);
+                } else if panicked.is_none() {
+                    // The callback runs inside the transfer: a panic must not skip the
+                    // wait for the chunks in flight.
+                    if let Err(p) = panic::catch_unwind(AssertUnwindSafe(|| others(c))) {
+                        panicked = Some(p);
+                    }
                 }
             }
         }

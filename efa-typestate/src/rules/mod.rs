@@ -9,7 +9,7 @@
 //! fn setup() -> Result<()> {
 //!     let ctx = Context::open_first_efa()?;
 //!     let pd = ctx.alloc_pd()?;
-//!     let cq = ctx.create_cq(CqOptions::new(64))?;
+//!     let cq = ctx.create_cq(CqOptions::new(512))?;
 //!     let mut buf = [0u8; 64];
 //!     let mr = pd.register(&mut buf[..], AccessFlags::LOCAL_WRITE)?;
 //!     let sge = mr.sge(0, 64)?;
@@ -34,7 +34,7 @@
 //! ```compile_fail,E0599
 //! # use efa_typestate::*;
 //! # fn f(ctx: &Context, rts: &Qp<&Pd<&Context>, Rts>) -> Result<()> {
-//! # let pd = ctx.alloc_pd()?; let cq = ctx.create_cq(CqOptions::new(8))?;
+//! # let pd = ctx.alloc_pd()?; let cq = ctx.create_cq(CqOptions::new(512))?;
 //! # let peer = pd.connect(&EndpointInfo::new(Gid::default(), 1, 1)?)?;
 //! let qp = pd.create_qp(&cq, &cq, &QpConfig::srd())?.init(0x11)?;
 //! let mut sends = SendBatch::<1>::new(rts);
@@ -48,7 +48,7 @@
 //! ```compile_fail,E0277
 //! # use efa_typestate::*;
 //! # fn f(ctx: &Context) -> Result<()> {
-//! # let pd = ctx.alloc_pd()?; let cq = ctx.create_cq(CqOptions::new(8))?;
+//! # let pd = ctx.alloc_pd()?; let cq = ctx.create_cq(CqOptions::new(512))?;
 //! let qp = pd.create_qp(&cq, &cq, &QpConfig::srd())?.init(0x11)?;
 //! let sends = SendBatch::<1>::new(&qp); // error: Qp<_, Init> is not a SendTarget
 //! # Ok(()) }
@@ -59,7 +59,7 @@
 //! ```compile_fail,E0277
 //! # use efa_typestate::*;
 //! # fn f(ctx: &Context) -> Result<()> {
-//! # let pd = ctx.alloc_pd()?; let cq = ctx.create_cq(CqOptions::new(8))?;
+//! # let pd = ctx.alloc_pd()?; let cq = ctx.create_cq(CqOptions::new(512))?;
 //! let qp = pd.create_qp(&cq, &cq, &QpConfig::srd())?; // Qp<_, Reset>
 //! let recvs = RecvBatch::<1>::new(&qp); // error: Reset is not RecvReady
 //! # Ok(()) }
@@ -68,7 +68,7 @@
 //! ```compile_fail,E0599
 //! # use efa_typestate::*;
 //! # fn f(ctx: &Context, recvs: &RecvBatch<'_, 1>) -> Result<()> {
-//! # let pd = ctx.alloc_pd()?; let cq = ctx.create_cq(CqOptions::new(8))?;
+//! # let pd = ctx.alloc_pd()?; let cq = ctx.create_cq(CqOptions::new(512))?;
 //! let qp = pd.create_qp(&cq, &cq, &QpConfig::srd())?; // Qp<_, Reset>
 //! unsafe { qp.post_recv(recvs)? }; // error: Reset is not RecvReady
 //! # Ok(()) }
@@ -81,7 +81,7 @@
 //! ```compile_fail,E0599
 //! # use efa_typestate::*;
 //! # fn f(ctx: &Context) -> Result<()> {
-//! # let pd = ctx.alloc_pd()?; let cq = ctx.create_cq(CqOptions::new(8))?;
+//! # let pd = ctx.alloc_pd()?; let cq = ctx.create_cq(CqOptions::new(512))?;
 //! let qp = pd.create_qp(&cq, &cq, &QpConfig::srd())?;
 //! let qp = qp.rtr()?; // error: no method `rtr` on Qp<_, Reset>
 //! # Ok(()) }
@@ -92,7 +92,7 @@
 //! ```compile_fail,E0599
 //! # use efa_typestate::*;
 //! # fn f(ctx: &Context) -> Result<()> {
-//! # let pd = ctx.alloc_pd()?; let cq = ctx.create_cq(CqOptions::new(8))?;
+//! # let pd = ctx.alloc_pd()?; let cq = ctx.create_cq(CqOptions::new(512))?;
 //! let qp = pd.create_qp(&cq, &cq, &QpConfig::srd())?.init(0x11)?;
 //! let qp = qp.rts(RtsOptions::default())?; // error: no method `rts` on Qp<_, Init>
 //! # Ok(()) }
@@ -103,7 +103,7 @@
 //! ```compile_fail,E0382
 //! # use efa_typestate::*;
 //! # fn f(ctx: &Context) -> Result<()> {
-//! # let pd = ctx.alloc_pd()?; let cq = ctx.create_cq(CqOptions::new(8))?;
+//! # let pd = ctx.alloc_pd()?; let cq = ctx.create_cq(CqOptions::new(512))?;
 //! let qp = pd.create_qp(&cq, &cq, &QpConfig::srd())?;
 //! let init = qp.init(0x11)?;
 //! let again = qp.init(0x22)?; // error: use of moved value `qp`
@@ -118,7 +118,7 @@
 //! ```compile_fail,E0505
 //! # use efa_typestate::*;
 //! # fn f(ctx: &Context, sge: Sge<'_>) -> Result<()> {
-//! # let pd = ctx.alloc_pd()?; let cq = ctx.create_cq(CqOptions::new(8))?;
+//! # let pd = ctx.alloc_pd()?; let cq = ctx.create_cq(CqOptions::new(512))?;
 //! let qp = pd.create_qp(&cq, &cq, &QpConfig::srd())?.init(0x11)?;
 //! let mut recvs = RecvBatch::<1>::new(&qp);
 //! let qp = qp.rtr()?; // error: cannot move out of `qp` because it is borrowed
@@ -202,7 +202,7 @@
 //! ```compile_fail,E0505
 //! # use efa_typestate::*;
 //! # fn f(ctx: &Context, pd: &Pd<&Context>) -> Result<()> {
-//! let cq = ctx.create_cq(CqOptions::new(8))?;
+//! let cq = ctx.create_cq(CqOptions::new(512))?;
 //! let qp = pd.create_qp(&cq, &cq, &QpConfig::srd())?;
 //! drop(cq); // error: cannot move out of `cq` because it is borrowed
 //! let n = qp.qpn();
@@ -318,7 +318,7 @@
 //! ```compile_fail,E0599
 //! # use efa_typestate::*;
 //! # fn f(ctx: &Context) -> Result<()> {
-//! # let pd = ctx.alloc_pd()?; let cq = ctx.create_cq(CqOptions::new(8))?;
+//! # let pd = ctx.alloc_pd()?; let cq = ctx.create_cq(CqOptions::new(512))?;
 //! let mut qp = pd.create_qp(&cq, &cq, &QpConfig::srd())?.init(0x11)?.rtr()?;
 //! unsafe { qp.post_with(|s| Ok(s.len()))? }; // error: no method `post_with` on Qp<_, Rtr>
 //! # Ok(()) }

@@ -1,5 +1,8 @@
 //! [`RdmaChunks`]: one large RDMA transfer split into device-sized pieces, without
 //! allocating.
+// Offsets here come from callers and peers (the remote buffer): every sum is checked
+// once, in `new`, and later sums stay below those checked ends.
+#![deny(clippy::arithmetic_side_effects)]
 
 use core::marker::PhantomData;
 
@@ -27,7 +30,8 @@ pub struct RdmaChunks<'a> {
 
 impl<'a> RdmaChunks<'a> {
     /// Chunks covering all of `remote`, with the local bytes starting at `local_offset`
-    /// of `mr`; fails if the local range does not fit `mr` or `max_chunk` is 0.
+    /// of `mr`; fails if the local range does not fit `mr`, either range runs past the
+    /// end of the address space ([`InvalidInput::AddressWraps`]) or `max_chunk` is 0.
     pub fn new<M: MemoryRegion + ?Sized>(
         mr: &'a M,
         local_offset: u64,
@@ -41,15 +45,25 @@ impl<'a> RdmaChunks<'a> {
             return Err(InvalidInput::Deregistered.into());
         }
         crate::mr::check_range(local_offset, remote.len(), mr.len())?;
+        let Some(local_addr) = mr.iova().checked_add(local_offset) else {
+            return Err(InvalidInput::AddressWraps {
+                addr: mr.iova(),
+                len: u32::try_from(local_offset).unwrap_or(u32::MAX),
+            }
+            .into());
+        };
+        crate::mr::check_iova(local_addr, remote.len())?;
+        remote.end()?;
         Ok(Self::from_parts(
             mr.lkey(),
             mr.pd_id(),
-            mr.iova() + local_offset,
+            local_addr,
             remote,
             max_chunk,
         ))
     }
 
+    /// Only for ranges whose ends were checked to fit 64 bits.
     pub(crate) fn from_parts(
         lkey: u32,
         pd: PdId,
@@ -69,10 +83,13 @@ impl<'a> RdmaChunks<'a> {
         }
     }
 
+    /// Bytes not yet yielded (`done` never passes the remote length).
+    fn left(&self) -> u64 {
+        self.remote.len().saturating_sub(self.done)
+    }
     /// Chunks not yet yielded.
     pub fn remaining(&self) -> u64 {
-        let left = self.remote.len() - self.done;
-        left.div_ceil(self.max_chunk as u64)
+        self.left().div_ceil(u64::from(self.max_chunk))
     }
     /// Index of the next chunk (0 for the first).
     pub fn index(&self) -> u64 {
@@ -80,31 +97,33 @@ impl<'a> RdmaChunks<'a> {
     }
     /// Chunks in the whole transfer.
     pub fn total(&self) -> u64 {
-        self.index + self.remaining()
+        self.index.saturating_add(self.remaining())
     }
     /// The next chunk, without consuming it.
     pub(crate) fn peek(&self) -> Option<(Sge<'a>, RemoteBuffer)> {
-        let left = self.remote.len() - self.done;
+        let left = self.left();
         if left == 0 {
             return None;
         }
-        let n = left.min(self.max_chunk as u64);
-        let sge = Sge::new_checked(self.local_addr + self.done, n as u32, self.lkey, self.pd);
-        let remote = RemoteBuffer::new(self.remote.addr() + self.done, n, self.remote.rkey());
-        Some((sge, remote))
+        let n = left.min(u64::from(self.max_chunk));
+        // Both sums stay below ends checked to fit 64 bits when the chunks were made.
+        let local = self.local_addr.checked_add(self.done)?;
+        let remote = self.remote.addr().checked_add(self.done)?;
+        let sge = Sge::new_checked(local, n as u32, self.lkey, self.pd);
+        Some((sge, RemoteBuffer::new(remote, n, self.remote.rkey())))
     }
     /// Moves back by `n` chunks (chunks taken but not posted). Every chunk before the
     /// current one is full-sized, so the offset follows from the index.
     #[cfg_attr(not(feature = "std"), allow(dead_code))] // used by the std-only transfers
     pub(crate) fn rewind(&mut self, n: u64) {
-        self.index -= n.min(self.index);
-        self.done = self.index * self.max_chunk as u64;
+        self.index = self.index.saturating_sub(n);
+        self.done = self.index.saturating_mul(u64::from(self.max_chunk));
     }
     /// Consumes the chunk `peek` returned.
     pub(crate) fn advance(&mut self) {
-        let left = self.remote.len() - self.done;
-        self.done += left.min(self.max_chunk as u64);
-        self.index += 1;
+        let step = self.left().min(u64::from(self.max_chunk));
+        self.done = self.done.saturating_add(step);
+        self.index = self.index.saturating_add(1);
     }
 }
 
@@ -116,12 +135,13 @@ impl<'a> Iterator for RdmaChunks<'a> {
         Some(item)
     }
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let r = self.remaining() as usize;
+        let r = usize::try_from(self.remaining()).unwrap_or(usize::MAX);
         (r, Some(r))
     }
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects)]
 mod tests {
     use super::*;
 

@@ -1,5 +1,7 @@
 //! [`QpLimits`]: what a QP was created with, and the checks every work request passes
 //! when it is added to a batch (one compare per rule; nothing per byte).
+// Offsets, lengths and indexes here come from callers or peers: no arithmetic that can wrap.
+#![deny(clippy::arithmetic_side_effects)]
 
 use super::{OpKind, Payload, RecvBufs, SendOps, SendWr};
 use crate::error::{InvalidInput, PdObject, Result};
@@ -110,14 +112,21 @@ impl QpLimits {
             }
             .into());
         }
+        // RDMA takes one SGE whatever `max_send_sge` says (the device's `max_sge_rd`).
+        let max_sges = if rdma { 1 } else { self.max_send_sge };
         match wr.payload {
-            Payload::Sge(s) => self.check_pd(s.pd(), PdObject::Sge)?,
+            Payload::Sge(s) => {
+                // One SGE on a QP granted none: the provider would refuse it (EINVAL).
+                if max_sges == 0 {
+                    return Err(InvalidInput::TooManySges { count: 1, max: 0 }.into());
+                }
+                self.check_pd(s.pd(), PdObject::Sge)?
+            }
             Payload::Sges(l) => {
-                let max = if rdma { 1 } else { self.max_send_sge };
-                if l.len() > max as usize {
+                if l.len() > max_sges as usize {
                     return Err(InvalidInput::TooManySges {
                         count: l.len(),
-                        max,
+                        max: max_sges,
                     }
                     .into());
                 }
@@ -164,7 +173,13 @@ impl QpLimits {
     pub(crate) fn check_recv(&self, wr_id: u64, bufs: &RecvBufs<'_>, origin: Origin) -> Result<()> {
         Self::check_wr_id(wr_id, origin)?;
         match bufs {
-            RecvBufs::Sge(s) => self.check_pd(s.pd(), PdObject::Sge),
+            RecvBufs::Sge(s) => {
+                // One SGE on a QP granted none: the provider would refuse it (EINVAL).
+                if self.max_recv_sge == 0 {
+                    return Err(InvalidInput::TooManySges { count: 1, max: 0 }.into());
+                }
+                self.check_pd(s.pd(), PdObject::Sge)
+            }
             RecvBufs::Sges(l) => {
                 if l.len() > self.max_recv_sge as usize {
                     return Err(InvalidInput::TooManySges {

@@ -1,4 +1,6 @@
 //! [`RecvBatch`]: up to `N` receives for one QP, checked as they are added.
+// Offsets, lengths and indexes here come from callers or peers: no arithmetic that can wrap.
+#![deny(clippy::arithmetic_side_effects)]
 
 use super::copy_vec::CopyVec;
 use super::limits::Origin;

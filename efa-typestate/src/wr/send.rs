@@ -1,4 +1,6 @@
 //! [`SendBatch`]: up to `N` send work requests for one QP, checked as they are added.
+// Offsets, lengths and indexes here come from callers or peers: no arithmetic that can wrap.
+#![deny(clippy::arithmetic_side_effects)]
 
 use core::marker::PhantomData;
 use core::ptr::NonNull;
@@ -206,7 +208,7 @@ impl<'a, const N: usize> SendBatch<'a, N> {
         op: impl Fn(RemoteBuffer) -> SendOp,
     ) -> Result<usize> {
         let room = N.min(self.limits.max_send_wr as usize);
-        let mut n = 0;
+        let mut n = 0usize;
         while self.wrs.len() < room {
             let index = chunks.index();
             let Some((local, remote)) = chunks.peek() else {
@@ -215,7 +217,7 @@ impl<'a, const N: usize> SendBatch<'a, N> {
             let wr = SendWr::with_dest(wr_id(index), op(remote), dest, Payload::Sge(local))?;
             self.push(wr)?;
             chunks.advance();
-            n += 1;
+            n = n.saturating_add(1); // at most N
         }
         Ok(n)
     }

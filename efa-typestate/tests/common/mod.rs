@@ -3,6 +3,8 @@
 
 use std::time::{Duration, Instant};
 
+pub mod props;
+
 use arrayvec::ArrayVec;
 use efa_typestate::*;
 
@@ -140,9 +142,9 @@ macro_rules! pair {
     ($ctx:ident, $pd:ident, $cqa:ident, $cqb:ident, $a:ident, $b:ident, $to_b:ident, $to_a:ident, $cfga:expr, $cfgb:expr) => {
         let $ctx = $crate::common::open(0);
         let $pd = $ctx.alloc_pd().unwrap();
-        let $cqa = $ctx.create_ext_cq(CqOptions::new(256)).unwrap();
+        let $cqa = $ctx.create_ext_cq(CqOptions::new(1024)).unwrap();
         let $cqb = $ctx
-            .create_ext_cq(CqOptions::new(256).unsolicited_flag().sender_gid())
+            .create_ext_cq(CqOptions::new(1024).unsolicited_flag().sender_gid())
             .unwrap();
         let $a = rts_qp(&$pd, &$cqa, &$cfga, QKEY_A);
         let $b = rts_qp(&$pd, &$cqb, &$cfgb, QKEY_B);
