@@ -9,12 +9,15 @@
 //! ```
 //!
 //! Exit status 0 when at least one device was reported, 1 when there is none (or the
-//! named one does not exist), 2 for bad command-line input.
+//! named one does not exist) or stdout cannot be written, 2 for bad command-line input.
+//! A closed stdout (`efa-info --json | head -1`) is not an error: the program stops
+//! writing and exits 0 without a message, as `cat` or `ls` would after their SIGPIPE.
 
 pub mod library;
 pub mod probe;
 pub mod report;
 
+use std::io::{ErrorKind, Write};
 use std::process::ExitCode;
 
 use serde_json::json;
@@ -71,8 +74,8 @@ pub fn parse(argv: Vec<String>) -> Result<Cmd, String> {
     Ok(Cmd::Run(o))
 }
 
-/// Gathers and prints the report.
-fn run(o: &Opts) -> Result<(), String> {
+/// Gathers the report, as the text to print.
+fn run(o: &Opts) -> Result<String, String> {
     const HINT: &str =
         "on a machine without EFA, run it on the software device: `efa-sim run -- efa-info`";
     let verbs = || {
@@ -108,40 +111,54 @@ fn run(o: &Opts) -> Result<(), String> {
             "libraries": libs.iter().map(library::Lib::to_json).collect::<Vec<_>>(),
             "devices": reports.iter().map(report::DeviceReport::to_json).collect::<Vec<_>>(),
         });
-        println!("{v:#}");
-    } else {
-        println!("efa-info {}", env!("CARGO_PKG_VERSION"));
-        println!("libraries");
-        for l in &libs {
-            println!("  {}", l.describe());
-        }
-        for r in &reports {
-            println!();
-            print!("{}", r.text());
+        return Ok(format!("{v:#}\n"));
+    }
+    let mut text = format!("efa-info {}\nlibraries\n", env!("CARGO_PKG_VERSION"));
+    for l in &libs {
+        text += &format!("  {}\n", l.describe());
+    }
+    for r in &reports {
+        text.push('\n');
+        text += &r.text();
+    }
+    Ok(text)
+}
+
+/// Writes `text` to stdout: `SUCCESS` also when the reader went away (a closed pipe,
+/// `efa-info | head -1`), `FAILURE` with a one-line message for any other write error.
+/// Never `print!`, which panics on a closed pipe.
+pub fn write_out(out: &mut dyn Write, text: &str) -> ExitCode {
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            say(&format!("cannot write to stdout: {e}"));
+            ExitCode::FAILURE
         }
     }
-    Ok(())
+}
+
+/// One line on stderr (ignoring a closed stderr, where `eprintln!` would panic).
+fn say(msg: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "efa-info: {msg}");
 }
 
 /// Runs the command line `argv`; errors are one line on stderr.
 pub fn main_with(argv: Vec<String>) -> ExitCode {
     match parse(argv) {
         Err(e) => {
-            eprintln!("efa-info: {e}");
+            say(&e);
             ExitCode::from(2)
         }
-        Ok(Cmd::Help) => {
-            print!("{USAGE}");
-            ExitCode::SUCCESS
-        }
-        Ok(Cmd::Version) => {
-            println!("efa-info {}", env!("CARGO_PKG_VERSION"));
-            ExitCode::SUCCESS
-        }
+        Ok(Cmd::Help) => write_out(&mut std::io::stdout().lock(), USAGE),
+        Ok(Cmd::Version) => write_out(
+            &mut std::io::stdout().lock(),
+            &format!("efa-info {}\n", env!("CARGO_PKG_VERSION")),
+        ),
         Ok(Cmd::Run(o)) => match run(&o) {
-            Ok(()) => ExitCode::SUCCESS,
+            Ok(text) => write_out(&mut std::io::stdout().lock(), &text),
             Err(e) => {
-                eprintln!("efa-info: {e}");
+                say(&e);
                 ExitCode::FAILURE
             }
         },

@@ -42,11 +42,9 @@ fn ok<T>(r: Result<T>) -> Result<String, String> {
 
 /// An SRD QP of `cfg` brought to RTS with `rnr` on a fresh CQ.
 fn qp(pd: &Pd<&Context>, cfg: QpConfig, rnr: Option<RnrRetry>) -> Result<()> {
-    let cq = pd.context().create_ext_cq(CqOptions::new(16))?;
-    pd.create_qp(&cq, &cq, &cfg)?
-        .prepare(1, rnr)
-        .map(drop)
-        .map_err(|e| e.error)
+    // 512 entries: room for the QP's default 256 sends and 256 receives.
+    let cq = pd.context().create_ext_cq(CqOptions::new(512))?;
+    pd.create_qp(&cq, &cq, &cfg)?.prepare(1, rnr).map(drop)
 }
 
 /// Every feature, tried on `ctx`; also returns the send queue's most WRs per doorbell
@@ -130,7 +128,7 @@ pub fn features(ctx: &Context) -> (Vec<Feature>, Result<u32, String>) {
                 .map_err(|e| e.to_string()),
         ),
     ];
-    let wq = ctx.create_ext_cq(CqOptions::new(16)).and_then(|cq| {
+    let wq = ctx.create_ext_cq(CqOptions::new(512)).and_then(|cq| {
         let q = pd.create_qp(&cq, &cq, &QpConfig::srd())?;
         q.wq_layout()
     });

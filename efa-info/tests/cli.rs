@@ -89,7 +89,7 @@ fn json_agrees_with_the_safe_api() {
     // The ring layout (efadv_query_qp_wqs): efa-sim models the rings since issue 11, so
     // the answer is whatever the safe API gets, on either device.
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_ext_cq(CqOptions::new(16)).unwrap();
+    let cq = ctx.create_ext_cq(CqOptions::new(512)).unwrap();
     let qp = pd.create_qp(&cq, &cq, &QpConfig::srd()).unwrap();
     let rings = feature("send/receive ring layout");
     match qp.wq_layout() {
@@ -204,4 +204,53 @@ fn bad_input_is_one_line_and_a_non_zero_exit() {
             "no RDMA devices",
         );
     }
+}
+
+/// A stdout whose reader is gone: the write end of a pipe whose only reader, `true`,
+/// has exited, so every write fails with EPIPE as after `efa-info | head -1`. The reader
+/// is gone before efa-info starts, so the test does not depend on timing.
+fn closed_pipe() -> Stdio {
+    let mut reader = Command::new("true")
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("run true");
+    let w = reader.stdin.take().expect("pipe");
+    reader.wait().expect("true exits");
+    Stdio::from(std::os::fd::OwnedFd::from(w))
+}
+
+fn info_into(args: &[&str], stdout: Stdio) -> Output {
+    Command::new(EXE)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run efa-info")
+}
+
+#[test]
+fn a_closed_stdout_ends_it_quietly_with_status_0() {
+    for args in [&["--json"][..], &[], &["--help"], &["-V"]] {
+        let o = info_into(args, closed_pipe());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {err}");
+        assert_eq!(err, "", "{args:?}: no message, no panic");
+    }
+}
+
+#[test]
+fn any_other_write_error_is_one_line_and_status_1() {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full");
+    let o = info_into(&["--json"], Stdio::from(full));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err:?}");
+    assert!(
+        err.starts_with("efa-info: cannot write to stdout: "),
+        "{err:?}"
+    );
 }

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+pub use crate::size::{format_size, parse_size, size_option, SizeError};
 use crate::test::Test;
 
 /// Default TCP port of the control connection (perftest's).
@@ -26,7 +27,8 @@ tests: send_lat write_lat send_bw write_bw read_bw (default: all the device supp
        perftest names such as ib_write_bw are accepted)
 
 options:
-  -s, --size BYTES       one message size instead of the sweep (K and M suffixes: KiB, MiB)
+  -s, --size BYTES       one message size instead of the sweep, 1 to 1G (K, M and G
+                         suffixes: KiB, MiB, GiB)
   -a, --all              sweep powers of two from --min-size to --max-size (the default)
       --min-size BYTES   smallest size of the sweep (default 8)
       --max-size BYTES   largest size of the sweep (default 1M)
@@ -168,16 +170,6 @@ pub enum Command {
     Version,
 }
 
-/// A number with an optional K (KiB) or M (MiB) suffix.
-pub fn parse_size(s: &str) -> Option<usize> {
-    let (digits, mult) = match s.as_bytes().last()? {
-        b'k' | b'K' => (&s[..s.len() - 1], 1 << 10),
-        b'm' | b'M' => (&s[..s.len() - 1], 1 << 20),
-        _ => (s, 1),
-    };
-    digits.parse::<usize>().ok()?.checked_mul(mult)
-}
-
 fn parse_secs(s: &str, name: &str) -> Result<Duration, String> {
     match s.parse::<f64>() {
         Ok(v) if v > 0.0 && v.is_finite() && v <= 86_400.0 => Ok(Duration::from_secs_f64(v)),
@@ -260,10 +252,7 @@ pub fn parse(argv: Vec<String>) -> Result<Command, String> {
             Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
             _ => (a.clone(), None),
         };
-        let size = |v: String, n: &str| match parse_size(&v) {
-            Some(s) if (1..=MAX_SIZE).contains(&s) => Ok(s),
-            _ => Err(format!("{n} needs a size in bytes from 1 to 1G, got {v:?}")),
-        };
+        let size = |v: String, n: &str| size_option(n, &v);
         let run_only = |n: &str| -> Result<(), String> {
             if server {
                 return Err(format!(
@@ -399,11 +388,22 @@ mod tests {
 
     #[test]
     fn sizes_and_sweeps() {
-        assert_eq!(parse_size("64K"), Some(65536));
-        assert_eq!(parse_size("1m"), Some(1 << 20));
-        assert_eq!(parse_size("4096"), Some(4096));
-        assert_eq!(parse_size("x"), None);
-        assert_eq!(parse_size(""), None);
+        assert_eq!(parse_size("64K"), Ok(65536));
+        assert_eq!(parse_size("1m"), Ok(1 << 20));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("x"), Err(SizeError::Malformed));
+        assert_eq!(parse_size(""), Err(SizeError::Malformed));
+        assert_eq!(parse_size("K"), Err(SizeError::Malformed));
+        assert_eq!(parse_size("+5"), Err(SizeError::Malformed));
+        assert_eq!(
+            parse_size("99999999999999999999G"),
+            Err(SizeError::Overflow)
+        );
+        assert_eq!(parse_size("18014398509481984K"), Err(SizeError::Overflow));
+        assert_eq!(format_size(1 << 30), "1G");
+        assert_eq!(format_size(3 << 10), "3K");
+        assert_eq!(format_size(1000), "1000");
         let s = Sizes::Sweep {
             min: 8,
             max: 1 << 20,
@@ -435,6 +435,15 @@ mod tests {
         assert_eq!(run.iters, Some(50));
         assert_eq!(run.sizes.list().last(), Some(&65536));
         assert_eq!(run.common.timeout, Duration::from_millis(2500));
+        // The largest size is in the range: -s 1G, --max-size 1G and --min-size 1G work.
+        let Command::Local(run) = p("local -s 1G").unwrap() else {
+            panic!("not local")
+        };
+        assert_eq!(run.sizes, Sizes::One(1 << 30));
+        let Command::Local(run) = p("local --min-size 1G --max-size 1g").unwrap() else {
+            panic!("not local")
+        };
+        assert_eq!(run.sizes.list(), vec![1 << 30]);
         let Command::Server(s) = p("server -p 0 --bind 127.0.0.1 --announce").unwrap() else {
             panic!("not a server")
         };
@@ -450,8 +459,29 @@ mod tests {
         assert!(e("").contains("missing command"));
         assert!(e("frob").contains("unknown command"));
         assert!(e("client").contains("needs the server"));
-        assert!(e("local -s 0").contains("-s needs a size"));
-        assert!(e("local -s 2G").contains("-s needs a size"));
+        let range = "sizes go from 1 to 1G (1073741824) bytes, both included";
+        assert_eq!(e("local -s 0"), format!("-s 0 is out of range: {range}"));
+        assert_eq!(e("local -s 2G"), format!("-s 2G is out of range: {range}"));
+        assert_eq!(
+            e("local -s 1073741825"),
+            format!("-s 1073741825 is out of range: {range}")
+        );
+        assert_eq!(
+            e("local -s 99999999999999999999G"),
+            format!("-s 99999999999999999999G is out of range: {range}")
+        );
+        assert_eq!(
+            e("local --max-size 99999999999999999999"),
+            format!("--max-size 99999999999999999999 is out of range: {range}")
+        );
+        assert_eq!(
+            e("local --min-size=1025M"),
+            format!("--min-size 1025M is out of range: {range}")
+        );
+        assert!(e("local -s 1T").starts_with("-s needs a size in bytes from 1 to 1G"));
+        assert!(e("local -s 1T").ends_with("got \"1T\""));
+        assert!(e("local -n 99999999999999999999").contains("-n needs a number in [1, 4294967296]"));
+        assert!(e("local -q 65").contains("-q needs a number in [1, 64]"));
         assert!(e("local -n 10 -D 1").contains("exclude each other"));
         assert!(e("local -c UD").contains("SRD"));
         assert!(e("local ib_atomic_bw").contains("unknown test"));

@@ -17,7 +17,11 @@
 //! pattern of every byte, stamps and immediates of every ping-pong message, untouched
 //! bytes after every RDMA range), a failed completion stops the run with its typed
 //! error, and every wait has a timeout (`--timeout`). Exit status: 0 on success, 1
-//! when a run fails, 2 for bad command-line input; errors are one line on stderr.
+//! when a run fails or stdout cannot be written, 2 for bad command-line input; errors
+//! are one line on stderr. A closed stdout (`efa-perf local | head -1`) is not an error:
+//! the client stops its run at the next line it would print (telling the server goodbye),
+//! a server stops before serving, and both exit 0 without a message, as `cat` or `ls`
+//! would after their SIGPIPE.
 //!
 //! On efa-sim, the software device, the first line says so: numbers measured there
 //! describe the simulator, not EFA.
@@ -31,10 +35,12 @@ pub mod pattern;
 pub mod poll;
 pub mod res;
 pub mod session;
+pub mod size;
 pub mod stats;
 pub mod test;
 pub mod wire;
 
+use std::io::{ErrorKind, Write};
 use std::process::ExitCode;
 
 use cli::Command;
@@ -44,23 +50,17 @@ pub fn main_with(argv: Vec<String>) -> ExitCode {
     let cmd = match cli::parse(argv) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("efa-perf: {e}");
+            say(&e);
             return ExitCode::from(2);
         }
     };
     let result = match cmd {
-        Command::Help => {
-            print!("{}", cli::USAGE);
-            return ExitCode::SUCCESS;
-        }
-        Command::Version => {
-            println!(
-                "efa-perf {} (protocol {})",
-                env!("CARGO_PKG_VERSION"),
-                wire::PROTOCOL
-            );
-            return ExitCode::SUCCESS;
-        }
+        Command::Help => write_stdout(cli::USAGE),
+        Command::Version => write_stdout(&format!(
+            "efa-perf {} (protocol {})\n",
+            env!("CARGO_PKG_VERSION"),
+            wire::PROTOCOL
+        )),
         Command::Server(opts) => session::run_server(&opts),
         Command::Client { host, run } => {
             let mut out = output::Output::new(run.common.json, run.common.progress);
@@ -68,20 +68,35 @@ pub fn main_with(argv: Vec<String>) -> ExitCode {
             let r = res::Device::open(run.common.device.as_deref())
                 .and_then(|dev| session::run_client(&addr, &run, &mut out, dev));
             out.finish();
-            r
+            r.and_then(|()| out.write_error().map_or(Ok(()), Err))
         }
         Command::Local(run) => {
             let mut out = output::Output::new(run.common.json, run.common.progress);
             let r = local::run_local(&run, &mut out);
             out.finish();
-            r
+            r.and_then(|()| out.write_error().map_or(Ok(()), Err))
         }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("efa-perf: {e}");
+            say(&e);
             ExitCode::FAILURE
         }
     }
+}
+
+/// Writes `text` to stdout (never `print!`, which panics on a closed pipe): `Ok` also
+/// when the reader went away, an error line for any other failure.
+pub fn write_stdout(text: &str) -> Result<(), String> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != ErrorKind::BrokenPipe => Err(format!("cannot write to stdout: {e}")),
+        _ => Ok(()),
+    }
+}
+
+/// One line on stderr (ignoring a closed stderr, where `eprintln!` would panic).
+pub fn say(msg: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "efa-perf: {msg}");
 }

@@ -30,6 +30,9 @@ pub struct Output {
     progress: Option<Progress>,
     rows: Vec<Row>,
     out: Box<dyn Write>,
+    /// The first failed write to `out`: after it nothing more is written, and the
+    /// client stops its run (a closed pipe, `efa-perf local | head -1`, ends it quietly).
+    failed: Option<std::io::Error>,
 }
 
 /// The progress line: tests done, current size, elapsed.
@@ -43,6 +46,11 @@ struct Progress {
 impl Output {
     /// Writes to stdout; the progress line only if asked for and stderr is a terminal.
     pub fn new(json: bool, progress: bool) -> Output {
+        Output::to(Box::new(std::io::stdout()), json, progress)
+    }
+
+    /// Writes to `out`.
+    pub fn to(out: Box<dyn Write>, json: bool, progress: bool) -> Output {
         let progress = (progress && std::io::stderr().is_terminal()).then(|| Progress {
             start: Instant::now(),
             last: Instant::now() - Duration::from_secs(1),
@@ -53,14 +61,35 @@ impl Output {
             json,
             progress,
             rows: Vec::new(),
-            out: Box::new(std::io::stdout()),
+            out,
+            failed: None,
         }
     }
 
     fn line(&mut self, s: &str) {
         self.clear_progress();
-        let _ = writeln!(self.out, "{s}");
-        let _ = self.out.flush();
+        if self.failed.is_some() {
+            return;
+        }
+        if let Err(e) = writeln!(self.out, "{s}").and_then(|()| self.out.flush()) {
+            self.failed = Some(e);
+        }
+    }
+
+    /// True once a write failed (the reader went away): the run should stop.
+    pub fn closed(&self) -> bool {
+        self.failed.is_some()
+    }
+
+    /// The write error to report, if any: none for a closed pipe (the reader wanted no
+    /// more, as with `head`), which ends the program quietly with status 0.
+    pub fn write_error(&self) -> Option<String> {
+        match &self.failed {
+            Some(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                Some(format!("cannot write to stdout: {e}"))
+            }
+            _ => None,
+        }
     }
 
     fn json_line(&mut self, v: Value) {

@@ -138,26 +138,58 @@ impl Setup {
             "max_size": self.max_size,
         })
     }
-    /// From a control message, checked.
-    pub fn from_json(v: &Value) -> Result<Setup, String> {
+    /// From a control message, checked against the protocol's ranges (1 to 64 QPs, 1 to
+    /// 65536 WRs in flight, sizes up to [`crate::cli::MAX_SIZE`]) before any conversion.
+    pub fn from_json(v: &Value) -> Result<Setup, wire::WireError> {
         let name = wire::str_of(v, "setup")?;
-        let test = Test::from_name(name).ok_or_else(|| format!("unknown test {name:?}"))?;
-        let qps = wire::u64_of(v, "qps")?;
-        let depth = wire::u64_of(v, "depth")?;
-        let max_size = wire::u64_of(v, "max_size")?;
-        if !(1..=64).contains(&qps)
-            || !(1..=65536).contains(&depth)
-            || !(1..=crate::cli::MAX_SIZE as u64).contains(&max_size)
-        {
-            return Err(format!("set-up out of range: {v}"));
-        }
+        let test =
+            Test::from_name(name).ok_or_else(|| wire::WireError::UnknownTest(name.into()))?;
+        let qps = wire::u64_in(v, "qps", 1, 64)?;
+        let depth = wire::u64_in(v, "depth", 1, 65536)?;
+        let max_size = wire::u64_in(v, "max_size", 1, crate::cli::MAX_SIZE as u64)?;
         Ok(Setup {
             test,
+            // In range, checked above: the conversions are exact.
             qps: qps as u32,
             depth: depth as u32,
             max_size: max_size as usize,
         })
     }
+
+    /// Whether this end's device can move `max_size` for the test (a peer may ask for
+    /// more than the client's plan, which stays within both devices, ever would).
+    pub fn check_limits(&self, dev_name: &str, max_msg: u32, max_rdma: u32) -> Result<(), String> {
+        let (limit, what) = if self.test.uses_send() {
+            (max_msg, "max_msg_sz")
+        } else {
+            (max_rdma, "max_rdma_size")
+        };
+        if self.max_size as u64 > u64::from(limit) {
+            return Err(format!(
+                "set-up max_size {} exceeds the {what} of {dev_name}, {limit} B",
+                self.max_size
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Bytes of `qps` rings of `slots` receive slots of `slot` bytes, or `None` if that
+/// overflows `usize`.
+pub fn ring_bytes(qps: u32, slots: u32, slot: usize) -> Option<usize> {
+    usize::try_from(qps)
+        .ok()?
+        .checked_mul(usize::try_from(slots).ok()?)?
+        .checked_mul(slot)
+}
+
+/// `n` zero bytes, or an error (not an abort) when the memory cannot be had.
+pub fn zeroed(n: usize) -> std::result::Result<Vec<u8>, String> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|e| format!("cannot allocate {n} bytes: {e}"))?;
+    v.resize(n, 0);
+    Ok(v)
 }
 
 /// Receive slots per QP that `server` (or the client) keeps posted for `s`.
@@ -202,7 +234,10 @@ impl Res {
         let pd: SharedPd = Arc::new(Pd::new(Arc::clone(ctx)).map_err(|x| e("PD", x))?);
         let slots = recv_slots(s, server, dev);
         let send_depth = if s.test.is_latency() { 16 } else { s.depth };
-        let cqe = (s.qps * (send_depth + slots.max(16)) + 64).min(dev.max_cqe);
+        // Every QP's granted depths (the device rounds them up to powers of two) must fit
+        // the shared CQ, or QP creation refuses it (CqTooSmall): it could overflow.
+        let per_qp = send_depth.next_power_of_two() + slots.max(16).next_power_of_two();
+        let cqe = (s.qps * per_qp + 64).min(dev.max_cqe);
         let cq =
             Arc::new(ExtCq::new(Arc::clone(ctx), CqOptions::new(cqe)).map_err(|x| e("CQ", x))?);
         // RNR: SEND tests retry until the receiver reposts (as perftest sets rnr_retry 7);
@@ -214,7 +249,7 @@ impl Res {
             let qp = Qp::new(Arc::clone(&pd), Arc::clone(&cq), Arc::clone(&cq), &cfg)
                 .map_err(|x| e("QP", x))?
                 .prepare(0x5e4f_0000 | i, rnr)
-                .map_err(|x| e("QP to RTS", x.error))?;
+                .map_err(|x| e("QP to RTS", x))?;
             qps.push(qp);
         }
         let read_source = server && s.test == Test::ReadBw;
@@ -223,7 +258,13 @@ impl Res {
         } else {
             AccessFlags::LOCAL_WRITE
         };
-        let local = Mr::new(Arc::clone(&pd), vec![0u8; s.max_size + GUARD], access)
+        let buf_bytes = s.max_size.checked_add(GUARD).ok_or_else(|| {
+            format!(
+                "{}: a buffer of {} bytes is too large",
+                dev.name, s.max_size
+            )
+        })?;
+        let local = Mr::new(Arc::clone(&pd), zeroed(buf_bytes)?, access)
             .map_err(|x| e("registering the local buffer", x))?;
         let is_target = match s.test {
             Test::WriteLat => true,
@@ -233,7 +274,7 @@ impl Res {
         let target = if is_target {
             let t = Mr::new_remote_write(
                 Arc::clone(&pd),
-                vec![0u8; s.max_size + GUARD],
+                zeroed(buf_bytes)?,
                 AccessFlags::LOCAL_WRITE,
             )
             .map_err(|x| e("registering the RDMA-write target", x))?;
@@ -243,8 +284,13 @@ impl Res {
         };
         let slot = if s.test.uses_send() { s.max_size } else { 0 };
         let ring = if slot > 0 && slots > 0 {
-            let bytes = s.qps as usize * slots as usize * slot;
-            let r = Mr::new(Arc::clone(&pd), vec![0u8; bytes], AccessFlags::LOCAL_WRITE)
+            let bytes = ring_bytes(s.qps, slots, slot).ok_or_else(|| {
+                format!(
+                    "{}: {} QPs of {slots} receive slots of {slot} bytes overflow",
+                    dev.name, s.qps
+                )
+            })?;
+            let r = Mr::new(Arc::clone(&pd), zeroed(bytes)?, AccessFlags::LOCAL_WRITE)
                 .map_err(|x| e("registering the receive slots", x))?;
             Some(r)
         } else {

@@ -17,7 +17,17 @@ use crate::{bw, lat, stats};
 
 /// The message count of a `{"done": n}`.
 pub fn done_count(v: &Value) -> Result<u64, String> {
-    wire::u64_of(v, "done")
+    Ok(wire::u64_of(v, "done")?)
+}
+
+/// The peer's limit `key` (a u32 of its device; 0 when it does not say), or an error for
+/// a number no device has (not truncated to 32 bits).
+pub fn peer_limit(peer: &Value, key: &str) -> Result<u32, wire::WireError> {
+    if peer.get(key).is_none() {
+        return Ok(0);
+    }
+    let n = wire::u64_in(peer, key, 0, u64::from(u32::MAX))?;
+    Ok(u32::try_from(n).unwrap_or(u32::MAX))
 }
 
 /// One test as the client will run it.
@@ -63,7 +73,7 @@ fn plan(
     } else {
         (me.max_rdma, "max_rdma", "max_rdma_size")
     };
-    let theirs = peer.get(key).and_then(Value::as_u64).unwrap_or(0) as u32;
+    let theirs = peer_limit(peer, key).map_err(|e| format!("the server's hello: {e}"))?;
     let limit = mine.min(theirs) as usize;
     let (sizes, over): (Vec<usize>, Vec<usize>) =
         opts.sizes.list().into_iter().partition(|&s| s <= limit);
@@ -107,6 +117,10 @@ pub fn run_client(addr: &str, opts: &RunOpts, out: &mut Output, dev: Device) -> 
         }
     }
     for (i, p) in plans.iter().enumerate() {
+        // Stdout closed (the reader went away): nothing more to show, say goodbye.
+        if out.closed() {
+            break;
+        }
         run_test(&mut ctl, &dev, p, opts, out, (i, plans.len()))?;
     }
     ctl.send(&json!({ "bye": true }))?;
@@ -177,6 +191,9 @@ fn run_test(
             stats::bandwidth(size, n, elapsed)
         };
         out.row(&info, row);
+        if out.closed() {
+            break;
+        }
     }
     out.end_test(&info);
     Ok(())
@@ -188,11 +205,22 @@ pub fn run_server(opts: &ServerOpts) -> Result<(), String> {
     let listener = TcpListener::bind((opts.bind.as_str(), opts.port))
         .map_err(|e| format!("cannot listen on {}:{}: {e}", opts.bind, opts.port))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let mut text = String::new();
     if !opts.announce {
-        println!("{}", dev.banner());
+        text = format!("{}\n", dev.banner());
     }
-    println!("listening on {addr}");
-    let _ = std::io::stdout().flush();
+    text += &format!("listening on {addr}\n");
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        // Nobody reads the address any more (`efa-perf server | true`): stop quietly.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+        Err(e) => return Err(format!("cannot write to stdout: {e}")),
+        Ok(()) => {}
+    }
+    drop(stdout);
     loop {
         let (stream, peer) = listener
             .accept()
@@ -203,7 +231,7 @@ pub fn run_server(opts: &ServerOpts) -> Result<(), String> {
             Ok(()) if !opts.forever => return Ok(()),
             Err(e) if !opts.forever => return Err(format!("client {peer}: {e}")),
             Ok(()) => {}
-            Err(e) => eprintln!("efa-perf: client {peer}: {e}"),
+            Err(e) => crate::say(&format!("client {peer}: {e}")),
         }
     }
 }
@@ -246,7 +274,8 @@ fn serve(ctl: &mut Ctl, dev: &Device) -> Result<(), String> {
 
 /// Serves one test; returns the first message that is not one of its sizes.
 fn serve_test(ctl: &mut Ctl, dev: &Device, v: &Value) -> Result<Value, String> {
-    let s = tell(ctl, Setup::from_json(v))?;
+    let s = tell(ctl, Setup::from_json(v).map_err(String::from))?;
+    tell(ctl, s.check_limits(&dev.name, dev.max_msg, dev.max_rdma))?;
     if let Some(cap) = s.test.needs() {
         if !dev.caps.contains(cap) {
             let e = format!(
@@ -268,12 +297,13 @@ fn serve_test(ctl: &mut Ctl, dev: &Device, v: &Value) -> Result<Value, String> {
         let Some(size) = v.get("size").and_then(Value::as_u64) else {
             return Ok(v);
         };
-        if size == 0 || size as usize > s.max_size {
+        if size == 0 || size > s.max_size as u64 {
             let e = format!("size {size} outside the set-up's 1..={}", s.max_size);
             return tell(ctl, Err(e));
         }
         let at = At {
             test: s.test,
+            // At most max_size, a usize: exact.
             size: size as usize,
         };
         let prepared = if s.test.is_latency() {

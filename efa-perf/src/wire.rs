@@ -14,7 +14,86 @@ pub const PROTOCOL: u64 = 1;
 /// What every hello starts with.
 pub const MAGIC: &str = "efa-perf";
 /// Longest line accepted from a peer.
-const MAX_LINE: usize = 1 << 20;
+pub const MAX_LINE: usize = 1 << 20;
+
+/// Why a peer's bytes are not a valid control message. Every check on what a peer sends
+/// ends in one of these (as the one-line error of the run), never in a panic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WireError {
+    /// More than [`MAX_LINE`] bytes without a newline.
+    Oversized,
+    /// A line that is not one JSON value: its first bytes.
+    NotJson(String),
+    /// Field `key` is missing or not of the type `want`.
+    Field {
+        /// The field.
+        key: String,
+        /// What it should be: "number", "string", "hex".
+        want: &'static str,
+    },
+    /// Field `key` is a number outside `min..=max`.
+    OutOfRange {
+        /// The field.
+        key: String,
+        /// What was sent.
+        value: u64,
+        /// Smallest allowed.
+        min: u64,
+        /// Largest allowed.
+        max: u64,
+    },
+    /// A test this end does not know.
+    UnknownTest(String),
+}
+
+impl std::fmt::Display for WireError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WireError::Oversized => write!(f, "an oversized message (over {MAX_LINE} bytes)"),
+            WireError::NotJson(start) => write!(f, "unexpected bytes {start:?}"),
+            WireError::Field { key, want } => write!(f, "no {want} {key:?}"),
+            WireError::OutOfRange {
+                key,
+                value,
+                min,
+                max,
+            } => {
+                write!(f, "{key:?} is {value}, outside {min}..={max}")
+            }
+            WireError::UnknownTest(name) => write!(f, "unknown test {name:?}"),
+        }
+    }
+}
+
+impl std::error::Error for WireError {}
+
+impl From<WireError> for String {
+    fn from(e: WireError) -> String {
+        format!("malformed control message: {e}")
+    }
+}
+
+/// Takes the first complete line out of `buf` and decodes it: `Ok(None)` while no
+/// newline has arrived (and `buf` is within [`MAX_LINE`]).
+pub fn decode_line(buf: &mut Vec<u8>) -> Result<Option<Value>, WireError> {
+    let Some(end) = buf.iter().position(|&b| b == b'\n') else {
+        if buf.len() > MAX_LINE {
+            return Err(WireError::Oversized);
+        }
+        return Ok(None);
+    };
+    let line: Vec<u8> = buf.drain(..=end).collect();
+    serde_json::from_slice(&line[..end])
+        .map(Some)
+        .map_err(|_| WireError::NotJson(String::from_utf8_lossy(&line[..end.min(40)]).into_owned()))
+}
+
+/// `v` as one line of the protocol (what [`Ctl::send`] writes).
+pub fn encode_line(v: &Value) -> Vec<u8> {
+    let mut line = v.to_string().into_bytes();
+    line.push(b'\n');
+    line
+}
 
 /// One end of the control connection.
 pub struct Ctl {
@@ -82,10 +161,8 @@ impl Ctl {
 
     /// Sends one message.
     pub fn send(&mut self, v: &Value) -> Result<(), String> {
-        let mut line = v.to_string();
-        line.push('\n');
         self.stream
-            .write_all(line.as_bytes())
+            .write_all(&encode_line(v))
             .map_err(|e| format!("lost the control connection to {}: {e}", self.peer))
     }
 
@@ -95,19 +172,9 @@ impl Ctl {
     }
 
     fn take_line(&mut self) -> Result<Option<Value>, String> {
-        let Some(end) = self.buf.iter().position(|&b| b == b'\n') else {
-            if self.buf.len() > MAX_LINE {
-                return Err(format!("{} sent an oversized message", self.peer));
-            }
-            return Ok(None);
-        };
-        let line: Vec<u8> = self.buf.drain(..=end).collect();
-        serde_json::from_slice(&line[..end]).map(Some).map_err(|_| {
-            format!(
-                "{} does not speak efa-perf's protocol (unexpected bytes {:?})",
-                self.peer,
-                String::from_utf8_lossy(&line[..end.min(40)])
-            )
+        decode_line(&mut self.buf).map_err(|e| match e {
+            WireError::Oversized => format!("{} sent {e}", self.peer),
+            e => format!("{} does not speak efa-perf's protocol ({e})", self.peer),
         })
     }
 
@@ -224,7 +291,8 @@ pub fn hex(bytes: &[u8]) -> String {
 
 /// Hex back to bytes, or `None` if malformed.
 pub fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    // Hex digits only: from_str_radix alone would also take a sign ("+a").
+    if s.len() % 2 != 0 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     (0..s.len())
@@ -233,23 +301,44 @@ pub fn unhex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// Field `key` of a message as a u64, or an error naming it.
-pub fn u64_of(v: &Value, key: &str) -> Result<u64, String> {
+fn field(key: &str, want: &'static str) -> WireError {
+    WireError::Field {
+        key: key.to_string(),
+        want,
+    }
+}
+
+/// Field `key` of a message as a u64 (a non-negative integer), or an error naming it.
+pub fn u64_of(v: &Value, key: &str) -> Result<u64, WireError> {
     v.get(key)
         .and_then(Value::as_u64)
-        .ok_or_else(|| format!("malformed control message: no number {key:?} in {v}"))
+        .ok_or_else(|| field(key, "number"))
+}
+
+/// Field `key` as a u64 within `min..=max`, or an error naming both.
+pub fn u64_in(v: &Value, key: &str, min: u64, max: u64) -> Result<u64, WireError> {
+    let value = u64_of(v, key)?;
+    if (min..=max).contains(&value) {
+        return Ok(value);
+    }
+    Err(WireError::OutOfRange {
+        key: key.to_string(),
+        value,
+        min,
+        max,
+    })
 }
 
 /// Field `key` of a message as a string, or an error naming it.
-pub fn str_of<'a>(v: &'a Value, key: &str) -> Result<&'a str, String> {
+pub fn str_of<'a>(v: &'a Value, key: &str) -> Result<&'a str, WireError> {
     v.get(key)
         .and_then(Value::as_str)
-        .ok_or_else(|| format!("malformed control message: no string {key:?} in {v}"))
+        .ok_or_else(|| field(key, "string"))
 }
 
 /// Field `key` as hex bytes.
-pub fn bytes_of(v: &Value, key: &str) -> Result<Vec<u8>, String> {
-    unhex(str_of(v, key)?).ok_or_else(|| format!("malformed control message: {key:?} is not hex"))
+pub fn bytes_of(v: &Value, key: &str) -> Result<Vec<u8>, WireError> {
+    unhex(str_of(v, key)?).ok_or_else(|| field(key, "hex string"))
 }
 
 #[cfg(test)]
@@ -285,5 +374,6 @@ mod tests {
         );
         assert_eq!(unhex("abc"), None);
         assert_eq!(unhex("zz"), None);
+        assert_eq!(unhex("+a"), None);
     }
 }

@@ -131,7 +131,20 @@ fn json_has_one_object_per_test_and_size() {
 
 #[test]
 fn bad_command_lines_exit_2_with_one_line() {
-    fails_with(&perf(&["local", "-s", "0"], &[]), 2, "-s needs a size");
+    fails_with(&perf(&["local", "-s", "0"], &[]), 2, "-s 0 is out of range");
+    let huge = "99999999999999999999G";
+    fails_with(
+        &perf(&["local", "-s", huge], &[]),
+        2,
+        &format!(
+            "-s {huge} is out of range: sizes go from 1 to 1G (1073741824) bytes, both included"
+        ),
+    );
+    fails_with(
+        &perf(&["local", "--max-size", "1x"], &[]),
+        2,
+        "--max-size needs a size",
+    );
     fails_with(&perf(&["local", "ib_atomic_bw"], &[]), 2, "unknown test");
     fails_with(&perf(&["local", "-c", "UD"], &[]), 2, "SRD");
     fails_with(&perf(&["client"], &[]), 2, "HOST");
@@ -309,6 +322,66 @@ fn a_server_refuses_a_client_of_another_version() {
     assert!(err.contains("runs efa-perf 7.0.0 (protocol 7)"), "{err}");
 }
 
+/// What a server answers a client that says hello, then `setup`; and its exit status and
+/// stderr once it has failed.
+fn server_answers_setup(setup: &str) -> (String, Option<i32>, String) {
+    let (mut child, port) = server(&[]);
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let hello = format!(
+        "{{\"hello\":\"efa-perf\",\"protocol\":{},\"version\":\"t\"}}\n",
+        efa_perf::wire::PROTOCOL
+    );
+    s.write_all(hello.as_bytes()).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    s.write_all(setup.as_bytes()).unwrap();
+    line.clear();
+    r.read_line(&mut line).unwrap();
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+    (line, status.code(), err)
+}
+
+#[test]
+fn a_server_refuses_set_ups_beyond_the_protocol_or_its_device() {
+    // 64 QPs of 8192 receive slots (2 x depth) of 1 GiB (2^49 bytes) used to abort the
+    // server in the allocation; the device's max_msg_sz refuses it first now.
+    for (setup, want) in [
+        (
+            r#"{"setup":"send_bw","qps":64,"depth":4096,"max_size":1073741824}"#,
+            "set-up max_size 1073741824 exceeds the max_msg_sz of ",
+        ),
+        (
+            r#"{"setup":"send_lat","qps":1,"depth":1,"max_size":1073741825}"#,
+            r#""max_size" is 1073741825, outside 1..=1073741824"#,
+        ),
+        (
+            r#"{"setup":"write_bw","qps":65,"depth":1,"max_size":8}"#,
+            r#""qps" is 65, outside 1..=64"#,
+        ),
+        (
+            r#"{"setup":"write_bw","qps":1,"depth":18446744073709551615,"max_size":8}"#,
+            r#""depth" is 18446744073709551615, outside 1..=65536"#,
+        ),
+        (
+            r#"{"setup":"send_bw","qps":1,"depth":-1,"max_size":8}"#,
+            r#"no number "depth""#,
+        ),
+    ] {
+        let (reply, code, err) = server_answers_setup(&format!("{setup}\n"));
+        let v: Value = serde_json::from_str(&reply).unwrap_or_else(|e| panic!("{reply:?}: {e}"));
+        let msg = v["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{setup}: {reply}"));
+        assert!(msg.contains(want), "{setup}: {msg}");
+        assert_eq!(code, Some(1), "{setup}: {err}");
+        assert_eq!(err.lines().count(), 1, "{setup}: {err:?}");
+        assert!(err.contains(want), "{setup}: {err}");
+    }
+}
+
 #[test]
 fn a_server_that_dies_mid_run_ends_the_client_within_the_timeout() {
     if !efa_sim_select::SOFTWARE_DEVICE {
@@ -340,4 +413,78 @@ fn a_server_that_dies_mid_run_ends_the_client_within_the_timeout() {
         "{:?}: {err}",
         t.elapsed()
     );
+}
+
+/// A stdout whose reader is gone: the write end of a pipe whose only reader, `true`,
+/// has exited, so every write fails with EPIPE as after `efa-perf ... | head -1`. The
+/// reader is gone before efa-perf starts, so the test does not depend on timing.
+fn closed_pipe() -> Stdio {
+    let mut reader = Command::new("true")
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("run true");
+    let w = reader.stdin.take().expect("pipe");
+    reader.wait().expect("true exits");
+    Stdio::from(std::os::fd::OwnedFd::from(w))
+}
+
+/// Runs efa-perf with `stdout`; kills it after `limit` (then the status is `None`).
+fn perf_into(args: &[&str], stdout: Stdio, limit: Duration) -> (Option<i32>, String) {
+    let mut child = Command::new(EXE)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run efa-perf");
+    let start = Instant::now();
+    let code = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s.code();
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    let _ = child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut err);
+    (code, err)
+}
+
+#[test]
+fn a_closed_stdout_ends_every_command_quietly_with_status_0() {
+    // A client whose output nobody reads stops at its first line: five tests of 5 s
+    // each would otherwise take 25 s.
+    let long_run = ["local", "-s", "8", "-D", "5", "--timeout", "30"];
+    let long_json = ["local", "-s", "8", "-D", "5", "--json"];
+    let server = ["server", "-p", "0", "--announce"];
+    for args in [&["--help"][..], &["-V"], &server, &long_run, &long_json] {
+        let (code, err) = perf_into(args, closed_pipe(), Duration::from_secs(15));
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        assert_eq!(err, "", "{args:?}: no message, no panic");
+    }
+}
+
+#[test]
+fn any_other_write_error_is_one_line_and_status_1() {
+    for args in [&["-V"][..], &["local", "-s", "8", "-n", "10", "send_lat"]] {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .expect("/dev/full");
+        let (code, err) = perf_into(args, Stdio::from(full), Duration::from_secs(30));
+        assert_eq!(code, Some(1), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err:?}");
+        assert!(
+            err.starts_with("efa-perf: cannot write to stdout: "),
+            "{err:?}"
+        );
+    }
 }
