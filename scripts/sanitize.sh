@@ -84,6 +84,7 @@ asan_skip=(
   run_puts_programs_on_the_software_device      # ibv_devices
   env_prints_a_working_shell_line               # ibv_devices
   libfabric_fi_info_sees_the_software_devices   # fi_info
+  a_program_on_a_rejected_configuration_sees_no_devices_and_one_line  # ibv_devices
   # install.rs
   a_cli_outside_the_target_directory_writes_its_library_to_the_cache_once  # ibv_devices
   an_install_layout_next_to_the_cli_is_used_without_a_cache                # ibv_devices
