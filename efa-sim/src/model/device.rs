@@ -167,6 +167,17 @@ impl Device {
         rt.as_ref().cloned().map_err(|_| libc::ENODEV)
     }
 
+    /// Strict mode (profile key `strict`): restarts the device's permutation stream as if
+    /// it had started with `EFA_SIM_FAULTS` `seed=<seed>` (see
+    /// `crate::model::runtime::strict`), so that one test process can run many seeds.
+    /// Starts the runtime; ENODEV if it cannot start, EINVAL if the profile is not strict.
+    pub fn reseed_strict(self: &Arc<Self>, seed: u64) -> Result<(), Errno> {
+        let rt = self.runtime()?;
+        let s = rt.strict.as_ref().ok_or(libc::EINVAL)?;
+        s.reseed(seed, self.index);
+        Ok(())
+    }
+
     /// Counters of this device in this process (zero before first use).
     pub fn stats(self: &Arc<Self>) -> Stats {
         match self.rt.get() {

@@ -309,6 +309,7 @@ impl Qp {
             QpState::Reset if tracked != QpState::Reset => {
                 // Forget posted WRs (rdma-core resets its ring indices), then accept none.
                 self.state.store(new as u32, Ordering::Release);
+                self.sq_dev.quiesce();
                 self.pd.rt.purge_pending(self.qpn);
                 self.sq.reset();
                 self.rq.reset();
@@ -318,6 +319,7 @@ impl Qp {
             QpState::Err if tracked != QpState::Err => {
                 // Outstanding sends and posted receives complete with FLUSHED.
                 self.state.store(new as u32, Ordering::Release);
+                self.sq_dev.settle();
                 self.pd
                     .rt
                     .flush_pending(self.qpn, efa_sys::vendor::comp_status::FLUSHED as u8);

@@ -26,6 +26,7 @@
 use super::runtime::doorbell::Doorbell;
 use super::runtime::request::Origin;
 use super::runtime::stats::bump;
+use super::runtime::strict;
 use super::runtime::Runtime;
 use super::{profile, Qp, QpState, QpType, SendOp, Sge};
 use crate::provider::SpinMutex;
@@ -80,6 +81,8 @@ struct Consumer {
     stalled: Option<u16>,
     /// The QP left the device's table: its counts go to the device's from now on.
     folded: bool,
+    /// Resets (and the start of a reset): strict mode drops WQEs held across one.
+    resets: u64,
 }
 
 impl Request<'_> {
@@ -102,7 +105,12 @@ pub(crate) struct DeviceSq {
     /// them up.
     doorbells: AtomicU64,
     direct: AtomicU64,
+    /// Unique in the process (QPNs are reused): names the queue of a held WQE.
+    pub(crate) id: u64,
 }
+
+/// Ids of [`DeviceSq`]s.
+static NEXT_SQ_ID: AtomicU64 = AtomicU64::new(1);
 
 impl DeviceSq {
     /// A queue over `ring`.
@@ -113,7 +121,9 @@ impl DeviceSq {
                 at: Cursor::default(),
                 stalled: None,
                 folded: false,
+                resets: 0,
             }),
+            id: NEXT_SQ_ID.fetch_add(1, Ordering::Relaxed),
             consumed: AtomicU16::new(0),
             doorbells: AtomicU64::new(0),
             direct: AtomicU64::new(0),
@@ -175,8 +185,51 @@ impl DeviceSq {
         let mut c = self.at.lock();
         c.at.count = 0;
         c.stalled = None;
+        c.resets += 1;
         self.ring.doorbell().write(0);
         self.consumed.store(0, Ordering::Release);
+    }
+
+    /// A reset begins: WQEs held by strict mode are dropped from now on, and one that
+    /// executes now has finished when this returns (before the QP's requests are purged).
+    pub fn quiesce(&self) {
+        self.at.lock().resets += 1;
+    }
+
+    /// Waits until no held WQE of this queue executes (the QP went to ERR: later ones see
+    /// it and complete with FLUSHED).
+    pub fn settle(&self) {
+        drop(self.at.lock());
+    }
+
+    /// Strict mode: executes the held WQE `h` of this queue, unless the QP was reset or
+    /// destroyed since it was consumed (then it is dropped, as the ring's WQEs are); in a
+    /// state that executes no WQEs it is held again.
+    pub(crate) fn run_held(
+        &self,
+        rt: &Runtime,
+        qp: &Qp,
+        (s, h): (&strict::Strict, strict::Held),
+        g: &Guard,
+    ) {
+        let c = self.at.lock();
+        if c.folded || c.resets != h.resets {
+            return;
+        }
+        let state = qp.state();
+        if !matches!(state, QpState::Rts | QpState::Sqd | QpState::Err) {
+            drop(c);
+            return s.hold(strict::Held { due: s.due(), ..h });
+        }
+        let mut shared = Doorbell::default();
+        let direct = execute(rt, qp, state, &h.wqe, h.size, g, &mut shared);
+        shared.flush(qp);
+        rt.stats.direct.fetch_add(direct, Ordering::Relaxed);
+        drop(c);
+        // A doorbell rung meanwhile found the queue busy.
+        if self.has_news() {
+            self.process(rt, qp);
+        }
     }
 
     /// Consumes the WQEs the doorbell announces. Returns whether it consumed any.
@@ -216,6 +269,8 @@ impl DeviceSq {
             }
             let mut raw = WqeBuf::default();
             let size = self.ring.entry_size();
+            // Strict mode: the WQEs of this doorbell, executed in a permutation.
+            let mut window = strict::Window::new();
             while c.at.count != db {
                 let slot = u32::from(c.at.count);
                 // The phase byte first, by an acquire load: a direct consumer may fix a
@@ -232,17 +287,19 @@ impl DeviceSq {
                 c.stalled = None;
                 consumed += 1;
                 self.consumed.store(c.at.count, Ordering::Release);
-                // Matched by reference: the decoded request is not moved again.
-                match &decode(&raw, size, qp) {
-                    Ok(r) if state == QpState::Err => {
-                        shared.complete(qp, &Origin::of(r), st::FLUSHED as u8)
+                if let Some(s) = &rt.strict {
+                    window.push(raw);
+                    if window.is_full() {
+                        let at = (self.id, size, state, c.resets);
+                        direct += strict::permuted(rt, qp, (s, &mut window, at), &g, &mut shared);
                     }
-                    Ok(r) => direct += u64::from(rt.start_send(qp, r, &g, &mut shared)),
-                    Err((bad, status)) => {
-                        bump(&rt.stats.bad_wqes);
-                        shared.complete(qp, bad, *status);
-                    }
+                    continue;
                 }
+                direct += execute(rt, qp, state, &raw, size, &g, &mut shared);
+            }
+            if let Some(s) = &rt.strict {
+                let at = (self.id, size, state, c.resets);
+                direct += strict::permuted(rt, qp, (s, &mut window, at), &g, &mut shared);
             }
             // The doorbell's completions go into the CQ before its datagrams leave and
             // before another thread may consume the ring.
@@ -260,6 +317,33 @@ impl DeviceSq {
             if self.ring.doorbell().read() as u16 == db {
                 return any;
             }
+        }
+    }
+}
+
+/// Executes one consumed WQE (`size` bytes of `raw`) of `qp` in `state`, its completion
+/// collected in `shared`; 1 if it completed on the same-process direct path.
+#[inline(always)]
+pub(crate) fn execute(
+    rt: &Runtime,
+    qp: &Qp,
+    state: QpState,
+    raw: &WqeBuf,
+    size: usize,
+    g: &Guard,
+    shared: &mut Doorbell,
+) -> u64 {
+    // Matched by reference: the decoded request is not moved again.
+    match &decode(raw, size, qp) {
+        Ok(r) if state == QpState::Err => {
+            shared.complete(qp, &Origin::of(r), st::FLUSHED as u8);
+            0
+        }
+        Ok(r) => u64::from(rt.start_send(qp, r, g, shared)),
+        Err((bad, status)) => {
+            bump(&rt.stats.bad_wqes);
+            shared.complete(qp, bad, *status);
+            0
         }
     }
 }

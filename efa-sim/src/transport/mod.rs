@@ -333,6 +333,15 @@ impl Endpoint {
         }
     }
 
+    /// Sends every held-back datagram now, due or not (the process exits: datagrams
+    /// already "on the wire" still arrive, as a network delivers what a dead sender sent).
+    pub fn flush_all_delayed(&self) {
+        let all = std::mem::take(&mut *self.delayed.lock().unwrap_or_else(|e| e.into_inner()));
+        for d in &all {
+            self.deliver(&d.data, d.to);
+        }
+    }
+
     /// Sends held-back datagrams that are due; returns whether some remain.
     pub fn flush_delayed(&self) -> bool {
         if !self.faults.active() {

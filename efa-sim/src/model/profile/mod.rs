@@ -10,7 +10,9 @@
 //! Keys: one per [`Profile`] field ([`PROFILE_KEYS`]); `caps` (alias `device_caps`) is a
 //! number, a `name|name` set, or `+name`/`-name` edits of the default (names `rdma_read`,
 //! `rnr_retry`, `cq_with_sgid`, `rdma_write`, `unsolicited_write_recv`); `read_opcode`
-//! (`send`/`rdma_read`) sets `read_completes_as_send`.
+//! (`send`/`rdma_read`) sets `read_completes_as_send`. The bare item `strict` (also the
+//! whole value `EFA_SIM_PROFILE=strict`) means `strict=1` and combines with other items:
+//! `strict,max_sq_wr=16`.
 
 mod overrides;
 
@@ -101,6 +103,11 @@ pub struct Profile {
     /// Whether `ibv_reg_mr` on CUDA device memory works (the nvidia_peermem path; off:
     /// EFAULT, as the kernel fails to pin GPU pages without nvidia_peermem).
     pub peermem: bool,
+    /// Strict mode (`strict=1`, or the bare item `strict`): the orders SRD does not
+    /// promise are really given up (the WQEs of a doorbell run in a seeded random
+    /// permutation, overtaken ones later) and datagrams are delayed at random; see
+    /// `crate::model::runtime::strict`.
+    pub strict: bool,
 }
 
 /// `EFADV_DEVICE_ATTR_CAPS_RDMA_READ`.
@@ -156,6 +163,7 @@ impl Default for Profile {
             read_completes_as_send: true,
             dmabuf_mr: true,
             peermem: true,
+            strict: false,
         }
     }
 }
@@ -194,6 +202,7 @@ pub const PROFILE_KEYS: &[&str] = &[
     "read_completes_as_send",
     "dmabuf_mr",
     "peermem",
+    "strict",
 ];
 
 /// Checks the invariants the model relies on, and rejects limits that would make the

@@ -129,6 +129,7 @@ pub fn apply(p: &mut Profile, key: &str, value: &str) -> Result<(), String> {
         "read_opcode" => p.read_completes_as_send = parse_read_opcode(v)?,
         "dmabuf_mr" => p.dmabuf_mr = parse_bool(v)?,
         "peermem" => p.peermem = parse_bool(v)?,
+        "strict" => p.strict = parse_bool(v)?,
         _ => {
             return Err(format!(
                 "unknown profile key (known: {}, device_caps, read_opcode)",
@@ -166,9 +167,13 @@ impl Overrides {
                 .filter(|s| !s.is_empty())
             {
                 let shown = crate::config::shown(item);
-                let (k, v) = item
-                    .split_once('=')
-                    .ok_or_else(|| format!("`{shown}`: must be key=value"))?;
+                // `strict` alone is `strict=1` (the adversarial preset).
+                let (k, v) = match item {
+                    "strict" => ("strict", "1"),
+                    _ => item
+                        .split_once('=')
+                        .ok_or_else(|| format!("`{shown}`: must be key=value"))?,
+                };
                 let k = k.trim();
                 let (dev, key) = match k.split_once('.') {
                     Some((d, key)) => {
@@ -190,10 +195,10 @@ impl Overrides {
         Ok(Overrides { items })
     }
 
-    /// Reads `EFA_SIM_PROFILE`: a value containing `=` is an inline list, anything
-    /// else is the path of a file holding the list.
+    /// Reads `EFA_SIM_PROFILE`: a value containing `=` (or the word `strict`) is an
+    /// inline list, anything else is the path of a file holding the list.
     pub fn from_env_value(value: &str) -> Result<Overrides, String> {
-        if value.contains('=') {
+        if value.contains('=') || value.trim() == "strict" {
             Overrides::parse(value)
         } else {
             let text = std::fs::read_to_string(value).map_err(|e| {
@@ -299,6 +304,22 @@ mod tests {
         );
         let err = Overrides::from_env_value("/nonexistent/efa-sim.profile").unwrap_err();
         assert!(err.contains("/nonexistent/efa-sim.profile"), "{err}");
+    }
+
+    #[test]
+    fn strict_is_a_word_and_a_key_and_combines() {
+        let p = |v: &str| {
+            Overrides::from_env_value(v)
+                .unwrap()
+                .profile_for(0, &Profile::default())
+                .unwrap()
+        };
+        assert!(!Profile::default().strict);
+        assert!(p("strict").strict);
+        assert!(p("strict=1").strict);
+        let both = p("strict,max_sq_wr=16");
+        assert!(both.strict && both.max_sq_wr == 16);
+        assert!(!p("strict,strict=0").strict);
     }
 
     #[test]

@@ -41,6 +41,8 @@ pub(crate) extern "C" fn flush_at_exit() {
     // A forked child that did not exec exits with its parent's runtimes: not its own.
     for rt in rts.iter().filter(|rt| rt.pid == me) {
         rt.send_waiting_answers();
+        // Datagrams held back by fault injection or strict mode were already sent.
+        rt.ep.flush_all_delayed();
     }
 }
 

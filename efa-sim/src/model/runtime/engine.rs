@@ -57,7 +57,8 @@ impl Engine {
         let mut ticks_seen = self.rt.poll_ticks.load(Ordering::Relaxed);
         let mut last_work = Instant::now();
         loop {
-            let worked = self.pass();
+            // Strict mode's held WQEs run here too when traffic never lets the engine rest.
+            let worked = self.pass() | (self.rt.run_held() > 0);
             let now = Instant::now();
             if worked {
                 last_work = now;
@@ -72,7 +73,7 @@ impl Engine {
             if worked {
                 continue;
             }
-            let busy = self.rt.has_pending() || self.rt.ep.flush_delayed();
+            let busy = self.rt.has_pending() || self.rt.ep.flush_delayed() || self.rt.has_held();
             let ticks = self.rt.poll_ticks.load(Ordering::Relaxed);
             let parked = self.rt.pollers_parked.swap(false, Ordering::AcqRel);
             let polled = ticks != ticks_seen && !parked;
@@ -94,7 +95,7 @@ impl Engine {
             if !busy {
                 // A long sleep: whoever adds work for the timers from now on wakes us.
                 ep.enter_idle();
-                if self.rt.has_pending() || ep.has_delayed() {
+                if self.rt.has_pending() || ep.has_delayed() || self.rt.has_held() {
                     ep.leave_idle();
                     continue;
                 }

@@ -161,6 +161,11 @@ impl Runtime {
     /// Called by a poller that found its CQ empty: drives the inbound path if frames are
     /// waiting and nobody else is at it. Returns whether it handled any.
     pub(crate) fn progress(&self) -> bool {
+        // Strict mode: WQEs held back that are due run here too (a poller waiting for
+        // their completions needs no engine wake-up).
+        if self.strict.is_some() && self.run_held() > 0 {
+            return true;
+        }
         // Tell the engine pollers are active (it then sleeps without asking for wakes).
         let t = self.poll_ticks.load(Ordering::Relaxed);
         self.poll_ticks.store(t.wrapping_add(1), Ordering::Relaxed);

@@ -81,6 +81,7 @@ pub(crate) mod responder;
 pub(crate) mod responses;
 pub(crate) mod route;
 pub mod stats;
+pub(crate) mod strict;
 pub(crate) mod tables;
 pub(crate) mod trust;
 pub(crate) mod window;
@@ -162,6 +163,9 @@ pub(crate) struct Runtime {
     epoch: u64,
     index: u32,
     pub ep: Endpoint,
+    /// Strict mode's permutation stream and held WQEs (`None` unless the profile is
+    /// strict).
+    pub(crate) strict: Option<strict::Strict>,
     pub pd_count: AtomicU32,
     pub next_pd: AtomicU32,
     pub cq_count: AtomicU32,
@@ -208,7 +212,20 @@ impl Runtime {
     pub(crate) fn start(dev: &Arc<Device>) -> Result<Arc<Runtime>, String> {
         let config = dev.config().clone();
         let stats = Arc::new(StatsInner::default());
-        let ep = Endpoint::bind(dev.addr, dev.index, &config, stats.clone())?;
+        let strict = dev
+            .profile
+            .strict
+            .then(|| strict::Strict::new(config.faults.seed, dev.index));
+        let ep = if dev.profile.strict {
+            // Strict mode delays datagrams (see [`strict`]); the direct path stays on.
+            let mut faulty = (*config).clone();
+            if faulty.faults.reorder == 0.0 {
+                faulty.faults.reorder = strict::DATAGRAM_REORDER;
+            }
+            Endpoint::bind(dev.addr, dev.index, &faulty, stats.clone())?
+        } else {
+            Endpoint::bind(dev.addr, dev.index, &config, stats.clone())?
+        };
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
@@ -223,6 +240,7 @@ impl Runtime {
             epoch: now ^ ((pid as u64) << 32) ^ dev.index as u64,
             index: dev.index,
             ep,
+            strict,
             pd_count: AtomicU32::new(0),
             next_pd: AtomicU32::new(1),
             cq_count: AtomicU32::new(0),
