@@ -121,7 +121,9 @@ impl<T> SpinMutex<T> {
     /// Locks it if it is free.
     #[inline]
     pub fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
-        self.lock.try_lock().then_some(SpinGuard(self))
+        // `then`, not `then_some`: a guard built for a failed attempt would unlock the
+        // holder's lock when dropped (two consumers of one ring, WQEs run twice).
+        self.lock.try_lock().then(|| SpinGuard(self))
     }
 }
 
@@ -337,6 +339,16 @@ impl RetireRing {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_failed_try_lock_leaves_the_holder_s_lock_held() {
+        let m = super::SpinMutex::new(0u32);
+        let held = m.lock();
+        assert!(m.try_lock().is_none());
+        assert!(m.try_lock().is_none(), "the failed attempt unlocked the holder's lock");
+        drop(held);
+        assert!(m.try_lock().is_some());
+    }
+
     use super::*;
 
     #[test]
