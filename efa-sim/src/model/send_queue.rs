@@ -83,6 +83,9 @@ struct Consumer {
     folded: bool,
     /// Resets (and the start of a reset): strict mode drops WQEs held across one.
     resets: u64,
+    /// Strict mode's window of consumed WQEs (8 KiB: kept off the stack of every
+    /// consumer, allocated at the first strict doorbell).
+    window: Option<Box<strict::Window>>,
 }
 
 impl Request<'_> {
@@ -122,6 +125,7 @@ impl DeviceSq {
                 stalled: None,
                 folded: false,
                 resets: 0,
+                window: None,
             }),
             id: NEXT_SQ_ID.fetch_add(1, Ordering::Relaxed),
             consumed: AtomicU16::new(0),
@@ -236,9 +240,10 @@ impl DeviceSq {
     pub fn process(&self, rt: &Runtime, qp: &Qp) -> bool {
         let mut any = false;
         loop {
-            let Some(mut c) = self.at.try_lock() else {
+            let Some(mut guard) = self.at.try_lock() else {
                 return any; // another thread is consuming; it looks again when done
             };
+            let c = &mut *guard;
             let state = qp.state();
             if !matches!(state, QpState::Rts | QpState::Sqd | QpState::Err) {
                 return any;
@@ -269,8 +274,6 @@ impl DeviceSq {
             }
             let mut raw = WqeBuf::default();
             let size = self.ring.entry_size();
-            // Strict mode: the WQEs of this doorbell, executed in a permutation.
-            let mut window = strict::Window::new();
             while c.at.count != db {
                 let slot = u32::from(c.at.count);
                 // The phase byte first, by an acquire load: a direct consumer may fix a
@@ -288,18 +291,20 @@ impl DeviceSq {
                 consumed += 1;
                 self.consumed.store(c.at.count, Ordering::Release);
                 if let Some(s) = &rt.strict {
+                    // Strict mode: the WQEs of this doorbell, executed in a permutation.
+                    let window = c.window.get_or_insert_with(Default::default);
                     window.push(raw);
                     if window.is_full() {
                         let at = (self.id, size, state, c.resets);
-                        direct += strict::permuted(rt, qp, (s, &mut window, at), &g, &mut shared);
+                        direct += strict::permuted(rt, qp, (s, window, at), &g, &mut shared);
                     }
                     continue;
                 }
                 direct += execute(rt, qp, state, &raw, size, &g, &mut shared);
             }
-            if let Some(s) = &rt.strict {
+            if let (Some(s), Some(window)) = (&rt.strict, c.window.as_mut()) {
                 let at = (self.id, size, state, c.resets);
-                direct += strict::permuted(rt, qp, (s, &mut window, at), &g, &mut shared);
+                direct += strict::permuted(rt, qp, (s, window, at), &g, &mut shared);
             }
             // The doorbell's completions go into the CQ before its datagrams leave and
             // before another thread may consume the ring.
@@ -310,9 +315,9 @@ impl DeviceSq {
             drop(g);
             if consumed > 0 {
                 any = true;
-                self.count(&c, rt, direct);
+                self.count(c, rt, direct);
             }
-            drop(c);
+            drop(guard);
             // A doorbell rung while we held the position found it busy: look again.
             if self.ring.doorbell().read() as u16 == db {
                 return any;
