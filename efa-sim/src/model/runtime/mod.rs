@@ -212,10 +212,20 @@ impl Runtime {
     pub(crate) fn start(dev: &Arc<Device>) -> Result<Arc<Runtime>, String> {
         let config = dev.config().clone();
         let stats = Arc::new(StatsInner::default());
-        let strict = dev
-            .profile
-            .strict
-            .then(|| strict::Strict::new(config.faults.seed, dev.index));
+        // Strict mode gives up every order SRD does not promise; the `reorder` fault knob
+        // alone permutes that fraction of the doorbells.
+        let reorder = config.faults.reorder;
+        let strict = if dev.profile.strict {
+            Some(strict::Strict::new(
+                config.faults.seed,
+                dev.index,
+                1.0,
+                strict::LONE_HOLD,
+            ))
+        } else {
+            (reorder > 0.0)
+                .then(|| strict::Strict::new(config.faults.seed, dev.index, reorder, 0.0))
+        };
         let ep = if dev.profile.strict {
             // Strict mode delays datagrams (see [`strict`]); the direct path stays on.
             let mut faulty = (*config).clone();

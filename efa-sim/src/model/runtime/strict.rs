@@ -49,6 +49,9 @@ pub const HOLD_MIN_US: u64 = 50;
 pub const HOLD_MAX_US: u64 = 1000;
 /// The `reorder` probability strict mode gives the device's datagrams.
 pub const DATAGRAM_REORDER: f64 = 0.5;
+/// Strict mode: probability that a WQE no later one overtook is held all the same, so
+/// that WQEs of different doorbells change order too.
+pub const LONE_HOLD: f64 = 0.125;
 
 /// Most held WQEs one [`Runtime::run_held`] call executes.
 const DUE_BATCH: usize = 16;
@@ -71,6 +74,12 @@ pub(crate) struct Held {
 
 /// The strict-mode state of one device.
 pub(crate) struct Strict {
+    /// Probability that a window is permuted (1 in strict mode, `reorder` of
+    /// `EFA_SIM_FAULTS` otherwise).
+    permute: f64,
+    /// Probability that a WQE no later one overtook is held all the same (strict mode:
+    /// [`LONE_HOLD`]; 0 otherwise).
+    lone: f64,
     rng: AtomicU64,
     held: Mutex<Vec<Held>>,
     count: AtomicUsize,
@@ -84,8 +93,11 @@ fn start(seed: u64, index: u32) -> u64 {
 }
 
 impl Strict {
-    pub fn new(seed: u64, index: u32) -> Strict {
+    /// The strict-mode state of device `index` (`permute`, `lone`: see the fields).
+    pub fn new(seed: u64, index: u32, permute: f64, lone: f64) -> Strict {
         Strict {
+            permute,
+            lone,
             rng: AtomicU64::new(start(seed, index)),
             held: Mutex::new(Vec::new()),
             count: AtomicUsize::new(0),
@@ -108,9 +120,18 @@ impl Strict {
         z ^ (z >> 31)
     }
 
-    /// The execution order of a window of `n` WQEs (Fisher-Yates).
+    /// True with probability `p` (always for `p >= 1`, never for `p <= 0`).
+    fn coin(&self, p: f64) -> bool {
+        p >= 1.0 || (p > 0.0 && ((self.next() >> 11) as f64) < p * (1u64 << 53) as f64)
+    }
+
+    /// The execution order of a window of `n` WQEs: a random permutation (Fisher-Yates)
+    /// with probability `permute`, else posting order.
     pub fn permutation(&self, n: usize) -> arrayvec::ArrayVec<u8, WINDOW> {
         let mut order: arrayvec::ArrayVec<u8, WINDOW> = (0..n.min(WINDOW) as u8).collect();
+        if !self.coin(self.permute) {
+            return order;
+        }
         for i in (1..order.len()).rev() {
             let j = (self.next() % (i as u64 + 1)) as usize;
             order.swap(i, j);
@@ -172,7 +193,10 @@ pub(crate) fn permuted(
     let mut latest: Option<u8> = None;
     for i in s.permutation(window.len()) {
         let wqe = &window[usize::from(i)];
-        if latest.is_some_and(|l| l > i) && state != QpState::Err {
+        // Overtaken by a later-posted WQE, or (strict mode) held at random: then later
+        // doorbells overtake it too.
+        let overtaken = latest.is_some_and(|l| l > i);
+        if state != QpState::Err && (overtaken || s.coin(s.lone)) {
             s.hold(Held {
                 due: s.due(),
                 qpn: qp.qpn(),
@@ -223,8 +247,8 @@ mod tests {
 
     #[test]
     fn permutations_are_seeded_and_cover_both_orders() {
-        let a = Strict::new(7, 0);
-        let b = Strict::new(7, 0);
+        let a = Strict::new(7, 0, 1.0, 0.0);
+        let b = Strict::new(7, 0, 1.0, 0.0);
         let pa: Vec<_> = (0..50).map(|_| a.permutation(5)).collect();
         let pb: Vec<_> = (0..50).map(|_| b.permutation(5)).collect();
         assert_eq!(pa, pb);
@@ -233,11 +257,24 @@ mod tests {
             s.sort_unstable();
             assert_eq!(&s[..], &[0, 1, 2, 3, 4]);
         }
-        let c = Strict::new(7, 1);
+        let c = Strict::new(7, 1, 1.0, 0.0);
         assert_ne!(pa, (0..50).map(|_| c.permutation(5)).collect::<Vec<_>>());
         let swapped = (0..1000).filter(|_| a.permutation(2)[0] == 1).count();
         assert!((400..600).contains(&swapped), "{swapped}");
         a.reseed(7, 0);
         assert_eq!(a.permutation(5), pa[0]);
+    }
+
+    #[test]
+    fn the_reorder_knob_permutes_that_fraction_of_windows() {
+        let never = Strict::new(3, 0, 0.0, 0.0);
+        assert!((0..1000).all(|_| never.permutation(2)[0] == 0));
+        // reorder=0.3: a permuted two-WQE window is inverted half of the time.
+        let some = Strict::new(3, 0, 0.3, 0.0);
+        let swapped = (0..4000).filter(|_| some.permutation(2)[0] == 1).count();
+        assert!((480..720).contains(&swapped), "{swapped}");
+        let lone = Strict::new(3, 0, 1.0, LONE_HOLD);
+        let held = (0..8000).filter(|_| lone.coin(lone.lone)).count();
+        assert!((800..1200).contains(&held), "{held}");
     }
 }
