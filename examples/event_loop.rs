@@ -10,8 +10,9 @@
 //! the channel (with a timeout), and for the CQ that fired, re-arm it *before* polling
 //! it again, so that a completion arriving between the poll and the sleep still wakes
 //! it. Meanwhile the main thread sends `MESSAGES` SENDs in bursts, pausing between them
-//! so that the loop really goes to sleep; the loop checks every message and counts how
-//! often it woke up.
+//! so that the loop really goes to sleep; the loop checks that every message arrived
+//! whole and once (in whichever order: SRD does not order them), and counts how often it
+//! woke up.
 use std::time::Duration;
 
 use efa::*;
@@ -65,6 +66,7 @@ fn run() -> Res<()> {
         let looper = s.spawn(|| -> Res<(u64, u64)> {
             let (mut sent, mut received, mut wakeups) = (0u64, 0u64, 0u64);
             let mut got = ArrayVec::<Completion, 32>::new();
+            let mut seen = [false; MESSAGES as usize];
             while sent < MESSAGES || received < MESSAGES {
                 for cq in [&send_cq, &recv_cq] {
                     loop {
@@ -75,14 +77,23 @@ fn run() -> Res<()> {
                         for c in &got {
                             c.result()?;
                             if c.opcode().is_recv() {
+                                // SRD does not order messages and receives are taken in
+                                // posting order: receive k holds whichever message came
+                                // k-th. Each must be whole, and each arrive once.
                                 let at = (c.wr_id() * MSG) as usize;
-                                let want = c.wr_id() as u8 ^ 0x5a;
-                                if inbox.as_slice()[at..at + MSG as usize]
-                                    .iter()
-                                    .any(|&x| x != want)
+                                let slot = &inbox.as_slice()[at..at + MSG as usize];
+                                let id = u64::from(slot[0] ^ 0x5a);
+                                if id >= MESSAGES
+                                    || seen[id as usize]
+                                    || slot.iter().any(|&x| x != slot[0])
                                 {
-                                    return Err(format!("message {} corrupted", c.wr_id()).into());
+                                    return Err(format!(
+                                        "receive {} holds no whole, new message",
+                                        c.wr_id()
+                                    )
+                                    .into());
                                 }
+                                seen[id as usize] = true;
                                 received += 1;
                             } else {
                                 sent += 1;

@@ -183,7 +183,13 @@ impl Qp {
                 state: AtomicU32::new(QpState::Reset as u32),
                 qkey: AtomicU32::new(0),
                 sq_psn: AtomicU32::new(0),
-                rnr_retry: AtomicU8::new(RNR_RETRY_INFINITE),
+                // SRD retries RNR forever until told otherwise (libfabric efa_base_ep.h);
+                // a device without the RNR_RETRY cap reports an RNR at once (SRD.txt).
+                rnr_retry: AtomicU8::new(if p.device_caps & profile::CAP_RNR_RETRY != 0 {
+                    RNR_RETRY_INFINITE
+                } else {
+                    0
+                }),
                 sq_dev: DeviceSq::new(sq_ring),
                 rq_dev: DeviceRq::new(rq_ring, p.max_rq_sge as usize),
                 sq: SendQueue::new(sq_cfg, gen),
