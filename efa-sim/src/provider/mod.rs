@@ -344,7 +344,10 @@ mod tests {
         let m = super::SpinMutex::new(0u32);
         let held = m.lock();
         assert!(m.try_lock().is_none());
-        assert!(m.try_lock().is_none(), "the failed attempt unlocked the holder's lock");
+        assert!(
+            m.try_lock().is_none(),
+            "the failed attempt unlocked the holder's lock"
+        );
         drop(held);
         assert!(m.try_lock().is_some());
     }
