@@ -61,6 +61,19 @@ fn errors_timed() {
     support::run_c("errors_timed", &[("EFA_SIM_PROFILE", "max_rdma_size=4096")]);
 }
 
+/// Device limits through the C ABI: CQ, SQ and RQ depths one beyond the profile's limits
+/// (or rounded up past them) and PDs beyond max_pd fail with libefa's/the kernel's errno.
+#[test]
+fn limits() {
+    support::run_c(
+        "limits",
+        &[(
+            "EFA_SIM_PROFILE",
+            "max_sq_wr=16,max_rq_wr=24,max_cqe=24,min_sq_wr=1,max_pd=2",
+        )],
+    );
+}
+
 /// Completion channels and RNR retry exhaustion.
 #[test]
 fn channel() {

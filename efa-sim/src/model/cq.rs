@@ -68,15 +68,24 @@ impl Cq {
         opts: CqOptions,
     ) -> Result<(Arc<Cq>, u32), Errno> {
         let p = &rt.profile;
-        if depth > p.max_cqe {
-            return Err(libc::EINVAL);
-        }
+        // libefa's efadv_create_cq checks the wc_flags before the kernel sees the depth.
         if opts.with_sgid && p.device_caps & profile::CAP_CQ_WITH_SGID == 0 {
             return Err(libc::EOPNOTSUPP);
         }
         if opts.with_unsolicited && p.device_caps & profile::CAP_UNSOLICITED_WRITE_RECV == 0 {
             return Err(libc::EOPNOTSUPP);
         }
+        // rc providers/efa/verbs.c create_cq rounds cqe up to a power of two, then kernel
+        // efa_verbs.c efa_create_cq: EINVAL when that exceeds max_cq_depth (`max_cqe`), so a
+        // request rounded up past a limit that is not a power of two fails too. (The first
+        // test also keeps next_power_of_two from overflowing.)
+        if depth > p.max_cqe || depth.max(1).next_power_of_two() > p.max_cqe {
+            return Err(libc::EINVAL);
+        }
+        // Beyond max_cq the device fails the admin CREATE_CQ (no check in the kernel or
+        // libefa): kernel efa_com.c efa_com_comp_status_to_errno maps
+        // RESOURCE_ALLOCATION_FAILURE to ENOMEM. Which status the device sends is
+        // UNCONFIRMED (model §7); ENOMEM is the plausible one.
         let n = rt.cq_count.fetch_add(1, Ordering::AcqRel);
         if n >= p.max_cq {
             rt.cq_count.fetch_sub(1, Ordering::AcqRel);

@@ -29,6 +29,10 @@ pub struct Pd {
 impl Pd {
     /// `ibv_alloc_pd`; ENOMEM beyond `max_pd`.
     pub(crate) fn alloc(rt: Arc<Runtime>) -> Result<Arc<Pd>, Errno> {
+        // Beyond max_pd the device fails the admin ALLOC_PD (no check in the kernel or
+        // libefa): kernel efa_com.c efa_com_comp_status_to_errno maps
+        // RESOURCE_ALLOCATION_FAILURE to ENOMEM. Which status the device sends is
+        // UNCONFIRMED (model §7); ENOMEM is the plausible one.
         let n = rt.pd_count.fetch_add(1, Ordering::AcqRel);
         if n >= rt.profile.max_pd {
             rt.pd_count.fetch_sub(1, Ordering::AcqRel);
@@ -73,6 +77,11 @@ impl Pd {
         if self.is_dead() {
             return Err(libc::EINVAL);
         }
+        // Beyond max_mr_size (the kernel's max_mr_pages × PAGE_SIZE) neither libefa nor
+        // kernel efa_verbs.c efa_reg_mr checks: the device refuses the admin REG_MR with more
+        // than max_mr_pages pages. Its status is UNCONFIRMED (model §7); EINVAL
+        // (ILLEGAL_PARAMETER in efa_com_comp_status_to_errno) is the plausible one. The
+        // model counts bytes, not the pages the range spans.
         if len as u64 > self.rt.profile.max_mr_size || iova.checked_add(len as u64).is_none() {
             return Err(libc::EINVAL);
         }

@@ -2,6 +2,7 @@
 //! RQ ring, their device side and their provider side), state changes (§3.2), posting
 //! (§3.3–§3.4, through the provider), destroy.
 
+use super::qp_init::grant;
 pub use super::qp_init::{max_sq_depth, wqe_size, QpCaps, QpInit, QpType};
 use super::qp_state::{next_state, ATTR_QKEY, ATTR_RNR_RETRY, ATTR_SQ_PSN};
 use super::recv_queue::DeviceRq;
@@ -101,33 +102,12 @@ impl Qp {
         if init.send_cq.is_dead() || init.recv_cq.is_dead() {
             return Err(libc::EINVAL);
         }
-        // 5. limits.
+        // 5. limits (every failure EINVAL; sources at `grant`).
         let c = init.caps;
         let inline_write = init.efa_flags & QP_FLAG_INLINE_WRITE != 0;
         let wqe = wqe_size(c.max_inline_data, inline_write);
-        let rq_sge = c.max_recv_sge.max(1);
-        if c.max_send_sge > p.max_sq_sge as u32
-            || c.max_recv_sge > p.max_rq_sge as u32
-            || c.max_send_wr > max_sq_depth(p, c.max_inline_data, inline_write)
-            || c.max_recv_wr > p.max_rq_wr / rq_sge
-            || c.max_inline_data > p.inline_buf_size_ex as u32
-        {
-            return Err(libc::EINVAL);
-        }
-        // Granted sizes (rc efa_setup_qp).
-        let sq = c.max_send_wr.max(p.min_sq_wr).max(1).next_power_of_two();
-        let rq_descs = if c.max_recv_wr == 0 {
-            0
-        } else {
-            (rq_sge * c.max_recv_wr).next_power_of_two()
-        };
-        let granted = QpCaps {
-            max_send_wr: sq,
-            max_recv_wr: rq_descs / rq_sge,
-            max_send_sge: c.max_send_sge,
-            max_recv_sge: c.max_recv_sge,
-            max_inline_data: c.max_inline_data,
-        };
+        let (granted, rq_descs) = grant(p, &c, inline_write)?;
+        let sq = granted.max_send_wr;
         // libefa: max_tx_batch * 64 bytes per doorbell, and never the whole queue.
         let mut max_batch = match p.max_tx_batch {
             0 => u32::from(u16::MAX),
@@ -141,6 +121,10 @@ impl Qp {
         let limit = p.max_qp.min(MAX_QPS_PER_PROCESS);
         let qp = {
             let mut live = rt.qps.writer.lock().unwrap_or_else(|e| e.into_inner());
+            // Beyond max_qp the device fails the admin CREATE_QP (no check in the kernel or
+            // libefa): kernel efa_com.c efa_com_comp_status_to_errno maps
+            // RESOURCE_ALLOCATION_FAILURE to ENOMEM. Which status the device sends is
+            // UNCONFIRMED (model §7); ENOMEM is the plausible one.
             if *live >= limit {
                 return Err(libc::ENOMEM);
             }
@@ -309,6 +293,8 @@ impl Qp {
             self.sq_psn.store(m.sq_psn & 0xff_ffff, Ordering::Release);
         }
         if m.mask & ATTR_RNR_RETRY != 0 {
+            // No layer rejects rnr_retry > 7: kernel efa_verbs.c efa_modify_qp hands the u8
+            // to the device, whose answer is UNCONFIRMED; kept as the 3-bit IB field.
             self.rnr_retry.store(m.rnr_retry & 7, Ordering::Release);
         }
         match new {

@@ -1,7 +1,7 @@
 //! What QP creation takes and the sizes it grants (model §3.1): transport type,
 //! capacities, the creation input, and libefa's WQE and queue sizing.
 
-use super::{Cq, Profile};
+use super::{Cq, Errno, Profile};
 use efa_sys::io::{TX_DESC_INLINE_MAX_SIZE, TX_DESC_SIZE_128, TX_DESC_SIZE_64};
 use std::sync::Arc;
 
@@ -72,4 +72,48 @@ pub fn wqe_size(max_inline: u32, inline_write: bool) -> usize {
 /// of two.
 pub fn max_sq_depth(p: &Profile, max_inline: u32, inline_write: bool) -> u32 {
     rounddown_pow2(p.max_llq_size / wqe_size(max_inline, inline_write) as u32)
+}
+
+/// The checks `ibv_create_qp` makes on the requested capacities beyond the device's limits,
+/// in the stack's order, and the sizes it grants (rc `efa_setup_qp`). Every failure is
+/// EINVAL; libefa checks the request, the kernel then checks what libefa will grant.
+/// Returns the granted capacities and the RQ's descriptor count.
+pub(crate) fn grant(p: &Profile, c: &QpCaps, inline_write: bool) -> Result<(QpCaps, u32), Errno> {
+    let rq_sge = c.max_recv_sge.max(1);
+    // rc providers/efa/verbs.c efa_check_qp_limits: EINVAL for each of the next five.
+    if c.max_send_sge > u32::from(p.max_sq_sge) || c.max_recv_sge > u32::from(p.max_rq_sge) {
+        return Err(libc::EINVAL);
+    }
+    // (rc efa_calc_sq_max_depth: the LLQ bytes in WQEs of this QP's size, rounded down.)
+    if c.max_send_wr > max_sq_depth(p, c.max_inline_data, inline_write) {
+        return Err(libc::EINVAL);
+    }
+    // (rc efa_calc_rq_max_depth: max_rq_wr counts descriptors, max_recv_sge per WR.)
+    if c.max_recv_wr > p.max_rq_wr / rq_sge {
+        return Err(libc::EINVAL);
+    }
+    if c.max_inline_data > u32::from(p.inline_buf_size_ex) {
+        return Err(libc::EINVAL);
+    }
+    // rc efa_setup_qp: SQ slots rounded up to a power of two (at least min_sq_wr), RQ
+    // descriptors rounded up to a power of two; these replace the request in `attr->cap`
+    // before the kernel sees it.
+    let sq = c.max_send_wr.max(p.min_sq_wr).max(1).next_power_of_two();
+    let rq_descs = match c.max_recv_wr {
+        0 => 0,
+        wr => (rq_sge * wr).next_power_of_two(),
+    };
+    let granted = QpCaps {
+        max_send_wr: sq,
+        max_recv_wr: rq_descs / rq_sge,
+        ..*c
+    };
+    // kernel efa_verbs.c efa_qp_validate_cap: EINVAL when the granted send WRs exceed
+    // max_sq_depth (`max_sq_wr`) or the granted receive WRs max_rq_depth (`max_rq_wr`): a
+    // request rounded up past a limit that is not a power of two fails here. (Its SGE and
+    // inline checks repeat libefa's above.)
+    if granted.max_send_wr > p.max_sq_wr || granted.max_recv_wr > p.max_rq_wr {
+        return Err(libc::EINVAL);
+    }
+    Ok((granted, rq_descs))
 }

@@ -136,15 +136,25 @@ impl Default for Profile {
                 | CAP_RDMA_WRITE
                 | CAP_UNSOLICITED_WRITE_RECV,
             cq_notifications: true,
+            // Limits as model §2.4 gives them for real devices: 4096-entry SQs and 32768 RQ
+            // descriptors are achievable (libfabric#11976), the true maxima UNCONFIRMED.
             max_sq_wr: 4096,
             max_rq_wr: 32768,
+            // Two buffer descriptors in a 64-byte WQE (EFA_IO_TX_DESC_NUM_BUFS), one in an
+            // RDMA WQE; max_rq_sge UNCONFIRMED (libfabric sizes its recv SGEs at 2).
             max_sq_sge: 2,
             max_rq_sge: 2,
             max_sge_rd: 1,
+            // 32 on EC2 (libfabric's efa_unit_test_info.c); the wide value UNCONFIRMED.
             inline_buf_size: 32,
             inline_buf_size_ex: 32,
+            // ≈ 1 GiB (libfabric's RDMA segment size); MTU "approximately 8 KiB", exact
+            // bytes UNCONFIRMED.
             max_rdma_size: 1 << 30,
             mtu_bytes: 8192,
+            // The counts below, max_cqe, page_size_cap, max_llq_size and min_sq_wr have no
+            // public real value (model §2.4, §7): chosen for the emulator. max_qp is the
+            // per-process QPN room.
             max_qp: 511,
             max_cq: 1024,
             max_cqe: MAX_RING_ENTRIES,

@@ -178,6 +178,10 @@ impl MrTable {
     /// Adds the MR `make` builds for a fresh key (ENOMEM beyond `max`).
     pub fn insert(&self, max: usize, make: impl FnOnce(u32) -> Arc<Mr>) -> Result<Arc<Mr>, Errno> {
         let mut a = self.alloc.lock().unwrap_or_else(|e| e.into_inner());
+        // Beyond max_mr the device fails the admin REG_MR (no check in the kernel or
+        // libefa): kernel efa_com.c efa_com_comp_status_to_errno maps
+        // RESOURCE_ALLOCATION_FAILURE to ENOMEM. Which status the device sends is
+        // UNCONFIRMED (model §7); ENOMEM is the plausible one.
         if a.live >= max.min(MAX_MRS as usize) {
             return Err(libc::ENOMEM);
         }
@@ -294,6 +298,11 @@ impl AhTable {
     /// A new AH of `pd` to `gid`; ENOMEM beyond `max`.
     pub fn insert(&self, max: u32, pd: usize, gid: &Gid) -> Result<u16, Errno> {
         let mut a = self.alloc.lock().unwrap_or_else(|e| e.into_inner());
+        // Beyond max_ah the device fails the admin CREATE_AH (no check in the kernel or
+        // libefa): kernel efa_com.c efa_com_comp_status_to_errno maps
+        // RESOURCE_ALLOCATION_FAILURE to ENOMEM. Which status the device sends is
+        // UNCONFIRMED (model §7); ENOMEM is the plausible one. Only a new (PD, GID) takes a
+        // device AH (the kernel's AH cache, model §3.7).
         if a.live >= max.min(0xfffe) {
             return Err(libc::ENOMEM);
         }
