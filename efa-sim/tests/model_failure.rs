@@ -8,7 +8,7 @@
 mod helpers;
 use efa_sim::model::*;
 use helpers::*;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// A QP of `a` in RTS with `rnr_retry` (the modify of RTR→RTS sets it).
 fn qp_with_rnr_retry(a: &Side, cq: &std::sync::Arc<Cq>, rnr_retry: u8) -> std::sync::Arc<Qp> {
