@@ -304,6 +304,11 @@ pub mod qp;
 pub mod rules;
 pub mod wr;
 
+// The direct data path's ring encoders and barriers (issue 26): an internal interface for
+// the direct backend and its tests, not a stable API.
+#[doc(hidden)]
+pub mod direct;
+
 pub use ah::{Ah, Peer, AH_UNKNOWN};
 pub use context::{AsyncEvent, Context, DeviceAttr, DeviceCaps, EfaDeviceAttr, PortAttr};
 pub use cq::{
