@@ -318,8 +318,8 @@ pub use cq::{
 pub use device::{Device, DeviceList};
 pub use endpoint::{EndpointInfo, Gid, MAX_QPN};
 pub use error::{
-    CqRole, DeviceLimit, EfaStatus, Errno, Error, InvalidInput, PdObject, Result, SrdOnly,
-    Unsupported, Verb,
+    CqRole, DeviceLimit, DirectError, EfaStatus, Errno, Error, InvalidInput, PdObject, Result,
+    SrdOnly, Unsupported, Verb,
 };
 pub use lease::{Lease, Posted, Rejected};
 #[cfg(feature = "std")]
@@ -336,8 +336,9 @@ pub use pool::{BufferPool, Slot};
 #[cfg(feature = "std")]
 pub use qp::Transfer;
 pub use qp::{
-    DynQp, Init, Qp, QpAttr, QpCaps, QpConfig, QpState, QpStateKind, QpType, RecvReady, Reset,
-    RnrRetry, Rtr, Rts, RtsOptions, SendSession, TransitionError, WqLayout, DEFAULT_RNR_RETRY,
+    Backend, DynQp, Init, Qp, QpAttr, QpCaps, QpConfig, QpState, QpStateKind, QpType, RecvReady,
+    Reset, RnrRetry, Rtr, Rts, RtsOptions, SendSession, TransitionError, WqLayout,
+    DEFAULT_RNR_RETRY,
 };
 pub use wr::{
     Payload, QpLimits, RdmaChunks, RecvBatch, RecvBufs, RecvTarget, RecvWr, SendBatch, SendOp,

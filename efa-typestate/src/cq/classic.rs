@@ -73,6 +73,9 @@ impl<C: Parent<Target = Context>> Cq<C> {
             Some((raw, keep)) => (Some(raw), Some(keep)),
             None => (None, None),
         };
+        if opts.backend_value().resolve() == crate::qp::Backend::Direct {
+            return Err(crate::error::DirectError::ClassicCq.into());
+        }
         crate::qp::check_cq_depth(&ctx, opts.depth_value())?;
         let (ch, own) = choose_channel(&ctx, ch_raw, &opts)?;
         // SAFETY: valid context, optional channel of this context, no cq_context.

@@ -26,7 +26,7 @@ mod state;
 mod transfer;
 
 pub use config::DEFAULT_RNR_RETRY;
-pub use config::{QpAttr, QpCaps, QpConfig, QpType, RnrRetry, RtsOptions, WqLayout};
+pub use config::{Backend, QpAttr, QpCaps, QpConfig, QpType, RnrRetry, RtsOptions, WqLayout};
 pub use dynamic::DynQp;
 pub use session::SendSession;
 pub use state::{Init, QpState, QpStateKind, RecvReady, Reset, Rtr, Rts, TransitionError};
@@ -92,6 +92,12 @@ impl<P, S: QpState> Qp<P, S> {
     /// Queries the device's view of the QP.
     pub fn query(&self) -> Result<QpAttr> {
         self.inner.query()
+    }
+    /// The data path posting to this QP ([`Backend::Direct`] or [`Backend::Provider`];
+    /// never `Auto`, which is resolved at creation).
+    #[inline]
+    pub fn backend(&self) -> Backend {
+        self.inner.backend()
     }
     /// EFA send/receive ring layout (`efadv_query_qp_wqs`).
     pub fn wq_layout(&self) -> Result<(WqLayout, WqLayout)> {

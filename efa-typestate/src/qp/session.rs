@@ -158,6 +158,10 @@ impl QpInner {
         &mut self,
         build: impl FnOnce(&mut SendSession<'_>) -> Result<R>,
     ) -> Result<R> {
+        #[cfg(feature = "std")]
+        if self.direct.is_some() {
+            return Err(crate::error::DirectError::SessionOnDirectQp.into());
+        }
         let qp = &*self;
         let q: *mut ffi::ibv_qp_ex = qp.qpx;
         // SAFETY: this live QP's ibv_qp_ex; `&mut self` means no session is open on it.
