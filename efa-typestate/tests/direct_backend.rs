@@ -65,10 +65,12 @@ struct Seen {
     flags: u32,
     own_qp: bool,
     src_is_peer: bool,
+    /// Receives: the slid is the receiver's AH number for the sender (or AH_UNKNOWN).
+    slid_is_peer_ah: bool,
     has_sender_gid: bool,
 }
 
-fn seen(c: &Completion, own: u32, peer: u32) -> Seen {
+fn seen(c: &Completion, own: u32, peer: u32, peer_ah: u16) -> Seen {
     Seen {
         wr_id: c.wr_id(),
         status: c.status().0,
@@ -79,13 +81,19 @@ fn seen(c: &Completion, own: u32, peer: u32) -> Seen {
         flags: c.flags().bits(),
         own_qp: c.qp_num() == own,
         src_is_peer: !c.opcode().is_recv() || c.src_qp() == peer,
+        slid_is_peer_ah: if c.opcode().is_recv() {
+            c.slid() == peer_ah
+        } else {
+            c.slid() == 0
+        },
         has_sender_gid: c.sender_gid().is_some(),
     }
 }
 
 /// Completions of one CQ, sorted by what they say (SRD completes out of order).
-fn sorted(v: Vec<Completion>, own: u32, peer: u32) -> Vec<Seen> {
-    let mut s: Vec<Seen> = v.iter().map(|c| seen(c, own, peer)).collect();
+/// `peer_ah`: the receiver's AH number for the sender ([`AH_UNKNOWN`] if it has none).
+fn sorted(v: Vec<Completion>, own: u32, peer: u32, peer_ah: u16) -> Vec<Seen> {
+    let mut s: Vec<Seen> = v.iter().map(|c| seen(c, own, peer, peer_ah)).collect();
     s.sort();
     s
 }
@@ -134,7 +142,7 @@ fn workload(backend: Backend) -> Outcome {
     let b = rts_qp(&pd, &cqb, &cfg, QKEY_B);
     let backends = [a.backend(), b.backend(), cqa.backend(), cqb.backend()];
     let to_b = pd.connect(&b.endpoint()).unwrap();
-    let _to_a = pd.connect(&a.endpoint()).unwrap();
+    let to_a = pd.connect(&a.endpoint()).unwrap();
     let rdma = ctx
         .caps()
         .contains(DeviceCaps::RDMA_WRITE | DeviceCaps::RDMA_READ);
@@ -214,8 +222,8 @@ fn workload(backend: Backend) -> Outcome {
     }
     expect_none(&cqa, Duration::from_millis(20));
     Outcome {
-        a: sorted(a_done, a.qpn(), b.qpn()),
-        b: sorted(b_done, b.qpn(), a.qpn()),
+        a: sorted(a_done, a.qpn(), b.qpn(), 0),
+        b: sorted(b_done, b.qpn(), a.qpn(), to_a.ah().number()),
         landed: dst.as_slice().to_vec(),
         written: target.to_vec(),
         read: sink.as_slice().to_vec(),
@@ -230,6 +238,10 @@ fn direct_and_provider_complete_the_same_workload_alike() {
     assert_eq!(provider.backends, [Backend::Provider; 4]);
     assert_eq!(direct.backends, [Backend::Direct; 4]);
     assert!(provider.a.len() >= 4 && provider.b.len() >= 4);
+    assert!(provider
+        .b
+        .iter()
+        .all(|s| s.slid_is_peer_ah && s.src_is_peer));
     assert_eq!(direct.a, provider.a, "send-side completions");
     assert_eq!(direct.b, provider.b, "receive-side completions");
     assert!(direct.landed == provider.landed, "received bytes differ");
@@ -631,4 +643,163 @@ fn threads_post_to_one_direct_qp_at_once() {
         .unwrap();
     }
     expect_n(&cqa, sq.num_entries as usize);
+}
+
+/// A peer b's PD has no AH for (so its receives report the sender GID, and RDMA to it
+/// fails with REMOTE_UNKNOWN_PEER), and an unsolicited write with immediate.
+fn unknown_peer_and_unsolicited(backend: Backend) -> (Vec<Seen>, Vec<Seen>, Option<Gid>, Vec<u8>) {
+    let (ctx_a, ctx_b) = (open(0), open(1));
+    let (pd_a, pd_b) = (ctx_a.alloc_pd().unwrap(), ctx_b.alloc_pd().unwrap());
+    let cqa = ctx_a.create_ext_cq(cq_opts(256, backend, false)).unwrap();
+    let cqb = ctx_b.create_ext_cq(cq_opts(256, backend, true)).unwrap();
+    let cfg = QpConfig::srd().depth(64, 64).backend(backend);
+    let a = rts_qp(&pd_a, &cqa, &cfg, QKEY_A);
+    let b = rts_qp(&pd_b, &cqb, &cfg.unsolicited_write_recv(), QKEY_B);
+    let to_b = pd_a.connect(&b.endpoint()).unwrap();
+    let src = pd_a.register(vec![3u8; 64], AccessFlags::empty()).unwrap();
+    let dst = pd_b
+        .register(vec![0u8; 64], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    post_recvs(&b, 8, &[&[dst.sge_all().unwrap()]]);
+    post!(a, 1, |s| {
+        s.send(1, &to_b, src.sge(0, 4).unwrap()).unwrap();
+    })
+    .unwrap();
+    let mut sent = 1;
+    let target = write_target(&pd_b, 64);
+    if ctx_a.caps().contains(DeviceCaps::RDMA_WRITE) {
+        post!(a, 1, |s| {
+            s.write(
+                2,
+                &to_b,
+                src.sge(0, 16).unwrap(),
+                target.remote().slice(0, 16).unwrap(),
+            )
+            .unwrap();
+        })
+        .unwrap();
+        sent += 1;
+    }
+    let a_done = expect_n(&cqa, sent);
+    let b_done = expect_n(&cqb, 1);
+    let gid = b_done[0].sender_gid();
+    let mut b_seen = sorted(b_done, b.qpn(), a.qpn(), AH_UNKNOWN);
+    // Unsolicited: a write with immediate from a peer b knows, no receive posted.
+    let pd = &pd_b;
+    let c = ctx_b.create_ext_cq(cq_opts(256, backend, false)).unwrap();
+    let w = rts_qp(pd, &c, &cfg, QKEY_A);
+    let to_b2 = pd.connect(&b.endpoint()).unwrap();
+    let to_w = pd.connect(&w.endpoint()).unwrap();
+    let wsrc = pd.register(vec![7u8; 32], AccessFlags::empty()).unwrap();
+    if ctx_b.caps().contains(DeviceCaps::RDMA_WRITE) {
+        post!(w, 1, |s| {
+            s.write_imm(
+                4,
+                &to_b2,
+                wsrc.sge_all().unwrap(),
+                target.remote().slice(32, 32).unwrap(),
+                99,
+            )
+            .unwrap();
+        })
+        .unwrap();
+        expect_n(&c, 1)[0].result().unwrap();
+        let r = expect_n(&cqb, 1);
+        assert!(r[0].is_unsolicited(), "{r:?}");
+        b_seen.extend(sorted(r, b.qpn(), w.qpn(), to_w.ah().number()));
+    }
+    expect_none(&cqb, Duration::from_millis(20));
+    (
+        sorted(a_done, a.qpn(), b.qpn(), 0),
+        b_seen,
+        gid,
+        target.to_vec(),
+    )
+}
+
+#[test]
+fn sender_gid_error_status_and_unsolicited_writes_match_the_provider() {
+    let provider = unknown_peer_and_unsolicited(Backend::Provider);
+    let direct = unknown_peer_and_unsolicited(Backend::Direct);
+    assert_eq!(
+        provider.2,
+        Some(open(0).gid().unwrap()),
+        "sender GID reported"
+    );
+    assert_eq!(direct, provider);
+}
+
+#[test]
+fn wide_wqes_of_inline_write_qps_match_the_provider() {
+    // A device profile with room for 80 inline bytes: 128-byte WQEs.
+    in_child(
+        "wide_wqes_of_inline_write_qps_match_the_provider",
+        &[(
+            "EFA_SIM_PROFILE",
+            "inline_buf_size=80,inline_buf_size_ex=80",
+        )],
+        || {
+            let provider = wide(Backend::Provider);
+            let direct = wide(Backend::Direct);
+            assert_eq!(direct, provider);
+        },
+    );
+}
+
+fn wide(backend: Backend) -> (Vec<Seen>, Vec<Seen>, Vec<u8>, Vec<u8>) {
+    let ctx = open(0);
+    let pd = ctx.alloc_pd().unwrap();
+    let cqa = ctx.create_ext_cq(cq_opts(256, backend, false)).unwrap();
+    let cqb = ctx.create_ext_cq(cq_opts(256, backend, true)).unwrap();
+    let wide = QpConfig::srd()
+        .inline_write()
+        .max_inline(80)
+        .depth(64, 64)
+        .backend(backend);
+    let a = rts_qp(&pd, &cqa, &wide, QKEY_A);
+    let b = rts_qp(
+        &pd,
+        &cqb,
+        &QpConfig::srd().depth(64, 64).backend(backend),
+        QKEY_B,
+    );
+    assert_eq!(a.wq_layout().unwrap().0.entry_size, 128);
+    let to_b = pd.connect(&b.endpoint()).unwrap();
+    let to_a = pd.connect(&a.endpoint()).unwrap();
+    let src = pd
+        .register((0..=255u8).collect::<Vec<u8>>(), AccessFlags::empty())
+        .unwrap();
+    let rbuf = pd
+        .register(vec![0u8; 256], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    let target = write_target(&pd, 256);
+    let bytes = &src.as_slice()[3..83];
+    post_recvs(&b, 1, &[&[rbuf.sge_all().unwrap()]]);
+    post!(a, 4, |s| {
+        s.send_inline(1, &to_b, bytes).unwrap();
+        s.write(
+            2,
+            &to_b,
+            Payload::Inline(bytes),
+            target.remote().slice(100, 80).unwrap(),
+        )
+        .unwrap();
+        s.write(
+            3,
+            &to_b,
+            src.sge(0, 64).unwrap(),
+            target.remote().slice(0, 64).unwrap(),
+        )
+        .unwrap();
+    })
+    .unwrap();
+    let a_done = expect_n(&cqa, 3);
+    let b_done = expect_n(&cqb, 1);
+    assert_eq!(&rbuf.as_slice()[..80], bytes);
+    (
+        sorted(a_done, a.qpn(), b.qpn(), 0),
+        sorted(b_done, b.qpn(), a.qpn(), to_a.ah().number()),
+        rbuf.as_slice().to_vec(),
+        target.to_vec(),
+    )
 }
