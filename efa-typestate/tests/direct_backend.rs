@@ -487,10 +487,10 @@ fn backend_mismatches_are_typed_errors() {
         "auto is the provider, which a direct CQ does not serve"
     );
     assert_eq!(
-        ctx.create_cq(CqOptions::new(64).backend(Backend::Direct))
+        ctx.create_cq(CqOptions::new(64).backend(Backend::Direct).waitable())
             .map(|_| ())
             .unwrap_err(),
-        Error::Direct(DirectError::ClassicCq)
+        Error::Direct(DirectError::WithChannel)
     );
     assert_eq!(
         ctx.create_ext_cq(CqOptions::new(64).backend(Backend::Direct).waitable())
@@ -802,4 +802,73 @@ fn wide(backend: Backend) -> (Vec<Seen>, Vec<Seen>, Vec<u8>, Vec<u8>) {
         rbuf.as_slice().to_vec(),
         target.to_vec(),
     )
+}
+
+/// Sends (one with immediate) and a write with immediate through classic CQs: a's
+/// completions by `poll`, b's by `poll_wc` (raw `ibv_wc` entries).
+fn classic(backend: Backend) -> (Vec<Seen>, Vec<Seen>, Vec<u8>) {
+    let ctx = open(0);
+    let pd = ctx.alloc_pd().unwrap();
+    let cqa = ctx.create_cq(CqOptions::new(256).backend(backend)).unwrap();
+    let cqb = ctx.create_cq(CqOptions::new(256).backend(backend)).unwrap();
+    assert_eq!(
+        (cqa.backend(), cqb.backend()),
+        (backend.resolve(), backend.resolve())
+    );
+    let cfg = QpConfig::srd().depth(64, 64).backend(backend);
+    let a = rts_qp(&pd, &cqa, &cfg, QKEY_A);
+    let b = rts_qp(&pd, &cqb, &cfg, QKEY_B);
+    let to_b = pd.connect(&b.endpoint()).unwrap();
+    let to_a = pd.connect(&a.endpoint()).unwrap();
+    let src = pd
+        .register((0..=255u8).collect::<Vec<u8>>(), AccessFlags::empty())
+        .unwrap();
+    let dst = pd
+        .register(vec![0u8; 1024], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    let target = write_target(&pd, 256);
+    let rdma = ctx.caps().contains(DeviceCaps::RDMA_WRITE);
+    let r: Vec<Sge<'_>> = (0..3).map(|i| dst.sge(i * 256, 256).unwrap()).collect();
+    post_recvs(&b, 50, &[&[r[0]], &[r[1]], &[r[2]]]);
+    post!(a, 4, |s| {
+        s.send(1, &to_b, src.sge(0, 40).unwrap()).unwrap();
+        s.send_imm(2, &to_b, src.sge(40, 60).unwrap(), 0x1234)
+            .unwrap();
+        if rdma {
+            s.write_imm(
+                3,
+                &to_b,
+                src.sge(100, 50).unwrap(),
+                target.remote().slice(0, 50).unwrap(),
+                77,
+            )
+            .unwrap();
+        }
+    })
+    .unwrap();
+    let n = if rdma { 3 } else { 2 };
+    let a_done = expect_n(&cqa, n);
+    let mut b_done = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while b_done.len() < n && std::time::Instant::now() < deadline {
+        let mut got = ArrayVec::<WorkCompletion, 2>::new();
+        cqb.poll_wc(&mut got).unwrap();
+        b_done.extend(got.iter().map(|w| w.completion()));
+    }
+    assert_eq!(b_done.len(), n);
+    let mut bytes = dst.as_slice().to_vec();
+    bytes.extend(target.to_vec());
+    (
+        sorted(a_done, a.qpn(), b.qpn(), 0),
+        sorted(b_done, b.qpn(), a.qpn(), to_a.ah().number()),
+        bytes,
+    )
+}
+
+#[test]
+fn classic_cqs_poll_and_poll_wc_match_the_provider() {
+    let provider = classic(Backend::Provider);
+    let direct = classic(Backend::Direct);
+    assert!(provider.1.iter().any(|s| s.imm == Some(0x1234)));
+    assert_eq!(direct, provider);
 }

@@ -80,7 +80,7 @@ impl CqOptions {
     }
     /// Which data path polls the CQ ([`Backend`](crate::Backend); default `Auto`, which is
     /// the provider for now). [`Backend::Direct`](crate::Backend::Direct) is offered on
-    /// extended CQs without a channel, and such a CQ only serves direct QPs.
+    /// CQs without a channel, and such a CQ only serves direct QPs.
     pub fn backend(mut self, backend: crate::qp::Backend) -> Self {
         self.backend = backend;
         self

@@ -667,11 +667,17 @@ impl DirectCq {
         if out.is_full() {
             return Err(crate::cq::no_room(N));
         }
+        Ok(self.poll_each(out.remaining_capacity(), |c| out.push(c)))
+    }
+
+    /// Hands up to `max` completions to `f`, oldest first; returns how many (see
+    /// [`poll`](Self::poll)).
+    pub(crate) fn poll_each(&self, max: usize, mut f: impl FnMut(Completion)) -> usize {
         let mut st = lock(&self.st);
         let size = self.ring.entry_size as usize;
         let mut n = 0;
         let mut consumed = 0u32;
-        while !out.is_full() {
+        while n < max {
             let at = self.ring.slot(st.cc);
             // SAFETY: the entry lies in the live CQ ring and is 8-aligned (checked at
             // creation); the device publishes an entry's first 8 bytes (with the phase
@@ -748,7 +754,7 @@ impl DirectCq {
                     c
                 }
             };
-            out.push(c);
+            f(c);
             n += 1;
         }
         if consumed > 0 && self.ring.doorbell != 0 {
@@ -760,7 +766,7 @@ impl DirectCq {
             // SAFETY: the doorbell of this live CQ.
             unsafe { write_doorbell(self.ring.doorbell as *mut u32, db.encode()) };
         }
-        Ok(n)
+        n
     }
 }
 

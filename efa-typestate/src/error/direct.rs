@@ -20,8 +20,6 @@ pub enum DirectError {
     /// A ring of a shape the direct path does not drive (entry size, entry count that is
     /// not a power of two, misaligned buffer, missing doorbell).
     UnsupportedRing(RingKind),
-    /// Only extended CQs ([`ExtCq`](crate::ExtCq)) have a direct backend so far.
-    ClassicCq,
     /// A direct CQ with a completion channel (arming through the device doorbell with
     /// event acknowledgement is not implemented yet).
     WithChannel,
@@ -62,7 +60,6 @@ impl fmt::Display for DirectError {
             ),
             NeedsStd => write!(f, "direct backend: needs the `std` feature"),
             UnsupportedRing(r) => write!(f, "direct backend: unsupported {r:?} ring layout"),
-            ClassicCq => write!(f, "direct backend: only extended CQs (ExtCq) have it"),
             WithChannel => write!(f, "direct backend: CQs with a completion channel"),
             CqNotDirect(r) => write!(
                 f,

@@ -37,8 +37,8 @@ pub struct QpCaps {
 ///   libfabric's efa-direct does. Creation fails with [`Error::Direct`](crate::Error::Direct)
 ///   naming why when the rings cannot be had. A direct QP needs direct CQs (only the
 ///   direct state can match its completions to `wr_id`s) and a direct CQ only serves direct
-///   QPs; both are checked when the QP is created. Only extended CQs
-///   ([`ExtCq`](crate::ExtCq)) without a completion channel have it so far.
+///   QPs; both are checked when the QP is created. CQs ([`Cq`](crate::Cq) and
+///   [`ExtCq`](crate::ExtCq)) have it without a completion channel so far.
 /// * [`Auto`](Backend::Auto) (the default): picks the provider until the differential test
 ///   proves the direct path equal; nothing changes for existing code.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
