@@ -159,6 +159,16 @@
 //! # }
 //! ```
 //!
+//! # Data paths
+//!
+//! Each QP and CQ has a [`Backend`]: libefa's data path (the provider), or the direct
+//! one, which writes WQEs and receive descriptors into the device's rings and reads
+//! completions by phase bit itself (issue 26; as libfabric's efa-direct does), behind the
+//! same posting and polling API. [`Backend::Auto`] picks the provider until the
+//! differential test proves the direct path equal. A direct QP needs direct CQs and a
+//! direct CQ serves only direct QPs (checked at QP creation); `backend()` says which one
+//! an object uses.
+//!
 //! # What the types enforce
 //!
 //! Compile-fail examples of each rule are in [`rules`].

@@ -872,3 +872,43 @@ fn classic_cqs_poll_and_poll_wc_match_the_provider() {
     assert!(provider.1.iter().any(|s| s.imm == Some(0x1234)));
     assert_eq!(direct, provider);
 }
+
+/// Completions of a QP destroyed before they were polled are dropped; the CQ carries on
+/// for the QPs it still serves.
+fn destroyed_qp(backend: Backend) -> Vec<u64> {
+    let ctx = open(0);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx
+        .create_ext_cq(CqOptions::new(1024).backend(backend))
+        .unwrap();
+    let cfg = QpConfig::srd().backend(backend);
+    let a = rts_qp(&pd, &cq, &cfg, QKEY_A);
+    let b = rts_qp(&pd, &cq, &cfg, QKEY_B);
+    let to_b = pd.connect(&b.endpoint()).unwrap();
+    let src = pd.register(vec![1u8; 64], AccessFlags::empty()).unwrap();
+    let dst = pd
+        .register(vec![0u8; 64], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    post_recvs(&b, 20, &[&[dst.sge_all().unwrap()]]);
+    post!(a, 1, |s| {
+        s.send(10, &to_b, src.sge(0, 8).unwrap()).unwrap();
+    })
+    .unwrap();
+    // Both completions are in the ring (a's send completes after b's receive).
+    std::thread::sleep(Duration::from_millis(50));
+    drop(b);
+    let mut ids: Vec<u64> = poll_n(&cq, 2, Duration::from_millis(200))
+        .iter()
+        .map(|c| c.wr_id())
+        .collect();
+    ids.sort();
+    ids
+}
+
+#[test]
+fn completions_of_a_destroyed_qp_are_dropped_alike() {
+    let provider = destroyed_qp(Backend::Provider);
+    let direct = destroyed_qp(Backend::Direct);
+    assert_eq!(provider, vec![10]);
+    assert_eq!(direct, provider);
+}

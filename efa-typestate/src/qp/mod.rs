@@ -104,7 +104,9 @@ impl<P, S: QpState> Qp<P, S> {
         self.inner.wq_layout()
     }
     /// The raw QP. Work requests posted through it by other code must not use `wr_id`s
-    /// with bit 63 set (they are reserved for [leases](crate::lease)).
+    /// with bit 63 set (they are reserved for [leases](crate::lease)); and nothing may be
+    /// posted through it to a [`Backend::Direct`] QP, whose rings only its direct state
+    /// drives (the provider's producer indices and request ids would disagree with it).
     #[inline]
     pub fn as_ptr(&self) -> *mut ffi::ibv_qp {
         self.inner.qp.as_ptr()

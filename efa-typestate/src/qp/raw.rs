@@ -225,6 +225,8 @@ impl Drop for DirectLink {
 // SAFETY: the EFA provider takes the SQ lock in wr_start and releases it in
 // wr_complete/wr_abort, and the `wr_id`/`wr_flags` fields are written only inside that
 // window; post_recv takes the RQ lock. So a QP may be posted to from several threads.
+// The direct backend's state (`direct`) is `Arc`s of types whose mutable parts are
+// behind a mutex per queue (see `direct::backend`), so the same holds for direct QPs.
 unsafe impl Send for QpInner {}
 // SAFETY: see above.
 unsafe impl Sync for QpInner {}
