@@ -313,9 +313,12 @@ impl DirectQp {
         rq.slots.reset();
     }
 
-    /// Posts checked send work requests: all or nothing. Every WQE is written beyond the
-    /// doorbell first (the device does not read there), then the doorbell is rung for
-    /// every `max_batch` WQEs and at the end, as efa-sim's provider does.
+    /// Posts checked send work requests: all or nothing. As libefa's `wr_complete` copies
+    /// its staged WQEs: each WQE is encoded and copied into the next SQ slot (beyond the
+    /// doorbell, where the device does not read), and every `max_batch` WQEs and at the
+    /// end the write-combined stores are flushed and the doorbell is written with the
+    /// producer count. A batch that rings before its end is encoded once beforehand, so
+    /// that no WQE of it can be refused after a doorbell.
     ///
     /// # Safety
     /// The QP is live (its rings mapped), in RTS, driven only by this state; `wrs` were
@@ -330,46 +333,95 @@ impl DirectQp {
         if st.slots.outstanding() + n > st.slots.capacity() {
             return Err(Error::SendQueueFull);
         }
-        let start = st.pc.count;
-        let start_phase = st.pc.phase;
+        let mut w = [0u8; TX_DESC_SIZE_128];
+        if n > self.max_batch {
+            let ctl = TxControl {
+                req_id: 0,
+                phase: false,
+                completion: true,
+            };
+            for wr in wrs {
+                // SAFETY: forwarded: `wr`'s borrows are live for the call.
+                unsafe { self.encode_wqe(&mut w, ctl, wr) }?;
+            }
+        }
+        // The producer position of the last doorbell, and the WQEs written since.
+        let (mut rung, mut rung_phase, mut pending) = (st.pc.count, st.pc.phase, 0u32);
         wc_start();
-        for (i, wr) in wrs.iter().enumerate() {
+        for wr in wrs {
             let req_id = st.slots.take(wr.wr_id);
             let ctl = TxControl {
                 req_id,
                 phase: st.pc.phase,
                 completion: true,
             };
-            let at = self.sq.slot(st.pc.count);
             // SAFETY: forwarded: `wr`'s borrows are live for the call.
-            let r = unsafe { self.write_wqe(at, ctl, wr) };
-            if r.is_err() {
-                // Nothing was rung: the WQEs written lie beyond the doorbell.
-                st.slots.untake(i as u32 + 1);
-                st.pc.count = start;
-                st.pc.phase = start_phase;
-                return r;
+            if let Err(e) = unsafe { self.encode_wqe(&mut w, ctl, wr) } {
+                // Only reached before any doorbell of this batch (a batch that rings
+                // earlier was encoded beforehand): the WQEs written lie beyond the doorbell.
+                st.slots.untake(pending + 1);
+                st.pc.count = rung;
+                st.pc.phase = rung_phase;
+                return Err(e);
             }
+            let at = self.sq.slot(st.pc.count);
+            // SAFETY: `at` is the SQ slot at the producer position, of the live ring,
+            // beyond the doorbell (the device does not read it); the SQ lock is held.
+            unsafe { self.copy_wqe(at, &w) };
             st.pc.advance(self.sq.entries);
+            pending += 1;
+            if pending == self.max_batch {
+                flush_wc_writes();
+                // SAFETY: the SQ doorbell of this live QP; every WQE up to the producer
+                // count is written and flushed.
+                unsafe {
+                    write_doorbell(
+                        self.sq.doorbell as *mut u32,
+                        Producer::doorbell(st.pc.count),
+                    )
+                };
+                (rung, rung_phase, pending) = (st.pc.count, st.pc.phase, 0);
+                wc_start();
+            }
         }
-        flush_wc_writes();
-        let mut done = 0u32;
-        while done < n {
-            done += (n - done).min(self.max_batch);
-            let db = Producer::doorbell(start.wrapping_add(done));
-            // SAFETY: the SQ doorbell of this live QP; every WQE up to it is written and
-            // flushed.
-            unsafe { write_doorbell(self.sq.doorbell as *mut u32, db) };
+        if pending > 0 {
+            flush_wc_writes();
+            // SAFETY: as above.
+            unsafe {
+                write_doorbell(
+                    self.sq.doorbell as *mut u32,
+                    Producer::doorbell(st.pc.count),
+                )
+            };
         }
         Ok(())
     }
 
-    /// Encodes `wr` and copies it into the SQ slot at `at`.
+    /// Copies an encoded WQE (the first `entry_size` bytes of `w`) into the SQ slot `at`.
     ///
     /// # Safety
-    /// `at` is the slot at this QP's producer position (beyond the doorbell), the SQ
-    /// lock is held; `wr`'s SGE list / inline bytes are live.
-    unsafe fn write_wqe(&self, at: usize, ctl: TxControl, wr: &StagedSend<'_>) -> Result<()> {
+    /// `at` is an SQ slot of this live QP beyond the doorbell, the SQ lock is held.
+    unsafe fn copy_wqe(&self, at: usize, w: &[u8; TX_DESC_SIZE_128]) {
+        if self.sq.entry_size as usize == TX_DESC_SIZE_128 {
+            // SAFETY: `at` is a 128-byte, 64-aligned slot (checked at creation) nobody
+            // else reads or writes meanwhile (caller).
+            unsafe { copy_to_llq(at as *mut u8, w) };
+        } else if let Some(w64) = w.first_chunk::<TX_DESC_SIZE_64>() {
+            // SAFETY: as above, a 64-byte slot.
+            unsafe { copy_to_llq(at as *mut u8, w64) };
+        }
+    }
+
+    /// Encodes `wr` into `w` (its first `entry_size` bytes).
+    ///
+    /// # Safety
+    /// `wr`'s SGE list / inline bytes are live.
+    unsafe fn encode_wqe(
+        &self,
+        w: &mut [u8; TX_DESC_SIZE_128],
+        ctl: TxControl,
+        wr: &StagedSend<'_>,
+    ) -> Result<()> {
         let mut sges = [LocalBuf::default(); 2];
         let data = match wr.local {
             LocalKind::Sge => {
@@ -447,19 +499,14 @@ impl DirectQp {
             ah: wr.ahn,
             qkey: wr.qkey,
         };
-        if self.sq.entry_size as usize == TX_DESC_SIZE_128 {
-            let mut w = [0u8; TX_DESC_SIZE_128];
-            encode_tx_wqe_128(&mut w, ctl, dest, &op).map_err(|_| DirectError::WqeFormat)?;
-            // SAFETY: `at` is a 128-byte, 64-aligned slot of the live SQ ring beyond the
-            // doorbell (the device does not read it), written only under the SQ lock.
-            unsafe { copy_to_llq(at as *mut u8, &w) };
+        let r = if self.sq.entry_size as usize == TX_DESC_SIZE_128 {
+            encode_tx_wqe_128(w, ctl, dest, &op)
+        } else if let Some(w64) = w.first_chunk_mut::<TX_DESC_SIZE_64>() {
+            encode_tx_wqe(w64, ctl, dest, &op)
         } else {
-            let mut w = [0u8; TX_DESC_SIZE_64];
-            encode_tx_wqe(&mut w, ctl, dest, &op).map_err(|_| DirectError::WqeFormat)?;
-            // SAFETY: as above, a 64-byte slot.
-            unsafe { copy_to_llq(at as *mut u8, &w) };
-        }
-        Ok(())
+            Ok(())
+        };
+        r.map_err(|_| DirectError::WqeFormat.into())
     }
 
     /// Posts checked receives in order until the queue is full
