@@ -527,8 +527,7 @@ fn backend_mismatches_are_typed_errors() {
         .unwrap();
     assert_eq!(qp.backend(), Backend::Direct);
     // SAFETY: nothing is posted.
-    let r = unsafe { qp.post_with(|_| Ok(())) };
-    assert_eq!(r, Err(Error::Direct(DirectError::SessionOnDirectQp)));
+    assert_eq!(unsafe { qp.post_with(|s| Ok(s.len())) }, Ok(0));
     let msg = Error::Direct(DirectError::CqNotDirect(CqRole::Send)).to_string();
     assert!(msg.contains("not direct"), "{msg}");
 }
@@ -977,5 +976,108 @@ fn ud_qps_match_the_provider() {
     let provider = ud(Backend::Provider);
     let direct = ud(Backend::Direct);
     assert_eq!(&provider.2[..100], &(0..100u8).collect::<Vec<_>>()[..]);
+    assert_eq!(direct, provider);
+}
+
+/// Posting sessions (`post_with`): one that commits (more WRs than a doorbell's batch),
+/// one whose closure fails (nothing posted), one that panics (nothing posted), one that
+/// overfills the queue (SendQueueFull, nothing posted).
+fn sessions(backend: Backend) -> (Vec<Seen>, Vec<Seen>, Vec<u8>, Error) {
+    let ctx = open(0);
+    let pd = ctx.alloc_pd().unwrap();
+    let cqa = ctx.create_ext_cq(cq_opts(256, backend, false)).unwrap();
+    let cqb = ctx.create_ext_cq(cq_opts(256, backend, true)).unwrap();
+    let cfg = QpConfig::srd().depth(8, 64).backend(backend);
+    let mut a = rts_qp(&pd, &cqa, &cfg, QKEY_A);
+    let b = rts_qp(&pd, &cqb, &cfg, QKEY_B);
+    let to_b = pd.connect(&b.endpoint()).unwrap();
+    let to_a = pd.connect(&a.endpoint()).unwrap();
+    let entries = a.wq_layout().unwrap().0.num_entries;
+    let src = pd
+        .register((0..=255u8).collect::<Vec<u8>>(), AccessFlags::empty())
+        .unwrap();
+    let dst = pd
+        .register(vec![0u8; 64 * 16], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    let r: Vec<Sge<'_>> = (0..8).map(|i| dst.sge(i * 64, 64).unwrap()).collect();
+    let lists: Vec<&[Sge<'_>]> = r.chunks(1).collect();
+    post_recvs(&b, 100, &lists);
+    // SAFETY: as in `post!`.
+    let failed = unsafe {
+        a.post_with(|s| {
+            s.send(90, &to_b, src.sge(0, 8).unwrap())?;
+            Err::<(), _>(Error::Timeout)
+        })
+    };
+    assert_eq!(failed, Err(Error::Timeout));
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: as in `post!`.
+        unsafe {
+            a.post_with(|s| {
+                s.send(91, &to_b, src.sge(0, 8).unwrap())?;
+                panic!("in the session");
+                #[allow(unreachable_code)]
+                Ok(())
+            })
+        }
+    }));
+    assert!(panicked.is_err());
+    // SAFETY: as in `post!`.
+    let n = unsafe {
+        a.post_with(|s| {
+            for i in 0..entries.min(8) {
+                let len = 1 + u64::from(i) * 7;
+                s.send_imm(u64::from(i), &to_b, src.sge(u64::from(i), len).unwrap(), i)?;
+            }
+            Ok(s.len())
+        })
+    }
+    .unwrap();
+    let a_done = expect_n(&cqa, n);
+    let b_done = expect_n(&cqb, n);
+    // A full queue: a session filling it goes in; the next one, one WR beyond the free
+    // slots, is refused as a whole.
+    let target = write_target(&pd, 64);
+    let write = |s: &mut SendSession<'_>, id: u64| {
+        s.write(
+            id,
+            &to_b,
+            src.sge(0, 8).unwrap(),
+            target.remote().slice(0, 8).unwrap(),
+        )
+    };
+    // SAFETY: as in `post!`.
+    unsafe {
+        a.post_with(|s| {
+            for i in 0..entries {
+                write(s, 200 + u64::from(i))?;
+            }
+            Ok(())
+        })
+    }
+    .unwrap();
+    // SAFETY: as in `post!`.
+    let full = unsafe { a.post_with(|s| write(s, 300)) }.unwrap_err();
+    let mut written: Vec<u64> = expect_n(&cqa, entries as usize)
+        .iter()
+        .map(|c| c.wr_id())
+        .collect();
+    written.sort();
+    assert_eq!(written, (200..200 + u64::from(entries)).collect::<Vec<_>>());
+    expect_none(&cqa, Duration::from_millis(20));
+    (
+        sorted(a_done, a.qpn(), b.qpn(), 0),
+        sorted(b_done, b.qpn(), a.qpn(), to_a.ah().number()),
+        dst.as_slice().to_vec(),
+        full,
+    )
+}
+
+#[test]
+fn posting_sessions_match_the_provider() {
+    let provider = sessions(Backend::Provider);
+    let direct = sessions(Backend::Direct);
+    assert!(provider.0.len() >= 4, "{provider:?}");
+    assert_eq!(provider.3, Error::SendQueueFull);
     assert_eq!(direct, provider);
 }

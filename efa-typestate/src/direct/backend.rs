@@ -175,6 +175,9 @@ impl Producer {
 struct SqState {
     pc: Producer,
     slots: Slots,
+    /// Host copies of the WQEs of an open session (`post_with`), one SQ entry each, by
+    /// ring slot: libefa's `local_queue`. They reach the SQ when the session commits.
+    staged: Box<[u8]>,
 }
 
 struct RqState {
@@ -284,6 +287,7 @@ impl DirectQp {
                     phase: false,
                 },
                 slots: Slots::new(sq.num_entries, gen),
+                staged: vec![0; (sq.num_entries * sq.entry_size) as usize].into_boxed_slice(),
             }),
             rq_state: Mutex::new(RqState {
                 pc: Producer {
@@ -395,6 +399,20 @@ impl DirectQp {
             };
         }
         Ok(())
+    }
+
+    /// Opens a posting session ([`DirectSession`]): holds the SQ lock until it ends.
+    pub(crate) fn begin(&self) -> DirectSession<'_> {
+        let st = lock(&self.sq_state);
+        DirectSession {
+            qp: self,
+            start: st.pc.count,
+            start_phase: st.pc.phase,
+            st,
+            pending: 0,
+            latched: None,
+            open: true,
+        }
     }
 
     /// Copies an encoded WQE (the first `entry_size` bytes of `w`) into the SQ slot `at`.
@@ -594,6 +612,114 @@ impl DirectQp {
         } else {
             lock(&self.sq_state).slots.complete(req_id)
         }
+    }
+}
+
+/// A direct QP's posting session (`Qp::post_with`), as libefa's `ibv_wr_start` …
+/// `ibv_wr_complete`: each work request is encoded into the host staging area as it is
+/// added; [`commit`](Self::commit) copies them into the SQ with the doorbell rule of
+/// `post_send`, [`abort`](Self::abort) (or a drop, e.g. on a panic) forgets them. The
+/// device sees nothing before the commit, so a session is all or nothing.
+pub(crate) struct DirectSession<'q> {
+    qp: &'q DirectQp,
+    st: MutexGuard<'q, SqState>,
+    start: u32,
+    start_phase: bool,
+    pending: u32,
+    /// The first error of the session (a full queue): the commit fails with it.
+    latched: Option<Error>,
+    open: bool,
+}
+
+impl DirectSession<'_> {
+    /// Adds one checked work request; a full queue is latched and reported by the commit
+    /// (as libefa's `ibv_wr_complete` reports ENOMEM).
+    ///
+    /// # Safety
+    /// `wr`'s SGE list / inline bytes are live for the call.
+    pub(crate) unsafe fn push(&mut self, wr: &StagedSend<'_>) -> Result<()> {
+        if self.latched.is_some() {
+            return Ok(());
+        }
+        let st = &mut *self.st;
+        if st.slots.outstanding() >= st.slots.capacity() {
+            self.latched = Some(Error::SendQueueFull);
+            return Ok(());
+        }
+        let req_id = st.slots.take(wr.wr_id);
+        let ctl = TxControl {
+            req_id,
+            phase: st.pc.phase,
+            completion: true,
+        };
+        let mut w = [0u8; TX_DESC_SIZE_128];
+        // SAFETY: forwarded.
+        if let Err(e) = unsafe { self.qp.encode_wqe(&mut w, ctl, wr) } {
+            st.slots.untake(1);
+            return Err(e);
+        }
+        let size = self.qp.sq.entry_size as usize;
+        let at = (st.pc.count % self.qp.sq.entries) as usize * size;
+        st.staged[at..at + size].copy_from_slice(&w[..size]);
+        st.pc.advance(self.qp.sq.entries);
+        self.pending += 1;
+        Ok(())
+    }
+
+    /// Posts the session's work requests (or reports its latched error, posting none).
+    pub(crate) fn commit(mut self) -> Result<()> {
+        if let Some(e) = self.latched {
+            self.abort_in_place();
+            return Err(e);
+        }
+        self.open = false;
+        let qp = self.qp;
+        let st = &mut *self.st;
+        let size = qp.sq.entry_size as usize;
+        let mut since = 0u32;
+        wc_start();
+        for i in 0..self.pending {
+            let count = self.start.wrapping_add(i);
+            let from = (count % qp.sq.entries) as usize * size;
+            let mut w = [0u8; TX_DESC_SIZE_128];
+            w[..size].copy_from_slice(&st.staged[from..from + size]);
+            // SAFETY: the SQ slot of producer count `count`, written by nobody else (the
+            // SQ lock is held) and beyond the doorbell.
+            unsafe { qp.copy_wqe(qp.sq.slot(count), &w) };
+            since += 1;
+            if since == qp.max_batch || i + 1 == self.pending {
+                flush_wc_writes();
+                let db = Producer::doorbell(count.wrapping_add(1));
+                // SAFETY: the SQ doorbell of this live QP; every WQE up to it is written
+                // and flushed.
+                unsafe { write_doorbell(qp.sq.doorbell as *mut u32, db) };
+                since = 0;
+                wc_start();
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets the session's work requests.
+    pub(crate) fn abort(mut self) {
+        self.abort_in_place();
+    }
+
+    fn abort_in_place(&mut self) {
+        if self.open {
+            self.open = false;
+            let st = &mut *self.st;
+            st.slots.untake(self.pending);
+            st.pc.count = self.start;
+            st.pc.phase = self.start_phase;
+            self.pending = 0;
+        }
+    }
+}
+
+impl Drop for DirectSession<'_> {
+    fn drop(&mut self) {
+        self.abort_in_place();
     }
 }
 

@@ -28,8 +28,6 @@ pub enum DirectError {
     CqNotDirect(CqRole),
     /// A provider QP's CQ (in this role) is a direct CQ, which only serves direct QPs.
     CqIsDirect(CqRole),
-    /// [`Qp::post_with`](crate::Qp::post_with) (provider sessions) on a direct QP.
-    SessionOnDirectQp,
     /// A receive without buffers (libefa writes no descriptor for it, so it would never
     /// complete).
     EmptyReceive,
@@ -69,7 +67,6 @@ impl fmt::Display for DirectError {
                 f,
                 "the QP's {r:?} CQ is direct, and direct CQs only serve direct QPs"
             ),
-            SessionOnDirectQp => write!(f, "direct backend: post_with is not offered"),
             EmptyReceive => write!(f, "direct backend: a receive needs at least one buffer"),
             WqeFormat => write!(f, "direct backend: work request does not fit a WQE"),
         }
