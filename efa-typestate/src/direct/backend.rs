@@ -944,41 +944,5 @@ impl DirectCq {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn slots_recycle_and_recognise_stale_ids() {
-        let mut s = Slots::new(4, 3);
-        let a = s.take(10);
-        let b = s.take(11);
-        assert_eq!(a >> 2, 3, "generation in the high bits");
-        assert_eq!(s.outstanding(), 2);
-        assert_eq!(s.complete(b), Some(11));
-        assert_eq!(s.complete(b), None, "a slot is freed once");
-        let c = s.take(12);
-        assert_eq!(c, b, "the freed slot is handed out next");
-        s.reset();
-        assert_eq!(s.complete(a), None, "earlier generation");
-        assert_eq!(s.outstanding(), 0);
-        for i in 0..4 {
-            s.take(i);
-        }
-        assert_eq!(s.outstanding(), s.capacity());
-        s.untake(2);
-        assert_eq!(s.outstanding(), 2);
-    }
-
-    #[test]
-    fn producer_flips_phase_every_lap() {
-        let mut p = Producer {
-            count: 0,
-            phase: false,
-        };
-        for _ in 0..4 {
-            p.advance(4);
-        }
-        assert!(p.phase);
-        assert_eq!(Producer::doorbell(0x1_0005), 5);
-    }
-}
+#[path = "backend_tests.rs"]
+mod tests;
