@@ -24,8 +24,25 @@
 //! efa-sim's provider drops them; so is one naming a QP number the CQ has no direct QP for
 //! (a destroyed QP).
 //!
-//! No allocation happens after creation: the slot tables are allocated with the QP and the
-//! CQ's table grows only when a QP is created.
+//! # Doorbells
+//!
+//! * SQ: WQEs are copied into the (write-combined) ring after `wc_start`, in 64-byte
+//!   units; every `max_batch` WQEs and at the end of a post the stores are flushed and
+//!   the doorbell is written with the 16-bit producer count (libefa's `wr_complete`). A
+//!   batch that rings before its end is encoded once beforehand, so it stays all or
+//!   nothing; a `post_with` session stages its WQEs in host memory until it commits
+//!   (libefa's local queue).
+//! * RQ: one descriptor per SGE, then `to_device_barrier` and the doorbell with the
+//!   descriptor count, once per post.
+//! * CQ: rdma-core's libefa writes the CQ doorbell (consumer index, `cmd_sn`, arm bit 0)
+//!   after every poll that consumed entries, when the CQ has a doorbell (`cq->db`, which
+//!   the kernel gives on devices that report `EFA_CREATE_CQ_RESP_DB_OFF`), and with the arm
+//!   bit to arm it (`efa_poll_cq`, `efa_end_poll`, `efa_arm_cq` in `providers/efa/verbs.c`);
+//!   libfabric's efa-direct does the same. So does this (`cmd_sn` 0: a direct CQ has no
+//!   channel, so no event is ever acknowledged). efa-sim judges a CQ full by that index.
+//!
+//! No allocation happens after creation: the slot tables and the session staging area are
+//! allocated with the QP, and the CQ's table grows only when a QP is created.
 
 use core::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
