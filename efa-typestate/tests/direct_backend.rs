@@ -1081,3 +1081,92 @@ fn posting_sessions_match_the_provider() {
     assert_eq!(provider.3, Error::SendQueueFull);
     assert_eq!(direct, provider);
 }
+
+#[test]
+fn write_all_and_read_all_run_on_direct_qps() {
+    // Small RDMA chunks: many more than the queue is deep.
+    in_child(
+        "write_all_and_read_all_run_on_direct_qps",
+        &[("EFA_SIM_PROFILE", "max_rdma_size=4096")],
+        transfers,
+    );
+}
+
+fn transfers() {
+    let ctx = open(0);
+    if !ctx
+        .caps()
+        .contains(DeviceCaps::RDMA_WRITE | DeviceCaps::RDMA_READ)
+    {
+        return;
+    }
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx
+        .create_ext_cq(CqOptions::new(256).backend(Backend::Direct))
+        .unwrap();
+    let cfg = QpConfig::srd().depth(8, 8).backend(Backend::Direct);
+    let a = rts_qp(&pd, &cq, &cfg, QKEY_A);
+    let b = rts_qp(&pd, &cq, &cfg, QKEY_B);
+    let to_b = pd.connect(&b.endpoint()).unwrap();
+    let len = 25 * 4096 + 3;
+    let pattern: Vec<u8> = (0..len).map(|i| (i * 13 % 251) as u8).collect();
+    let src = pd.register(pattern.clone(), AccessFlags::empty()).unwrap();
+    let target = pd
+        .register_remote_write(vec![0u8; len], AccessFlags::REMOTE_READ)
+        .unwrap();
+    let opts = Transfer::new(Duration::from_secs(20));
+    let chunks = a
+        .write_all(&cq, &to_b, &src, target.remote(), opts, |c| {
+            panic!("no other completion: {c:?}")
+        })
+        .unwrap();
+    assert!(chunks > 8, "more chunks than the queue is deep: {chunks}");
+    assert!(target.to_vec() == pattern, "every byte arrived");
+    let mut back = pd
+        .register(vec![0u8; len], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    a.read_all(&cq, &to_b, &mut back, target.remote(), opts, |c| {
+        panic!("no other completion: {c:?}")
+    })
+    .unwrap();
+    assert!(back.as_slice() == &pattern[..], "every byte came back");
+}
+
+#[test]
+fn leases_run_on_direct_qps_and_come_back_after_a_reset() {
+    let ctx = open(0);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx
+        .create_ext_cq(CqOptions::new(1024).backend(Backend::Direct))
+        .unwrap();
+    let cfg = QpConfig::srd().backend(Backend::Direct);
+    let a = rts_qp(&pd, &cq, &cfg, QKEY_A);
+    let b = rts_qp(&pd, &cq, &cfg, QKEY_B);
+    let to_b = pd.connect(&b.endpoint()).unwrap();
+    let pool = BufferPool::new(&pd, 64, 4).unwrap();
+    let recv = b.post_recv_lease(pool.take().unwrap()).unwrap();
+    let kept = b.post_recv_lease(pool.take().unwrap()).unwrap();
+    let mut out = pool.take().unwrap();
+    out.as_mut_slice()[..5].copy_from_slice(b"lease");
+    let sent = a.post_send_lease(&to_b, SendOp::Send, out, 5).unwrap();
+    let got = expect_n(&cq, 2);
+    let (mut sent, mut recv) = (Some(sent), Some(recv));
+    for c in &got {
+        assert!(c.is_ok(), "{c:?}");
+        if let Some(t) = recv.take() {
+            match t.reclaim(c) {
+                Ok(slot) => {
+                    assert_eq!(&slot.as_slice()[..5], b"lease");
+                    continue;
+                }
+                Err(t) => recv = Some(t),
+            }
+        }
+        drop(sent.take().unwrap().reclaim(c).unwrap());
+    }
+    assert!(sent.is_none() && recv.is_none());
+    // The receive still posted comes back once its QP is reset.
+    let b = b.reset().unwrap();
+    drop(kept.reclaim_reset(&b).unwrap());
+    assert_eq!(pool.available(), pool.len());
+}
