@@ -362,3 +362,111 @@ fn a_full_output_is_an_error_and_a_short_one_leaves_the_rest() {
     let rest: Vec<u64> = poll_all(&cq).iter().map(|c| c.wr_id()).collect();
     assert_eq!((one[0].wr_id(), rest), (1, vec![2, 3]));
 }
+
+#[test]
+fn rings_of_unsupported_shapes_are_typed_errors() {
+    let dev = Device::new();
+    let sq = WqLayout {
+        buffer: Device::addr(dev.sq),
+        entry_size: 64,
+        num_entries: SQ_ENTRIES,
+        doorbell: dev.db_addr(0),
+        max_batch: MAX_BATCH,
+    };
+    let rq = WqLayout {
+        buffer: Device::addr(dev.rq),
+        entry_size: 16,
+        num_entries: RQ_ENTRIES,
+        doorbell: dev.db_addr(1),
+        max_batch: 0,
+    };
+    let cq = CqLayout {
+        buffer: Device::addr(dev.cq),
+        entry_size: 32,
+        num_entries: CQ_ENTRIES,
+        doorbell: dev.db_addr(2),
+    };
+    let bad = |r| Err(Error::Direct(DirectError::UnsupportedRing(r)));
+    let qp = |sq, rq| DirectQp::new(QPN, sq, rq, 4).map(|_| ());
+    assert_eq!(qp(sq, rq), Ok(()));
+    assert_eq!(
+        qp(
+            WqLayout {
+                entry_size: 32,
+                ..sq
+            },
+            rq
+        ),
+        bad(RingKind::Send)
+    );
+    assert_eq!(
+        qp(
+            WqLayout {
+                num_entries: 6,
+                ..sq
+            },
+            rq
+        ),
+        bad(RingKind::Send)
+    );
+    assert_eq!(qp(WqLayout { doorbell: 0, ..sq }, rq), bad(RingKind::Send));
+    assert_eq!(
+        qp(
+            WqLayout {
+                buffer: sq.buffer + 8,
+                ..sq
+            },
+            rq
+        ),
+        bad(RingKind::Send)
+    );
+    assert_eq!(
+        qp(
+            sq,
+            WqLayout {
+                entry_size: 32,
+                ..rq
+            }
+        ),
+        bad(RingKind::Recv)
+    );
+    assert_eq!(
+        qp(
+            sq,
+            WqLayout {
+                num_entries: 0,
+                ..rq
+            }
+        ),
+        Ok(()),
+        "a QP without receive queue"
+    );
+    let cq_of = |c| DirectCq::new(c, false, false).map(|_| ());
+    assert_eq!(cq_of(cq), Ok(()));
+    assert_eq!(
+        cq_of(CqLayout {
+            entry_size: 8,
+            ..cq
+        }),
+        bad(RingKind::Completion)
+    );
+    assert_eq!(
+        cq_of(CqLayout {
+            entry_size: 128,
+            ..cq
+        }),
+        bad(RingKind::Completion)
+    );
+    assert_eq!(
+        cq_of(CqLayout {
+            num_entries: 12,
+            ..cq
+        }),
+        bad(RingKind::Completion)
+    );
+    assert_eq!(
+        cq_of(CqLayout { doorbell: 0, ..cq }),
+        Ok(()),
+        "a CQ without doorbell (older devices): polled without writing one"
+    );
+}
