@@ -1170,3 +1170,53 @@ fn leases_run_on_direct_qps_and_come_back_after_a_reset() {
     drop(kept.reclaim_reset(&b).unwrap());
     assert_eq!(pool.available(), pool.len());
 }
+
+/// A zero-length SEND (an empty gather list) and an RDMA read into a one-entry list.
+fn odd_shapes(backend: Backend) -> (Vec<Seen>, Vec<Seen>, Vec<u8>) {
+    let ctx = open(0);
+    let pd = ctx.alloc_pd().unwrap();
+    let cqa = ctx.create_ext_cq(cq_opts(256, backend, false)).unwrap();
+    let cqb = ctx.create_ext_cq(cq_opts(256, backend, true)).unwrap();
+    let cfg = QpConfig::srd().depth(16, 16).backend(backend);
+    let a = rts_qp(&pd, &cqa, &cfg, QKEY_A);
+    let b = rts_qp(&pd, &cqb, &cfg, QKEY_B);
+    let to_b = pd.connect(&b.endpoint()).unwrap();
+    let to_a = pd.connect(&a.endpoint()).unwrap();
+    let dst = pd
+        .register(vec![0u8; 64], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    let readable = pd
+        .register(vec![0x5au8; 64], AccessFlags::REMOTE_READ)
+        .unwrap();
+    post_recvs(&b, 1, &[&[dst.sge(0, 32).unwrap()]]);
+    let empty = SgeList::<1>::new(&[]).unwrap();
+    let one = [dst.sge(32, 16).unwrap()];
+    let one = SgeList::<1>::new(&one).unwrap();
+    let rdma = ctx.caps().contains(DeviceCaps::RDMA_READ);
+    post!(a, 2, |s| {
+        s.send(10, &to_b, &empty).unwrap();
+        if rdma {
+            s.read(11, &to_b, &one, readable.remote().slice(8, 16).unwrap())
+                .unwrap();
+        }
+    })
+    .unwrap();
+    let a_done = expect_n(&cqa, if rdma { 2 } else { 1 });
+    let b_done = expect_n(&cqb, 1);
+    (
+        sorted(a_done, a.qpn(), b.qpn(), 0),
+        sorted(b_done, b.qpn(), a.qpn(), to_a.ah().number()),
+        dst.as_slice().to_vec(),
+    )
+}
+
+#[test]
+fn empty_sends_and_one_entry_reads_match_the_provider() {
+    let provider = odd_shapes(Backend::Provider);
+    let direct = odd_shapes(Backend::Direct);
+    assert_eq!(provider.1[0].byte_len, 0);
+    if provider.0.len() == 2 {
+        assert_eq!(&provider.2[32..48], &[0x5a; 16][..], "the read landed");
+    }
+    assert_eq!(direct, provider);
+}
