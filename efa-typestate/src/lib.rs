@@ -159,6 +159,16 @@
 //! # }
 //! ```
 //!
+//! # Data paths
+//!
+//! Each QP and CQ has a [`Backend`]: libefa's data path (the provider), or the direct
+//! one, which writes WQEs and receive descriptors into the device's rings and reads
+//! completions by phase bit itself (issue 26; as libfabric's efa-direct does), behind the
+//! same posting and polling API. [`Backend::Auto`] picks the provider until the
+//! differential test proves the direct path equal. A direct QP needs direct CQs and a
+//! direct CQ serves only direct QPs (checked at QP creation); `backend()` says which one
+//! an object uses.
+//!
 //! # What the types enforce
 //!
 //! Compile-fail examples of each rule are in [`rules`].
@@ -318,8 +328,8 @@ pub use cq::{
 pub use device::{Device, DeviceList};
 pub use endpoint::{EndpointInfo, Gid, MAX_QPN};
 pub use error::{
-    CqRole, DeviceLimit, EfaStatus, Errno, Error, InvalidInput, PdObject, Result, SrdOnly,
-    Unsupported, Verb,
+    CqRole, DeviceLimit, DirectError, EfaStatus, Errno, Error, InvalidInput, PdObject, Result,
+    SrdOnly, Unsupported, Verb,
 };
 pub use lease::{Lease, Posted, Rejected};
 #[cfg(feature = "std")]
@@ -336,8 +346,9 @@ pub use pool::{BufferPool, Slot};
 #[cfg(feature = "std")]
 pub use qp::Transfer;
 pub use qp::{
-    DynQp, Init, Qp, QpAttr, QpCaps, QpConfig, QpState, QpStateKind, QpType, RecvReady, Reset,
-    RnrRetry, Rtr, Rts, RtsOptions, SendSession, TransitionError, WqLayout, DEFAULT_RNR_RETRY,
+    Backend, DynQp, Init, Qp, QpAttr, QpCaps, QpConfig, QpState, QpStateKind, QpType, RecvReady,
+    Reset, RnrRetry, Rtr, Rts, RtsOptions, SendSession, TransitionError, WqLayout,
+    DEFAULT_RNR_RETRY,
 };
 pub use wr::{
     Payload, QpLimits, RdmaChunks, RecvBatch, RecvBufs, RecvTarget, RecvWr, SendBatch, SendOp,

@@ -12,7 +12,7 @@ use super::{choose_channel, destroy_cq, notify_fn, request_notify_with, sealed};
 use super::{CompChannel, Completion, CompletionFlags, CompletionQueue, CqOptions, OwnChannel};
 use super::{ReqNotifyFn, WorkCompletion};
 use crate::context::Context;
-use crate::error::{Error, Result, Unsupported, Verb};
+use crate::error::{DirectError, Error, Result, Unsupported, Verb};
 use crate::ffi;
 use crate::parent::{Keep, Parent, Sibling};
 
@@ -25,6 +25,9 @@ pub struct Cq<C> {
     poll_cq: PollCqFn,
     req_notify: ReqNotifyFn,
     own: Option<OwnChannel>,
+    /// The direct backend's state (a CQ created [`Backend::Direct`](crate::Backend)).
+    #[cfg(feature = "std")]
+    direct: Option<std::sync::Arc<crate::direct::backend::DirectCq>>,
     _channel: Option<Keep>,
     _ctx: C,
 }
@@ -73,6 +76,17 @@ impl<C: Parent<Target = Context>> Cq<C> {
             Some((raw, keep)) => (Some(raw), Some(keep)),
             None => (None, None),
         };
+        let direct = opts.backend_value().resolve() == crate::qp::Backend::Direct;
+        if direct {
+            if !cfg!(feature = "std") {
+                return Err(DirectError::NeedsStd.into());
+            }
+            #[cfg(feature = "std")]
+            crate::direct::backend::check_barriers()?;
+            if ch_raw.is_some() || opts.has_channel_request() {
+                return Err(DirectError::WithChannel.into());
+            }
+        }
         crate::qp::check_cq_depth(&ctx, opts.depth_value())?;
         let (ch, own) = choose_channel(&ctx, ch_raw, &opts)?;
         // SAFETY: valid context, optional channel of this context, no cq_context.
@@ -97,14 +111,26 @@ impl<C: Parent<Target = Context>> Cq<C> {
                 why: Unsupported::NotInLibrary,
             });
         };
-        Ok(Cq {
+        #[allow(unused_mut)] // mutated only with the direct backend (std)
+        let mut cq = Cq {
             raw,
             poll_cq,
             req_notify,
             own,
+            #[cfg(feature = "std")]
+            direct: None,
             _channel: keep,
             _ctx: ctx,
-        })
+        };
+        #[cfg(feature = "std")]
+        if direct {
+            // Dropping `cq` on failure destroys it.
+            let layout = cq
+                .layout()
+                .map_err(|_| DirectError::RingsUnavailable(Verb::EfadvQueryCq))?;
+            cq.direct = Some(crate::direct::backend::DirectCq::new(layout, false, false)?);
+        }
+        Ok(cq)
     }
 }
 
@@ -195,6 +221,10 @@ impl<C> Cq<C> {
         if want == 0 {
             return Err(super::no_room(N));
         }
+        #[cfg(feature = "std")]
+        if let Some(d) = &self.direct {
+            return Ok(d.poll_each(want, |c| out.push(WorkCompletion::from_completion(&c))));
+        }
         let len = out.len();
         // SAFETY: `len <= N`, so this is the start of the spare capacity;
         // `WorkCompletion` is a transparent `ibv_wc`.
@@ -235,6 +265,10 @@ impl<C> CompletionQueue for Cq<C> {
     // (as C's `ibv_poll_cq` is); moving the entries into place is `Cq::take`.
     #[inline]
     fn poll<const N: usize>(&self, out: &mut ArrayVec<Completion, N>) -> Result<usize> {
+        #[cfg(feature = "std")]
+        if let Some(d) = &self.direct {
+            return d.poll(out);
+        }
         let want = out.remaining_capacity().min(c_int::MAX as usize);
         if want == 0 {
             return Err(super::no_room(N));
@@ -252,11 +286,22 @@ impl<C> CompletionQueue for Cq<C> {
     }
 
     fn request_notify(&self) -> Result<()> {
+        // A direct CQ's consumer index is the direct state's (see `ExtCq`).
+        #[cfg(feature = "std")]
+        if let Some(d) = &self.direct {
+            d.arm();
+            return Ok(());
+        }
         request_notify_with(self.req_notify, self.raw.as_ptr())
     }
 
     fn own_channel(&self) -> Option<&OwnChannel> {
         self.own.as_ref()
+    }
+
+    #[cfg(feature = "std")]
+    fn direct_cq(&self) -> Option<&std::sync::Arc<crate::direct::backend::DirectCq>> {
+        self.direct.as_ref()
     }
 }
 
@@ -272,6 +317,8 @@ impl<C> Cq<C> {
         // once and dropped after the CQ is gone (own channel first, then the holders).
         unsafe {
             drop(core::ptr::read(&me.own));
+            #[cfg(feature = "std")]
+            drop(core::ptr::read(&me.direct));
             drop(core::ptr::read(&me._channel));
             drop(core::ptr::read(&me._ctx));
         }

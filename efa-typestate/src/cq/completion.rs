@@ -212,6 +212,60 @@ impl core::fmt::Debug for Completion {
 }
 
 impl Completion {
+    /// A send-side completion read by the direct backend (the receive fields 0, no flags).
+    #[cfg(feature = "std")]
+    #[inline]
+    pub(crate) fn direct(
+        wr_id: u64,
+        status: WcStatus,
+        opcode: WcOpcode,
+        vendor_err: u32,
+        qp_num: u32,
+    ) -> Completion {
+        Completion {
+            wr_id,
+            status,
+            opcode,
+            vendor_err,
+            byte_len: 0,
+            imm_be: MaybeUninit::new(0),
+            qp_num,
+            src_qp: 0,
+            flags: CompletionFlags::empty(),
+            _pkey_index: MaybeUninit::new(0),
+            slid: 0,
+            _sl_path_bits: MaybeUninit::new([0; 4]),
+            sgid: MaybeUninit::uninit(),
+        }
+    }
+
+    /// Sets the receive fields of a direct completion (`imm` host order, `flags` without
+    /// `SENDER_GID`, which `sgid` sets).
+    #[cfg(feature = "std")]
+    #[inline]
+    pub(crate) fn set_recv(
+        &mut self,
+        byte_len: u32,
+        src_qp: u32,
+        slid: u16,
+        mut flags: CompletionFlags,
+        imm: Option<u32>,
+        sgid: Option<Gid>,
+    ) {
+        self.byte_len = byte_len;
+        self.src_qp = src_qp;
+        self.slid = slid;
+        if let Some(imm) = imm {
+            self.imm_be = MaybeUninit::new(imm.to_be());
+            flags |= CompletionFlags::WITH_IMM;
+        }
+        if let Some(g) = sgid {
+            self.sgid = MaybeUninit::new(g);
+            flags |= CompletionFlags::SENDER_GID;
+        }
+        self.flags = flags;
+    }
+
     /// The work request id given when posting (0 for unsolicited write-with-imm).
     #[inline]
     pub fn wr_id(&self) -> u64 {

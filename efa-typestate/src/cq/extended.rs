@@ -14,7 +14,7 @@ use super::{ReqNotifyFn, WcOpcode, WcStatus};
 use crate::ah::AH_UNKNOWN;
 use crate::context::{Context, DeviceCaps};
 use crate::endpoint::Gid;
-use crate::error::{Error, Result, Unsupported, Verb};
+use crate::error::{DirectError, Error, Result, Unsupported, Verb};
 use crate::ffi;
 use crate::parent::{Keep, Parent, Sibling};
 
@@ -48,6 +48,9 @@ pub struct ExtCq<C> {
     ops: CqExOps,
     req_notify: ReqNotifyFn,
     own: Option<OwnChannel>,
+    /// The direct backend's state (a CQ created [`Backend::Direct`](crate::Backend)).
+    #[cfg(feature = "std")]
+    direct: Option<std::sync::Arc<crate::direct::backend::DirectCq>>,
     _channel: Option<Keep>,
     _ctx: C,
 }
@@ -121,6 +124,17 @@ impl<C: Parent<Target = Context>> ExtCq<C> {
                 });
             }
         }
+        let direct = opts.backend_value().resolve() == crate::qp::Backend::Direct;
+        if direct {
+            if !cfg!(feature = "std") {
+                return Err(DirectError::NeedsStd.into());
+            }
+            #[cfg(feature = "std")]
+            crate::direct::backend::check_barriers()?;
+            if ch_raw.is_some() || opts.has_channel_request() {
+                return Err(DirectError::WithChannel.into());
+            }
+        }
         crate::qp::check_cq_depth(&ctx, opts.depth_value())?;
         let (ch, own) = choose_channel(&ctx, ch_raw, &opts)?;
         // SAFETY: all-zero is a valid ibv_cq_init_attr_ex (integers and null pointers).
@@ -168,14 +182,23 @@ impl<C: Parent<Target = Context>> ExtCq<C> {
         // SAFETY: a freshly created ibv_cq_ex; function pointers are read once.
         let ops = unsafe { Self::load_ops(cq, &opts) };
         match (ops, notify_fn(base)) {
-            (Some(ops), Ok(req_notify)) => Ok(ExtCq {
-                raw,
-                ops,
-                req_notify,
-                own,
-                _channel: keep,
-                _ctx: ctx,
-            }),
+            (Some(ops), Ok(req_notify)) => {
+                let cq = ExtCq {
+                    raw,
+                    ops,
+                    req_notify,
+                    own,
+                    #[cfg(feature = "std")]
+                    direct: None,
+                    _channel: keep,
+                    _ctx: ctx,
+                };
+                #[cfg(feature = "std")]
+                if direct {
+                    return cq.into_direct(&opts);
+                }
+                Ok(cq)
+            }
             _ => {
                 let _ = destroy_cq(base);
                 Err(Error::Unsupported {
@@ -231,6 +254,23 @@ impl<C: Parent<Target = Context>> ExtCq<C> {
             read_sgid,
             is_unsolicited,
         })
+    }
+}
+
+#[cfg(feature = "std")]
+impl<C> ExtCq<C> {
+    /// Gives a new CQ its direct state (the CQ is destroyed if its ring cannot be had).
+    fn into_direct(mut self, opts: &CqOptions) -> Result<Self> {
+        let layout = self
+            .layout()
+            .map_err(|_| DirectError::RingsUnavailable(Verb::EfadvQueryCq))?;
+        let d = crate::direct::backend::DirectCq::new(
+            layout,
+            opts.wants_sender_gid(),
+            opts.wants_unsolicited(),
+        )?;
+        self.direct = Some(d);
+        Ok(self)
     }
 }
 
@@ -313,6 +353,8 @@ impl<C> ExtCq<C> {
         // once and dropped after the CQ is gone (own channel first, then the holders).
         unsafe {
             drop(core::ptr::read(&me.own));
+            #[cfg(feature = "std")]
+            drop(core::ptr::read(&me.direct));
             drop(core::ptr::read(&me._channel));
             drop(core::ptr::read(&me._ctx));
         }
@@ -331,6 +373,10 @@ impl<C> CompletionQueue for ExtCq<C> {
     // `ibv_start_poll` is; reading entries is `ExtCq::read_session`.
     #[inline]
     fn poll<const N: usize>(&self, out: &mut ArrayVec<Completion, N>) -> Result<usize> {
+        #[cfg(feature = "std")]
+        if let Some(d) = &self.direct {
+            return d.poll(out);
+        }
         if out.is_full() {
             return Err(super::no_room(N));
         }
@@ -344,11 +390,23 @@ impl<C> CompletionQueue for ExtCq<C> {
     }
 
     fn request_notify(&self) -> Result<()> {
+        // A direct CQ's consumer index is the direct state's: the provider's arming would
+        // tell the device its own (stale) one.
+        #[cfg(feature = "std")]
+        if let Some(d) = &self.direct {
+            d.arm();
+            return Ok(());
+        }
         request_notify_with(self.req_notify, self.as_cq_ptr())
     }
 
     fn own_channel(&self) -> Option<&OwnChannel> {
         self.own.as_ref()
+    }
+
+    #[cfg(feature = "std")]
+    fn direct_cq(&self) -> Option<&std::sync::Arc<crate::direct::backend::DirectCq>> {
+        self.direct.as_ref()
     }
 }
 

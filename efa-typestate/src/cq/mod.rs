@@ -38,6 +38,7 @@ pub struct CqOptions {
     sender_gid: bool,
     unsolicited: bool,
     waitable: bool,
+    backend: crate::qp::Backend,
 }
 
 impl CqOptions {
@@ -49,6 +50,7 @@ impl CqOptions {
             sender_gid: false,
             unsolicited: false,
             waitable: false,
+            backend: crate::qp::Backend::Auto,
         }
     }
     /// Completion vector (interrupt) to use.
@@ -74,6 +76,13 @@ impl CqOptions {
     /// explicit channel ([`InvalidInput::ChannelConflict`]).
     pub fn waitable(mut self) -> Self {
         self.waitable = true;
+        self
+    }
+    /// Which data path polls the CQ ([`Backend`](crate::Backend); default `Auto`, which is
+    /// the provider for now). [`Backend::Direct`](crate::Backend::Direct) is offered on
+    /// CQs without a channel, and such a CQ only serves direct QPs.
+    pub fn backend(mut self, backend: crate::qp::Backend) -> Self {
+        self.backend = backend;
         self
     }
 }
@@ -122,6 +131,23 @@ pub trait CompletionQueue: sealed::Sealed {
     /// The channel of a [`waitable`](CqOptions::waitable) CQ.
     #[doc(hidden)]
     fn own_channel(&self) -> Option<&OwnChannel>;
+
+    /// The direct backend's state of a direct CQ (internal).
+    #[doc(hidden)]
+    #[cfg(feature = "std")]
+    fn direct_cq(&self) -> Option<&std::sync::Arc<crate::direct::backend::DirectCq>> {
+        None
+    }
+
+    /// The data path polling this CQ ([`Backend::Direct`](crate::Backend::Direct) or
+    /// [`Backend::Provider`](crate::Backend::Provider); `Auto` is resolved at creation).
+    fn backend(&self) -> crate::qp::Backend {
+        #[cfg(feature = "std")]
+        if self.direct_cq().is_some() {
+            return crate::qp::Backend::Direct;
+        }
+        crate::qp::Backend::Provider
+    }
 
     /// Polls into `out` until at least `n` completions arrived (counting those this call
     /// appended), and returns how many it appended. Spins for a few microseconds, then
@@ -267,5 +293,11 @@ impl CqOptions {
     }
     pub(crate) fn wants_unsolicited(&self) -> bool {
         self.unsolicited
+    }
+    pub(crate) fn backend_value(&self) -> crate::qp::Backend {
+        self.backend
+    }
+    pub(crate) fn has_channel_request(&self) -> bool {
+        self.waitable
     }
 }

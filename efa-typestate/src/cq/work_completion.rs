@@ -31,6 +31,25 @@ static_assertions::const_assert_eq!(
 );
 
 impl WorkCompletion {
+    /// The entry a provider would have written for `c` (a direct CQ's completion, whose
+    /// first 48 bytes are an `ibv_wc` with every field initialised).
+    #[cfg(feature = "std")]
+    #[inline]
+    pub(crate) fn from_completion(c: &Completion) -> WorkCompletion {
+        let mut w = MaybeUninit::<[u64; WC_WORDS]>::uninit();
+        // SAFETY: a `Completion` is 64 bytes whose first 48 are laid out as `ibv_wc`
+        // (checked at compile time in `completion.rs`); `w` holds 48 bytes; the two do
+        // not overlap. Bytes are copied as they are (the target may hold any bytes).
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                (c as *const Completion).cast::<u8>(),
+                w.as_mut_ptr().cast::<u8>(),
+                core::mem::size_of::<ffi::ibv_wc>(),
+            )
+        };
+        WorkCompletion(w)
+    }
+
     /// The entry as the provider's struct.
     #[inline(always)]
     fn wc(&self) -> *const ffi::ibv_wc {

@@ -16,6 +16,8 @@
 //! Hidden from the documentation: an internal interface for the direct backend and its
 //! tests, not a stable API.
 
+#[cfg(feature = "std")]
+pub mod backend;
 pub mod barrier;
 mod bits;
 pub mod cqe;

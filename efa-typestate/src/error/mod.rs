@@ -4,9 +4,11 @@
 use core::fmt;
 
 mod codes;
+mod direct;
 mod invalid;
 
 pub use codes::{EfaStatus, Errno, Unsupported, Verb};
+pub use direct::{DirectError, RingKind};
 pub use invalid::{CqRole, DeviceLimit, InvalidInput, PdObject, SrdOnly};
 
 /// Everything that can go wrong in this crate. Small and `Copy`: cheap to return on
@@ -50,6 +52,8 @@ pub enum Error {
     NoSuchDevice,
     /// A wait ran out of time.
     Timeout,
+    /// The direct backend cannot serve this QP or CQ (issue 26).
+    Direct(DirectError),
 }
 
 impl Error {
@@ -97,6 +101,12 @@ impl Error {
     }
 }
 
+impl From<DirectError> for Error {
+    fn from(e: DirectError) -> Self {
+        Error::Direct(e)
+    }
+}
+
 impl From<InvalidInput> for Error {
     fn from(e: InvalidInput) -> Self {
         Error::Invalid(e)
@@ -132,6 +142,7 @@ impl fmt::Display for Error {
             Error::Invalid(e) => e.fmt(f),
             Error::NoSuchDevice => write!(f, "no such EFA device"),
             Error::Timeout => write!(f, "timed out"),
+            Error::Direct(e) => e.fmt(f),
         }
     }
 }
@@ -150,7 +161,7 @@ impl From<Error> for std::io::Error {
             Error::Timeout => ErrorKind::TimedOut,
             Error::NoSuchDevice => ErrorKind::NotFound,
             Error::SendQueueFull | Error::RecvQueueFull { .. } => ErrorKind::WouldBlock,
-            Error::Unsupported { .. } => ErrorKind::Unsupported,
+            Error::Unsupported { .. } | Error::Direct(_) => ErrorKind::Unsupported,
             Error::Completion { .. } => ErrorKind::Other,
             Error::Verb { errno, .. } => std::io::Error::from_raw_os_error(errno.0).kind(),
         };

@@ -28,6 +28,41 @@ pub struct QpCaps {
     pub max_inline_data: u32,
 }
 
+/// Which data path posts to a QP or polls a CQ (issue 26).
+///
+/// * [`Provider`](Backend::Provider): libefa's (`ibv_wr_*`, `ibv_post_recv`, the CQ's poll
+///   functions).
+/// * [`Direct`](Backend::Direct): this crate writes WQEs and receive descriptors into the
+///   device's rings, rings the doorbells and reads completions by phase bit itself, as
+///   libfabric's efa-direct does. Creation fails with [`Error::Direct`](crate::Error::Direct)
+///   naming why when the rings cannot be had. A direct QP needs direct CQs (only the
+///   direct state can match its completions to `wr_id`s) and a direct CQ only serves direct
+///   QPs; both are checked when the QP is created. CQs ([`Cq`](crate::Cq) and
+///   [`ExtCq`](crate::ExtCq)) have it without a completion channel so far.
+/// * [`Auto`](Backend::Auto) (the default): picks the provider until the differential test
+///   proves the direct path equal; nothing changes for existing code.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// Provider now; the direct path once it is proven equal.
+    #[default]
+    Auto,
+    /// The direct data path, or an error.
+    Direct,
+    /// libefa's data path.
+    Provider,
+}
+
+impl Backend {
+    /// What `Auto` resolves to: the backend an object asked for with `self` gets.
+    #[inline]
+    pub fn resolve(self) -> Backend {
+        match self {
+            Backend::Auto | Backend::Provider => Backend::Provider,
+            Backend::Direct => Backend::Direct,
+        }
+    }
+}
+
 /// How to create a QP. Start from [`QpConfig::srd`] or [`QpConfig::ud`].
 #[derive(Clone, Copy, Debug)]
 pub struct QpConfig {
@@ -40,6 +75,7 @@ pub struct QpConfig {
     pub(crate) unsolicited_write_recv: bool,
     pub(crate) inline_write: bool,
     pub(crate) sl: u8,
+    pub(crate) backend: Backend,
 }
 
 impl QpConfig {
@@ -56,6 +92,7 @@ impl QpConfig {
             unsolicited_write_recv: false,
             inline_write: false,
             sl: 0,
+            backend: Backend::Auto,
         }
     }
     /// A UD QP (SEND and SEND_WITH_IMM).
@@ -100,6 +137,11 @@ impl QpConfig {
     /// [`DeviceCaps::RDMA_WRITE`](crate::DeviceCaps::RDMA_WRITE)).
     pub fn inline_write(mut self) -> Self {
         self.inline_write = true;
+        self
+    }
+    /// Which data path posts to the QP ([`Backend`]; default [`Backend::Auto`]).
+    pub fn backend(mut self, backend: Backend) -> Self {
+        self.backend = backend;
         self
     }
     /// Service level (traffic class, 0 = default).

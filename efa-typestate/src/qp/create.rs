@@ -4,13 +4,13 @@
 use core::marker::PhantomData;
 use core::ptr::NonNull;
 
-use super::config::{QpCaps, QpConfig, QpType};
+use super::config::{Backend, QpCaps, QpConfig, QpType};
 use super::device_limits;
 use super::raw::{PostRecvFn, QpInner, SendFns, EFA_PORT};
 use super::{Qp, Reset};
 use crate::context::{Context, DeviceCaps};
 use crate::cq::CompletionQueue;
-use crate::error::{Error, InvalidInput, Result, SrdOnly, Unsupported, Verb};
+use crate::error::{CqRole, DirectError, Error, InvalidInput, Result, SrdOnly, Unsupported, Verb};
 use crate::ffi::{self, ibv_qp_init_attr_mask as InitMask, ibv_qp_type};
 use crate::parent::{Parent, Sibling};
 use crate::pd::Pd;
@@ -116,6 +116,12 @@ impl<P> Qp<P, Reset> {
             recv: recv_cq.as_cq_ptr(),
             send_depth: send_cq.depth(),
             recv_depth: recv_cq.depth(),
+            #[cfg(feature = "std")]
+            direct: [send_cq.direct_cq().cloned(), recv_cq.direct_cq().cloned()],
+            direct_roles: [
+                send_cq.backend() == Backend::Direct,
+                recv_cq.backend() == Backend::Direct,
+            ],
         };
         let inner = create_inner(&pd, cqs, config)?;
         Ok(Qp {
@@ -133,6 +139,35 @@ struct CqsOf {
     recv: *mut ffi::ibv_cq,
     send_depth: u32,
     recv_depth: u32,
+    /// The direct state of each CQ (send, receive) that has one.
+    #[cfg(feature = "std")]
+    direct: [Option<std::sync::Arc<crate::direct::backend::DirectCq>>; 2],
+    /// Whether each CQ (send, receive) is direct.
+    direct_roles: [bool; 2],
+}
+
+/// Refuses a QP whose backend its CQs cannot serve: a direct QP needs direct CQs, a
+/// provider QP provider CQs (naming the CQ's role).
+fn check_backends(cqs: &CqsOf, backend: Backend) -> Result<()> {
+    let direct = backend == Backend::Direct;
+    let role = |i: usize| {
+        if cqs.send == cqs.recv {
+            CqRole::Shared
+        } else if i == 0 {
+            CqRole::Send
+        } else {
+            CqRole::Recv
+        }
+    };
+    for (i, &is_direct) in cqs.direct_roles.iter().enumerate() {
+        if direct && !is_direct {
+            return Err(DirectError::CqNotDirect(role(i)).into());
+        }
+        if !direct && is_direct {
+            return Err(DirectError::CqIsDirect(role(i)).into());
+        }
+    }
+    Ok(())
 }
 
 fn create_inner<C: Parent<Target = Context>>(
@@ -149,6 +184,14 @@ fn create_inner<C: Parent<Target = Context>>(
     };
     let send_ops = send_ops_for(config, device_caps);
     check_config(config, send_ops, device_caps, verb)?;
+    let backend = config.backend.resolve();
+    if backend == Backend::Direct {
+        #[cfg(not(feature = "std"))]
+        return Err(DirectError::NeedsStd.into());
+        #[cfg(feature = "std")]
+        crate::direct::backend::check_barriers()?;
+    }
+    check_backends(&cqs, backend)?;
     let caps = config.caps.unwrap_or(QpCaps {
         max_send_wr: config.depth.0,
         max_recv_wr: config.depth.1,
@@ -266,7 +309,8 @@ fn create_inner<C: Parent<Target = Context>>(
         max_rdma: dev.map_or(0, |d| d.max_rdma_size),
         inline_write: config.inline_write,
     };
-    Ok(QpInner {
+    #[allow(unused_mut)] // mutated only with the direct backend (std)
+    let mut inner = QpInner {
         qp,
         qpx,
         fns,
@@ -276,5 +320,33 @@ fn create_inner<C: Parent<Target = Context>>(
         device_caps,
         gid,
         qkey: 0,
-    })
+        #[cfg(feature = "std")]
+        direct: None,
+    };
+    #[cfg(feature = "std")]
+    if backend == Backend::Direct {
+        // Dropping `inner` on failure destroys the new QP.
+        inner.direct = Some(direct_link(&inner, cqs)?);
+    }
+    Ok(inner)
+}
+
+/// The direct state of a new direct QP, registered with its CQs. Querying the rings is
+/// also what tells the device (efa-sim: its doorbell watcher) that they are driven
+/// directly; the QP is never posted through the provider from then on.
+#[cfg(feature = "std")]
+fn direct_link(inner: &QpInner, cqs: CqsOf) -> Result<super::raw::DirectLink> {
+    let (sq, rq) = inner
+        .wq_layout()
+        .map_err(|_| DirectError::RingsUnavailable(Verb::EfadvQueryQpWqs))?;
+    let qp = crate::direct::backend::DirectQp::new(inner.qpn(), sq, rq, inner.caps.max_recv_wr)?;
+    let mut list = arrayvec::ArrayVec::new();
+    let [send, recv] = cqs.direct;
+    for cq in [send, recv].into_iter().flatten() {
+        if !list.iter().any(|c| std::sync::Arc::ptr_eq(c, &cq)) {
+            cq.register(&qp);
+            list.push(cq);
+        }
+    }
+    Ok(super::raw::DirectLink { qp, cqs: list })
 }

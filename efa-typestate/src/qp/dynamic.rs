@@ -45,6 +45,10 @@ impl<P> DynQp<P> {
     pub fn qpn(&self) -> u32 {
         self.inner.qpn()
     }
+    /// The data path posting to this QP (see [`Qp::backend`]).
+    pub fn backend(&self) -> super::Backend {
+        self.inner.backend()
+    }
     /// Limits granted at creation.
     pub fn caps(&self) -> QpCaps {
         self.inner.caps

@@ -26,7 +26,7 @@ mod state;
 mod transfer;
 
 pub use config::DEFAULT_RNR_RETRY;
-pub use config::{QpAttr, QpCaps, QpConfig, QpType, RnrRetry, RtsOptions, WqLayout};
+pub use config::{Backend, QpAttr, QpCaps, QpConfig, QpType, RnrRetry, RtsOptions, WqLayout};
 pub use dynamic::DynQp;
 pub use session::SendSession;
 pub use state::{Init, QpState, QpStateKind, RecvReady, Reset, Rtr, Rts, TransitionError};
@@ -93,12 +93,20 @@ impl<P, S: QpState> Qp<P, S> {
     pub fn query(&self) -> Result<QpAttr> {
         self.inner.query()
     }
+    /// The data path posting to this QP ([`Backend::Direct`] or [`Backend::Provider`];
+    /// never `Auto`, which is resolved at creation).
+    #[inline]
+    pub fn backend(&self) -> Backend {
+        self.inner.backend()
+    }
     /// EFA send/receive ring layout (`efadv_query_qp_wqs`).
     pub fn wq_layout(&self) -> Result<(WqLayout, WqLayout)> {
         self.inner.wq_layout()
     }
     /// The raw QP. Work requests posted through it by other code must not use `wr_id`s
-    /// with bit 63 set (they are reserved for [leases](crate::lease)).
+    /// with bit 63 set (they are reserved for [leases](crate::lease)); and nothing may be
+    /// posted through it to a [`Backend::Direct`] QP, whose rings only its direct state
+    /// drives (the provider's producer indices and request ids would disagree with it).
     #[inline]
     pub fn as_ptr(&self) -> *mut ffi::ibv_qp {
         self.inner.qp.as_ptr()

@@ -199,11 +199,34 @@ pub(crate) struct QpInner {
     pub(crate) device_caps: DeviceCaps,
     pub(crate) gid: Gid,
     pub(crate) qkey: u32,
+    /// The direct backend's state, for a QP created [`Backend::Direct`](super::Backend).
+    #[cfg(feature = "std")]
+    pub(crate) direct: Option<DirectLink>,
+}
+
+/// A direct QP's state and the direct CQs serving it (one entry when one CQ serves both
+/// queues). Dropped after the QP is destroyed (a field of [`QpInner`], whose `Drop`
+/// destroys the QP first): it then leaves the CQs' tables.
+#[cfg(feature = "std")]
+pub(crate) struct DirectLink {
+    pub(crate) qp: std::sync::Arc<crate::direct::backend::DirectQp>,
+    pub(crate) cqs: arrayvec::ArrayVec<std::sync::Arc<crate::direct::backend::DirectCq>, 2>,
+}
+
+#[cfg(feature = "std")]
+impl Drop for DirectLink {
+    fn drop(&mut self) {
+        for cq in &self.cqs {
+            cq.unregister(&self.qp);
+        }
+    }
 }
 
 // SAFETY: the EFA provider takes the SQ lock in wr_start and releases it in
 // wr_complete/wr_abort, and the `wr_id`/`wr_flags` fields are written only inside that
 // window; post_recv takes the RQ lock. So a QP may be posted to from several threads.
+// The direct backend's state (`direct`) is `Arc`s of types whose mutable parts are
+// behind a mutex per queue (see `direct::backend`), so the same holds for direct QPs.
 unsafe impl Send for QpInner {}
 // SAFETY: see above.
 unsafe impl Sync for QpInner {}
@@ -222,14 +245,30 @@ pub(crate) fn zeroed_attr() -> ffi::ibv_qp_attr {
 
 impl QpInner {
     /// Destroys the QP, handing it back on failure.
-    pub(crate) fn destroy(self) -> core::result::Result<(), (Self, Error)> {
+    #[allow(unused_mut)] // `mut` only with the direct backend (std)
+    pub(crate) fn destroy(mut self) -> core::result::Result<(), (Self, Error)> {
         // SAFETY: owned QP destroyed once (Drop skipped below on success).
         let rc = unsafe { ffi::ibv_destroy_qp(self.qp.as_ptr()) };
         if rc != 0 {
             return Err((self, Error::verb(Verb::DestroyQp, rc)));
         }
+        #[cfg(feature = "std")]
+        let direct = self.direct.take();
         core::mem::forget(self);
+        // The QP is gone: its direct state leaves the CQs' tables.
+        #[cfg(feature = "std")]
+        drop(direct);
         Ok(())
+    }
+
+    /// The backend the QP was created with.
+    #[inline]
+    pub(crate) fn backend(&self) -> super::Backend {
+        #[cfg(feature = "std")]
+        if self.direct.is_some() {
+            return super::Backend::Direct;
+        }
+        super::Backend::Provider
     }
 
     pub(crate) fn modify(&self, attr: &mut ffi::ibv_qp_attr, mask: u32) -> Result<()> {
@@ -237,6 +276,14 @@ impl QpInner {
         let rc = unsafe { ffi::ibv_modify_qp(self.qp.as_ptr(), attr, mask as c_int) };
         if rc != 0 {
             return Err(Error::verb(Verb::ModifyQp, rc));
+        }
+        // RESET forgets every posted WR: the device starts both queues at index 0 again,
+        // and so must the direct state.
+        #[cfg(feature = "std")]
+        if let Some(d) = &self.direct {
+            if mask & ATTR_STATE != 0 && attr.qp_state == QpStateKind::Reset.to_raw() {
+                d.qp.reset();
+            }
         }
         Ok(())
     }
@@ -371,6 +418,13 @@ impl QpInner {
         if batch.wrs.is_empty() {
             return Ok(());
         }
+        #[cfg(feature = "std")]
+        if let Some(d) = &self.direct {
+            // SAFETY: this live QP is driven only by its direct state (never through the
+            // provider: `post_with` is refused); the WRs were checked against it when
+            // added and their borrows are live; the caller's contract covers the memory.
+            return unsafe { d.qp.post_send(batch.wrs.as_slice()) };
+        }
         let q = self.qpx;
         let f = &self.fns;
         // SAFETY: `q` is this live QP's ibv_qp_ex; every pointer in `f` was checked at
@@ -398,6 +452,11 @@ impl QpInner {
         let n = batch.wrs.len();
         if n == 0 {
             return Ok(());
+        }
+        #[cfg(feature = "std")]
+        if let Some(d) = &self.direct {
+            // SAFETY: as in `post_send`, for receives.
+            return unsafe { d.qp.post_recv(batch.wrs.as_slice()) };
         }
         let mut chain = [const { MaybeUninit::<ffi::ibv_recv_wr>::uninit() }; N];
         let base = chain.as_mut_ptr().cast::<ffi::ibv_recv_wr>();

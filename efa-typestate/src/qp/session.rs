@@ -38,6 +38,9 @@ pub struct SendSession<'q> {
     q: *mut ffi::ibv_qp_ex,
     limits: QpLimits,
     added: u32,
+    /// A direct QP's session (its work requests go to the direct state, not the provider).
+    #[cfg(feature = "std")]
+    direct: Option<crate::direct::backend::DirectSession<'q>>,
     // The provider's SQ lock is held by this thread.
     _not_send: PhantomData<*mut ()>,
 }
@@ -77,6 +80,13 @@ impl<'q> SendSession<'q> {
             return Err(QpLimits::queue_full(limits.max_send_wr));
         }
         limits.check_send(&wr, Origin::User)?;
+        #[cfg(feature = "std")]
+        if let Some(d) = &mut self.direct {
+            // SAFETY: the WR's SGE list and inline bytes are borrowed for this call.
+            unsafe { d.push(&StagedSend::of(&wr)) }?;
+            self.added += 1;
+            return Ok(());
+        }
         // SAFETY: the session is open on this QP (made only by `post_with`, between
         // start and complete/abort); `wr` was checked against this QP just now; its AH,
         // SGE list and inline bytes are borrowed for this call, and the provider copies
@@ -122,6 +132,11 @@ impl<P> Qp<P, Rts> {
     /// `&mut self`: while the session holds the provider's send-queue lock nothing else
     /// can post to this QP (another post would wait for that lock forever).
     ///
+    /// On a [`Backend::Direct`](crate::Backend::Direct) QP the session holds the direct
+    /// send queue's lock instead, encodes each request into a host staging area as it is
+    /// added (libefa's local queue), and copies them into the send queue, with the
+    /// doorbell every `max_batch` WQEs, when `build` returns `Ok`.
+    ///
     /// ```no_run
     /// # use efa_typestate::*;
     /// # fn f<P, Q, M: RegionMemory>(qp: &mut Qp<P, Rts>, peer: &Peer<Q>, src: &Mr<Q, M>,
@@ -158,6 +173,30 @@ impl QpInner {
         &mut self,
         build: impl FnOnce(&mut SendSession<'_>) -> Result<R>,
     ) -> Result<R> {
+        #[cfg(feature = "std")]
+        if let Some(d) = &self.direct {
+            let qp = &*self;
+            let mut session = SendSession {
+                qp,
+                q: core::ptr::null_mut(),
+                limits: qp.limits,
+                added: 0,
+                direct: Some(d.qp.begin()),
+                _not_send: PhantomData,
+            };
+            // A panic in `build` drops the session, which forgets its work requests.
+            let built = build(&mut session);
+            let Some(direct) = session.direct.take() else {
+                unreachable!("the direct session is only taken here")
+            };
+            return match built {
+                Ok(r) => direct.commit().map(|()| r),
+                Err(e) => {
+                    direct.abort();
+                    Err(e)
+                }
+            };
+        }
         let qp = &*self;
         let q: *mut ffi::ibv_qp_ex = qp.qpx;
         // SAFETY: this live QP's ibv_qp_ex; `&mut self` means no session is open on it.
@@ -169,6 +208,8 @@ impl QpInner {
             q,
             limits: qp.limits,
             added: 0,
+            #[cfg(feature = "std")]
+            direct: None,
             _not_send: PhantomData,
         };
         let built = build(&mut session);

@@ -28,6 +28,8 @@ pub use recv::{RecvBatch, RecvWr};
 pub use send::{SendBatch, SendWr};
 
 pub(crate) use builders::send_builders;
+#[cfg(test)]
+pub(crate) use limits::test_limits;
 pub(crate) use limits::Origin;
 pub(crate) use send::Dest;
 pub(crate) use staged::LocalKind;

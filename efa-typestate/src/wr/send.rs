@@ -21,6 +21,8 @@ pub(crate) struct Dest {
     pub(crate) qpn: u32,
     pub(crate) qkey: u32,
     pub(crate) pd: PdId,
+    /// The device AH number (`efadv_query_ah`), for WQEs the direct backend writes.
+    pub(crate) ahn: u16,
 }
 
 impl Dest {
@@ -32,6 +34,7 @@ impl Dest {
             qpn: peer.qpn(),
             qkey: peer.qkey(),
             pd: peer.ah().pd_id(),
+            ahn: peer.ah().number(),
         }
     }
     #[cfg(test)]
@@ -41,6 +44,7 @@ impl Dest {
             qpn: 1,
             qkey: 2,
             pd,
+            ahn: 0,
         }
     }
 }

@@ -47,6 +47,9 @@ pub struct StagedSend<'a> {
     len_lkey: u64,
     /// Low half: the remote key; high half: the immediate (host order).
     rkey_imm: u64,
+    /// The device AH number of the destination (direct backend).
+    #[cfg_attr(not(feature = "std"), allow(dead_code))]
+    pub(crate) ahn: u16,
     pub(crate) kind: OpKind,
     pub(crate) local: LocalKind,
     _borrows: PhantomData<&'a [u8]>,
@@ -89,6 +92,7 @@ impl<'a> StagedSend<'a> {
             addr,
             len_lkey: pack(len, lkey),
             rkey_imm: pack(wr.op.rkey, wr.op.imm),
+            ahn: wr.dest.ahn,
             kind: wr.op.kind,
             local,
             _borrows: PhantomData,
