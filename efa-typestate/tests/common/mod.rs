@@ -3,6 +3,8 @@
 
 use std::time::{Duration, Instant};
 
+#[macro_use]
+pub mod direct;
 pub mod props;
 
 use arrayvec::ArrayVec;

@@ -1,0 +1,207 @@
+//! The direct state of one CQ: its consumer position, the direct QPs it serves, and
+//! polling by phase bit.
+
+use super::*;
+
+struct CqState {
+    cc: u32,
+    phase: bool,
+    qps: Vec<Arc<DirectQp>>,
+    /// Index in `qps` of the QP of the last completion (most polls see one QP).
+    last: usize,
+}
+
+/// The direct state of one CQ.
+pub struct DirectCq {
+    ring: Ring,
+    sender_gid: bool,
+    unsolicited: bool,
+    st: Mutex<CqState>,
+}
+
+impl core::fmt::Debug for DirectCq {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("DirectCq")
+            .field("ring", &self.ring)
+            .finish()
+    }
+}
+
+impl DirectCq {
+    /// The direct state of a CQ with ring `layout` (`efadv_query_cq`); `sender_gid` and
+    /// `unsolicited`: what the CQ was created to report.
+    pub(crate) fn new(
+        layout: CqLayout,
+        sender_gid: bool,
+        unsolicited: bool,
+    ) -> Result<Arc<DirectCq>> {
+        check_barriers()?;
+        let e = layout.entry_size as usize;
+        let ok = (CQE_SIZE..=MAX_CQE).contains(&e)
+            && e % 8 == 0
+            && layout.num_entries.is_power_of_two()
+            && layout.buffer != 0
+            && layout.buffer % 8 == 0
+            && layout.doorbell % 4 == 0;
+        if !ok {
+            return Err(unsupported(RingKind::Completion));
+        }
+        Ok(Arc::new(DirectCq {
+            ring: Ring {
+                buffer: layout.buffer,
+                entry_size: layout.entry_size,
+                entries: layout.num_entries,
+                doorbell: layout.doorbell,
+            },
+            sender_gid,
+            unsolicited,
+            // libefa's sub-CQs start in phase 1 (the ring starts zeroed).
+            st: Mutex::new(CqState {
+                cc: 0,
+                phase: true,
+                qps: Vec::new(),
+                last: 0,
+            }),
+        }))
+    }
+
+    /// Serves `qp` from now on (QP creation).
+    pub(crate) fn register(&self, qp: &Arc<DirectQp>) {
+        lock(&self.st).qps.push(Arc::clone(qp));
+    }
+
+    /// Stops serving `qp` (QP destruction, after the device forgot it): its completions
+    /// still in the ring are dropped when polled.
+    pub(crate) fn unregister(&self, qp: &Arc<DirectQp>) {
+        let mut st = lock(&self.st);
+        st.qps.retain(|q| !Arc::ptr_eq(q, qp));
+        st.last = 0;
+    }
+
+    /// Arms the CQ for one completion event: the doorbell with the consumer index and the
+    /// arm bit (`efa_arm_cq`; no events are ever acknowledged on a direct CQ, which has no
+    /// channel, so `cmd_sn` stays 0).
+    pub(crate) fn arm(&self) {
+        if self.ring.doorbell == 0 {
+            return;
+        }
+        let st = lock(&self.st);
+        let db = CqDoorbell {
+            consumer_index: st.cc as u16,
+            cmd_sn: 0,
+            arm: true,
+        };
+        // SAFETY: the doorbell of this live CQ (it outlives its direct state's users).
+        unsafe { write_doorbell(self.ring.doorbell as *mut u32, db.encode()) };
+    }
+
+    /// Appends up to `out`'s room of completions; returns how many. Completions of other
+    /// generations, of slots not taken and of QPs this CQ does not serve are consumed and
+    /// dropped. Writes the consumer index to the CQ doorbell (when the CQ has one) after
+    /// consuming entries, as libefa's `efa_poll_cq` / `efa_end_poll` do.
+    pub(crate) fn poll<const N: usize>(&self, out: &mut ArrayVec<Completion, N>) -> Result<usize> {
+        if out.is_full() {
+            return Err(crate::cq::no_room(N));
+        }
+        Ok(self.poll_each(out.remaining_capacity(), |c| out.push(c)))
+    }
+
+    /// Hands up to `max` completions to `f`, oldest first; returns how many (see
+    /// [`poll`](Self::poll)).
+    pub(crate) fn poll_each(&self, max: usize, mut f: impl FnMut(Completion)) -> usize {
+        let mut st = lock(&self.st);
+        let size = self.ring.entry_size as usize;
+        let mut n = 0;
+        let mut consumed = 0u32;
+        while n < max {
+            let at = self.ring.slot(st.cc);
+            // SAFETY: the entry lies in the live CQ ring and is 8-aligned (checked at
+            // creation); the device publishes an entry's first 8 bytes (with the phase
+            // bit) with one store, last, so the load sees all of it or none.
+            let head = unsafe { AtomicU64::from_ptr(at as *mut u64) }.load(Ordering::Acquire);
+            if !is_pending(head.to_le_bytes()[FLAGS], st.phase) {
+                break;
+            }
+            from_device_barrier();
+            let mut raw = [0u8; MAX_CQE];
+            for (i, w) in raw[..size].chunks_exact_mut(8).enumerate() {
+                // SAFETY: word `i` of the entry, within the ring; the device finished
+                // writing the entry before publishing its phase (ordered by the barrier).
+                let v = unsafe { (at as *const u64).add(i).read_volatile() };
+                w.copy_from_slice(&v.to_ne_bytes());
+            }
+            st.cc = st.cc.wrapping_add(1);
+            if st.cc % self.ring.entries == 0 {
+                st.phase = !st.phase;
+            }
+            consumed += 1;
+            let Some(cqe) = decode_cqe(&raw[..size], self.sender_gid) else {
+                continue;
+            };
+            let k = &cqe.common;
+            let qpn = u32::from(k.qp_num);
+            let found = match st.qps.get(st.last) {
+                Some(q) if q.qpn == qpn => Some(st.last),
+                _ => st.qps.iter().position(|q| q.qpn == qpn),
+            };
+            let Some(i) = found else { continue };
+            st.last = i;
+            let qp = &st.qps[i];
+            let recv = k.queue_type == queue_type::RECV;
+            let wr_id = if recv && k.unsolicited {
+                Some(0)
+            } else {
+                qp.complete(recv, k.req_id)
+            };
+            let Some(wr_id) = wr_id else { continue };
+            let status = WcStatus(efa_sys::vendor::to_ibv_wc_status(u32::from(k.status)));
+            let c = match cqe.recv {
+                None => {
+                    let opcode = if k.op_type == send_op_type::RDMA_WRITE {
+                        WcOpcode::RDMA_WRITE
+                    } else {
+                        // libefa reports RDMA-read requester completions as SEND.
+                        WcOpcode::SEND
+                    };
+                    Completion::direct(wr_id, status, opcode, u32::from(k.status), qpn)
+                }
+                Some(r) => {
+                    let opcode = if k.op_type == send_op_type::RDMA_WRITE {
+                        WcOpcode::RECV_RDMA_WITH_IMM
+                    } else {
+                        WcOpcode::RECV
+                    };
+                    let mut flags = CompletionFlags::empty();
+                    if r.imm.is_some() {
+                        flags |= CompletionFlags::WITH_IMM;
+                    }
+                    if self.unsolicited && k.unsolicited && opcode == WcOpcode::RECV_RDMA_WITH_IMM {
+                        flags |= CompletionFlags::UNSOLICITED;
+                    }
+                    let mut c = Completion::direct(wr_id, status, opcode, u32::from(k.status), qpn);
+                    c.set_recv(
+                        r.length,
+                        u32::from(r.src_qp),
+                        r.ah,
+                        flags,
+                        r.imm,
+                        r.sender_gid.map(Gid),
+                    );
+                    c
+                }
+            };
+            f(c);
+            n += 1;
+        }
+        if consumed > 0 && self.ring.doorbell != 0 {
+            let db = CqDoorbell {
+                consumer_index: st.cc as u16,
+                cmd_sn: 0,
+                arm: false,
+            };
+            // SAFETY: the doorbell of this live CQ.
+            unsafe { write_doorbell(self.ring.doorbell as *mut u32, db.encode()) };
+        }
+        n
+    }
+}
