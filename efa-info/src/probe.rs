@@ -47,6 +47,16 @@ fn qp(pd: &Pd<&Context>, cfg: QpConfig, rnr: Option<RnrRetry>) -> Result<()> {
     pd.create_qp(&cq, &cq, &cfg)?.prepare(1, rnr).map(drop)
 }
 
+/// A direct SRD QP (the crate writes the device's rings itself) brought to RTS on a
+/// direct CQ.
+fn direct_qp(pd: &Pd<&Context>) -> Result<()> {
+    let cq = pd
+        .context()
+        .create_ext_cq(CqOptions::new(512).backend(Backend::Direct))?;
+    let cfg = QpConfig::srd().backend(Backend::Direct);
+    pd.create_qp(&cq, &cq, &cfg)?.prepare(1, None).map(drop)
+}
+
 /// Every feature, tried on `ctx`; also returns the send queue's most WRs per doorbell
 /// (`efadv_query_qp_wqs`' `max_batch`, the device's "max TX batch") when reported.
 pub fn features(ctx: &Context) -> (Vec<Feature>, Result<u32, String>) {
@@ -126,6 +136,11 @@ pub fn features(ctx: &Context) -> (Vec<Feature>, Result<u32, String>) {
                 .and_then(|cq| cq.layout())
                 .map(|l| format!("{} entries of {} bytes", l.num_entries, l.entry_size))
                 .map_err(|e| e.to_string()),
+        ),
+        f(
+            "direct data path",
+            "Backend::Direct: the crate writes the rings, not libefa",
+            ok(direct_qp(&pd)),
         ),
     ];
     let wq = ctx.create_ext_cq(CqOptions::new(512)).and_then(|cq| {

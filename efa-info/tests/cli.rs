@@ -86,6 +86,16 @@ fn json_agrees_with_the_safe_api() {
         write["supported"],
         ctx.caps().contains(DeviceCaps::RDMA_WRITE)
     );
+    // The direct data path: supported exactly when the safe API can make a direct QP.
+    let direct = feature("direct data path");
+    let can = ctx
+        .create_ext_cq(CqOptions::new(512).backend(Backend::Direct))
+        .and_then(|cq| {
+            let pd = ctx.alloc_pd()?;
+            let qp = pd.create_qp(&cq, &cq, &QpConfig::srd().backend(Backend::Direct))?;
+            Ok(qp.backend() == Backend::Direct)
+        });
+    assert_eq!(direct["supported"], can.is_ok(), "{direct}");
     // The ring layout (efadv_query_qp_wqs): efa-sim models the rings since issue 11, so
     // the answer is whatever the safe API gets, on either device.
     let pd = ctx.alloc_pd().unwrap();
