@@ -8,7 +8,7 @@ use core::ptr::NonNull;
 use arrayvec::ArrayVec;
 
 use super::completion::VERBS_WC_FLAGS;
-use super::{choose_channel, destroy_cq, notify_fn, request_notify_with, sealed};
+use super::{choose_channel, destroy_cq, notify_fn, request_notify_with, sealed, wants_direct};
 use super::{CompChannel, Completion, CompletionFlags, CompletionQueue, CqOptions, OwnChannel};
 use super::{ReqNotifyFn, WorkCompletion};
 use crate::context::Context;
@@ -76,17 +76,7 @@ impl<C: Parent<Target = Context>> Cq<C> {
             Some((raw, keep)) => (Some(raw), Some(keep)),
             None => (None, None),
         };
-        let direct = opts.backend_value().resolve() == crate::qp::Backend::Direct;
-        if direct {
-            if !cfg!(feature = "std") {
-                return Err(DirectError::NeedsStd.into());
-            }
-            #[cfg(feature = "std")]
-            crate::direct::backend::check_barriers()?;
-            if ch_raw.is_some() || opts.has_channel_request() {
-                return Err(DirectError::WithChannel.into());
-            }
-        }
+        let direct = wants_direct(&opts, ch_raw.is_some())?;
         crate::qp::check_cq_depth(&ctx, opts.depth_value())?;
         let (ch, own) = choose_channel(&ctx, ch_raw, &opts)?;
         // SAFETY: valid context, optional channel of this context, no cq_context.

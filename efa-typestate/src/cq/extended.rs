@@ -8,7 +8,7 @@ use core::ptr::NonNull;
 use arrayvec::ArrayVec;
 
 use super::completion::VERBS_WC_FLAGS;
-use super::{choose_channel, destroy_cq, notify_fn, request_notify_with, sealed};
+use super::{choose_channel, destroy_cq, notify_fn, request_notify_with, sealed, wants_direct};
 use super::{CompChannel, Completion, CompletionFlags, CompletionQueue, CqOptions, OwnChannel};
 use super::{ReqNotifyFn, WcOpcode, WcStatus};
 use crate::ah::AH_UNKNOWN;
@@ -124,17 +124,7 @@ impl<C: Parent<Target = Context>> ExtCq<C> {
                 });
             }
         }
-        let direct = opts.backend_value().resolve() == crate::qp::Backend::Direct;
-        if direct {
-            if !cfg!(feature = "std") {
-                return Err(DirectError::NeedsStd.into());
-            }
-            #[cfg(feature = "std")]
-            crate::direct::backend::check_barriers()?;
-            if ch_raw.is_some() || opts.has_channel_request() {
-                return Err(DirectError::WithChannel.into());
-            }
-        }
+        let direct = wants_direct(&opts, ch_raw.is_some())?;
         crate::qp::check_cq_depth(&ctx, opts.depth_value())?;
         let (ch, own) = choose_channel(&ctx, ch_raw, &opts)?;
         // SAFETY: all-zero is a valid ibv_cq_init_attr_ex (integers and null pointers).

@@ -257,6 +257,24 @@ pub(crate) fn destroy_cq(cq: *mut ffi::ibv_cq) -> Result<()> {
     Ok(())
 }
 
+/// Whether a new CQ of `opts` is to be direct (its backend resolves to `Direct`), after
+/// the checks both CQ kinds make for that: the `std` feature, barriers proven on this
+/// architecture, and no completion channel (`channel_given`: the caller passed one).
+pub(crate) fn wants_direct(opts: &CqOptions, channel_given: bool) -> Result<bool> {
+    if opts.backend_value().resolve() != crate::qp::Backend::Direct {
+        return Ok(false);
+    }
+    if !cfg!(feature = "std") {
+        return Err(crate::error::DirectError::NeedsStd.into());
+    }
+    #[cfg(feature = "std")]
+    crate::direct::backend::check_barriers()?;
+    if channel_given || opts.has_channel_request() {
+        return Err(crate::error::DirectError::WithChannel.into());
+    }
+    Ok(true)
+}
+
 /// The channel a new CQ is attached to: none, one of its own (waitable), or the
 /// caller's (checked to belong to `ctx`).
 pub(crate) fn choose_channel(
