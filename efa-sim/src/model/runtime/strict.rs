@@ -12,9 +12,12 @@
 //!   SENDs of one doorbell arrive in any order. This happens where the requester
 //!   consumes the doorbell, so on every path alike: the same-process direct path,
 //!   shared memory, UDP, `process_vm` copies and datagram chunks. Each WR's own data
-//!   still lands before its own completion at both ends (SRD guarantees that). WQEs of
-//!   different doorbells are not permuted with each other by this step (a held one is
-//!   overtaken by later doorbells, and datagrams are delayed, see below).
+//!   still lands before its own completion at both ends (SRD guarantees that).
+//! * **Lone holds.** A WQE that nothing overtook is held all the same with probability
+//!   `LONE_HOLD` (1/8), so that later doorbells overtake it: WQEs of different doorbells
+//!   change order too.
+//! * **The `reorder` fault knob** without strict mode: a fraction `reorder` of the
+//!   windows is permuted as above (no lone holds).
 //! * **Delays.** Every datagram of the device is held back a random 0..=1 ms with
 //!   probability 0.5 (`reorder=0.5` of `EFA_SIM_FAULTS`, unless `EFA_SIM_FAULTS` sets
 //!   `reorder` itself; the other fault knobs combine as usual). The same-process direct
