@@ -176,14 +176,72 @@ fn direct_and_provider_complete_the_same_workload_alike() {
 }
 
 #[test]
-fn auto_is_the_provider_for_now() {
+fn auto_is_direct_where_the_rings_are_handed_out() {
     let ctx = open(0);
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_ext_cq(CqOptions::new(1024)).unwrap();
-    assert_eq!(cq.backend(), Backend::Provider);
+    let classic = ctx.create_cq(CqOptions::new(1024).waitable()).unwrap();
+    assert_eq!(cq.backend(), Backend::Direct);
+    assert_eq!(
+        classic.backend(),
+        Backend::Direct,
+        "a channel does not matter"
+    );
     let qp = pd.create_qp(&cq, &cq, &QpConfig::srd()).unwrap();
+    assert_eq!(qp.backend(), Backend::Direct);
+    assert_eq!(qp.into_dyn().backend(), Backend::Direct);
+    // An auto QP on provider CQs is the provider's.
+    let prov = ctx
+        .create_ext_cq(CqOptions::new(1024).backend(Backend::Provider))
+        .unwrap();
+    let qp = pd.create_qp(&prov, &prov, &QpConfig::srd()).unwrap();
     assert_eq!(qp.backend(), Backend::Provider);
-    assert_eq!(qp.into_dyn().backend(), Backend::Provider);
+}
+
+#[test]
+fn auto_is_the_provider_where_the_rings_are_refused() {
+    let profile = "ring_query=0";
+    in_child(
+        "auto_is_the_provider_where_the_rings_are_refused",
+        &[("EFA_SIM_PROFILE", profile)],
+        || {
+            let ctx = open(0);
+            let pd = ctx.alloc_pd().unwrap();
+            let cq = ctx.create_ext_cq(CqOptions::new(1024)).unwrap();
+            let classic = ctx.create_cq(CqOptions::new(1024)).unwrap();
+            assert_eq!(cq.backend(), Backend::Provider);
+            assert_eq!(classic.backend(), Backend::Provider);
+            let a = rts_qp(&pd, &cq, &QpConfig::srd(), QKEY_A);
+            let b = rts_qp(&pd, &classic, &QpConfig::srd(), QKEY_B);
+            assert_eq!(
+                (a.backend(), b.backend()),
+                (Backend::Provider, Backend::Provider)
+            );
+            // ... and it works: a message from a to b.
+            let inbox = pd
+                .register(vec![0u8; 64], AccessFlags::LOCAL_WRITE)
+                .unwrap();
+            recv_one(&b, 9, inbox.sge(0, 64).unwrap());
+            let src = pd
+                .register(b"over the provider".to_vec(), AccessFlags::empty())
+                .unwrap();
+            let to_b = pd.connect(&b.endpoint()).unwrap();
+            post!(a, 1, |s| {
+                s.send(1, &to_b, src.sge(0, 17).unwrap()).unwrap();
+            })
+            .unwrap();
+            assert_eq!(expect_n(&cq, 1)[0].status(), WcStatus::SUCCESS);
+            assert_eq!(expect_n(&classic, 1)[0].wr_id(), 9);
+            assert_eq!(&inbox.as_slice()[..17], b"over the provider");
+            // Asking for the direct path explicitly names why it cannot be had.
+            assert_eq!(
+                ctx.create_ext_cq(CqOptions::new(64).backend(Backend::Direct))
+                    .map(|_| ())
+                    .unwrap_err(),
+                Error::Direct(DirectError::RingsUnavailable(Verb::EfadvQueryCq))
+            );
+        },
+    );
 }
 
 /// Posts single RDMA writes (or sends, which `b` has receives for) until the send queue
@@ -412,7 +470,9 @@ fn backend_mismatches_are_typed_errors() {
     let direct = ctx
         .create_ext_cq(CqOptions::new(1024).backend(Backend::Direct))
         .unwrap();
-    let provider = ctx.create_ext_cq(CqOptions::new(1024)).unwrap();
+    let provider = ctx
+        .create_ext_cq(CqOptions::new(1024).backend(Backend::Provider))
+        .unwrap();
     let d = QpConfig::srd().backend(Backend::Direct);
     let p = QpConfig::srd().backend(Backend::Provider);
     let err = |r: Result<Qp<_, Reset>>| r.map(|_| ()).unwrap_err();
@@ -431,19 +491,7 @@ fn backend_mismatches_are_typed_errors() {
     assert_eq!(
         err(pd.create_qp(&provider, &direct, &QpConfig::srd())),
         Error::Direct(DirectError::CqIsDirect(CqRole::Recv)),
-        "auto is the provider, which a direct CQ does not serve"
-    );
-    assert_eq!(
-        ctx.create_cq(CqOptions::new(64).backend(Backend::Direct).waitable())
-            .map(|_| ())
-            .unwrap_err(),
-        Error::Direct(DirectError::WithChannel)
-    );
-    assert_eq!(
-        ctx.create_ext_cq(CqOptions::new(64).backend(Backend::Direct).waitable())
-            .map(|_| ())
-            .unwrap_err(),
-        Error::Direct(DirectError::WithChannel)
+        "auto on mixed CQs is the provider, which a direct CQ does not serve"
     );
     let mut qp = pd
         .create_qp(&direct, &direct, &d)

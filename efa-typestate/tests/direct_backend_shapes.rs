@@ -176,10 +176,7 @@ fn classic(backend: Backend) -> (Vec<Seen>, Vec<Seen>, Vec<u8>) {
     let pd = ctx.alloc_pd().unwrap();
     let cqa = ctx.create_cq(CqOptions::new(256).backend(backend)).unwrap();
     let cqb = ctx.create_cq(CqOptions::new(256).backend(backend)).unwrap();
-    assert_eq!(
-        (cqa.backend(), cqb.backend()),
-        (backend.resolve(), backend.resolve())
-    );
+    assert_eq!((cqa.backend(), cqb.backend()), (backend, backend));
     let cfg = QpConfig::srd().depth(64, 64).backend(backend);
     let a = rts_qp(&pd, &cqa, &cfg, QKEY_A);
     let b = rts_qp(&pd, &cqb, &cfg, QKEY_B);

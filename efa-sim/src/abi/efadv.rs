@@ -14,7 +14,7 @@ use efa_sys::efadv::{
     EFADV_DEVICE_ATTR_CAPS_RDMA_WRITE as CAP_RDMA_WRITE, EFADV_SQ_DEPTH_ATTR_INLINE_WRITE,
 };
 use efa_sys::verbs as v;
-use libc::EINVAL;
+use libc::{EINVAL, EOPNOTSUPP};
 
 /// `vext_field_avail`: the field starts inside the caller's `inlen` bytes.
 #[inline]
@@ -158,7 +158,11 @@ unsafe extern "C" fn efadv_query_qp_wqs(
         return EINVAL;
     }
     // SAFETY: qp is ours.
-    let (sq, rq) = unsafe { SimQp::from_ibv(qp) }.model.wq_layout();
+    let model = &unsafe { SimQp::from_ibv(qp) }.model;
+    if !model.hands_out_rings() {
+        return EOPNOTSUPP;
+    }
+    let (sq, rq) = model.wq_layout();
     let with_caps = avail(offset_of!(EfadvWqAttr, reserved), inlen);
     for (attr, l) in [(sq_attr, sq), (rq_attr, rq)] {
         // SAFETY: the caller's structs hold at least the fields `inlen` covers (rdma-core
@@ -188,7 +192,11 @@ unsafe extern "C" fn efadv_query_cq(
         return EINVAL;
     }
     // SAFETY: cq is ours.
-    let l = unsafe { SimCq::from_ibv(cq) }.model.ring_layout();
+    let model = &unsafe { SimCq::from_ibv(cq) }.model;
+    if !model.hands_out_rings() {
+        return EOPNOTSUPP;
+    }
+    let l = model.ring_layout();
     // SAFETY: the caller's struct holds at least the fields `inlen` covers.
     let a = unsafe { &mut *attr };
     a.comp_mask = 0;

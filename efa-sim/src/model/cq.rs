@@ -129,6 +129,11 @@ impl Cq {
         self.opts
     }
 
+    /// Whether the device hands out its rings (profile `ring_query`).
+    pub fn hands_out_rings(&self) -> bool {
+        self.rt.profile.ring_query
+    }
+
     /// The raw completion ring (`efadv_query_cq`). From now on the device also notices
     /// doorbell writes it is not told about (see [`crate::model::watcher`]).
     pub fn ring_layout(self: &Arc<Self>) -> Layout {

@@ -258,6 +258,11 @@ impl Qp {
         self.sq_dev.process(&self.pd.rt, self)
     }
 
+    /// Whether the device hands out its rings (profile `ring_query`).
+    pub fn hands_out_rings(&self) -> bool {
+        self.pd.rt.profile.ring_query
+    }
+
     /// The raw send and receive rings (`efadv_query_qp_wqs`). From now on the device
     /// also notices doorbells it is not told about (see [`crate::model::watcher`]).
     pub fn wq_layout(&self) -> (Layout, Layout) {

@@ -34,6 +34,9 @@ fn get_event(ch: NonNull<ffi::ibv_comp_channel>) -> Result<CqEvent> {
     }
     // SAFETY: `cq` is the live CQ the event is for; one event is acknowledged once.
     unsafe { ffi::ibv_ack_cq_events(cq, 1) };
+    // A direct CQ counts its events itself (its next arm is a new request).
+    #[cfg(feature = "std")]
+    crate::direct::backend::events::delivered(cq);
     Ok(CqEvent { cq: CqId::of(cq) })
 }
 

@@ -76,7 +76,7 @@ impl<C: Parent<Target = Context>> Cq<C> {
             Some((raw, keep)) => (Some(raw), Some(keep)),
             None => (None, None),
         };
-        let direct = wants_direct(&opts, ch_raw.is_some())?;
+        let direct = wants_direct(&opts)?;
         crate::qp::check_cq_depth(&ctx, opts.depth_value())?;
         let (ch, own) = choose_channel(&ctx, ch_raw, &opts)?;
         // SAFETY: valid context, optional channel of this context, no cq_context.
@@ -113,12 +113,18 @@ impl<C: Parent<Target = Context>> Cq<C> {
             _ctx: ctx,
         };
         #[cfg(feature = "std")]
-        if direct {
-            // Dropping `cq` on failure destroys it.
-            let layout = cq
+        if let Some(required) = direct {
+            let channel = (!ch.is_null()).then_some(raw.as_ptr());
+            let d = cq
                 .layout()
-                .map_err(|_| DirectError::RingsUnavailable(Verb::EfadvQueryCq))?;
-            cq.direct = Some(crate::direct::backend::DirectCq::new(layout, false, false)?);
+                .map_err(|_| DirectError::RingsUnavailable(Verb::EfadvQueryCq).into())
+                .and_then(|l| crate::direct::backend::DirectCq::new(l, false, false, channel));
+            match d {
+                Ok(d) => cq.direct = Some(d),
+                // Dropping `cq` destroys it.
+                Err(e) if required => return Err(e),
+                Err(_) => {} // `Auto`: the provider serves it
+            }
         }
         Ok(cq)
     }

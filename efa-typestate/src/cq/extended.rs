@@ -124,7 +124,7 @@ impl<C: Parent<Target = Context>> ExtCq<C> {
                 });
             }
         }
-        let direct = wants_direct(&opts, ch_raw.is_some())?;
+        let direct = wants_direct(&opts)?;
         crate::qp::check_cq_depth(&ctx, opts.depth_value())?;
         let (ch, own) = choose_channel(&ctx, ch_raw, &opts)?;
         // SAFETY: all-zero is a valid ibv_cq_init_attr_ex (integers and null pointers).
@@ -184,8 +184,8 @@ impl<C: Parent<Target = Context>> ExtCq<C> {
                     _ctx: ctx,
                 };
                 #[cfg(feature = "std")]
-                if direct {
-                    return cq.into_direct(&opts);
+                if let Some(required) = direct {
+                    return cq.into_direct(&opts, !ch.is_null(), required);
                 }
                 Ok(cq)
             }
@@ -249,17 +249,27 @@ impl<C: Parent<Target = Context>> ExtCq<C> {
 
 #[cfg(feature = "std")]
 impl<C> ExtCq<C> {
-    /// Gives a new CQ its direct state (the CQ is destroyed if its ring cannot be had).
-    fn into_direct(mut self, opts: &CqOptions) -> Result<Self> {
-        let layout = self
+    /// Gives a new CQ its direct state (`with_channel`: it has a completion channel). When
+    /// its ring cannot be had the CQ is destroyed if the direct backend was `required`,
+    /// else kept on the provider (`Auto`).
+    fn into_direct(mut self, opts: &CqOptions, with_channel: bool, required: bool) -> Result<Self> {
+        let channel = with_channel.then_some(self.as_cq_ptr());
+        let d = self
             .layout()
-            .map_err(|_| DirectError::RingsUnavailable(Verb::EfadvQueryCq))?;
-        let d = crate::direct::backend::DirectCq::new(
-            layout,
-            opts.wants_sender_gid(),
-            opts.wants_unsolicited(),
-        )?;
-        self.direct = Some(d);
+            .map_err(|_| DirectError::RingsUnavailable(Verb::EfadvQueryCq).into())
+            .and_then(|l| {
+                crate::direct::backend::DirectCq::new(
+                    l,
+                    opts.wants_sender_gid(),
+                    opts.wants_unsolicited(),
+                    channel,
+                )
+            });
+        match d {
+            Ok(d) => self.direct = Some(d),
+            Err(e) if required => return Err(e),
+            Err(_) => {}
+        }
         Ok(self)
     }
 }

@@ -257,22 +257,30 @@ pub(crate) fn destroy_cq(cq: *mut ffi::ibv_cq) -> Result<()> {
     Ok(())
 }
 
-/// Whether a new CQ of `opts` is to be direct (its backend resolves to `Direct`), after
-/// the checks both CQ kinds make for that: the `std` feature, barriers proven on this
-/// architecture, and no completion channel (`channel_given`: the caller passed one).
-pub(crate) fn wants_direct(opts: &CqOptions, channel_given: bool) -> Result<bool> {
-    if opts.backend_value().resolve() != crate::qp::Backend::Direct {
-        return Ok(false);
-    }
+/// Whether a new CQ of `opts` tries the direct backend, and whether it must have it:
+/// `None` for the provider; `Some(true)` for [`Backend::Direct`](crate::Backend::Direct),
+/// after the checks that need no CQ (the `std` feature, barriers proven on this
+/// architecture); `Some(false)` for [`Backend::Auto`](crate::Backend::Auto) where those
+/// hold (a CQ whose ring cannot be had then stays with the provider).
+pub(crate) fn wants_direct(opts: &CqOptions) -> Result<Option<bool>> {
+    use crate::qp::Backend;
+    let required = match opts.backend_value() {
+        Backend::Provider => return Ok(None),
+        Backend::Direct => true,
+        Backend::Auto => false,
+    };
     if !cfg!(feature = "std") {
-        return Err(crate::error::DirectError::NeedsStd.into());
+        return if required {
+            Err(crate::error::DirectError::NeedsStd.into())
+        } else {
+            Ok(None)
+        };
     }
     #[cfg(feature = "std")]
-    crate::direct::backend::check_barriers()?;
-    if channel_given || opts.has_channel_request() {
-        return Err(crate::error::DirectError::WithChannel.into());
+    if let Err(e) = crate::direct::backend::check_barriers() {
+        return if required { Err(e) } else { Ok(None) };
     }
-    Ok(true)
+    Ok(Some(required))
 }
 
 /// The channel a new CQ is attached to: none, one of its own (waitable), or the
@@ -314,8 +322,5 @@ impl CqOptions {
     }
     pub(crate) fn backend_value(&self) -> crate::qp::Backend {
         self.backend
-    }
-    pub(crate) fn has_channel_request(&self) -> bool {
-        self.waitable
     }
 }

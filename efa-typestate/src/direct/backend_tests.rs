@@ -115,7 +115,7 @@ impl Device {
             doorbell: self.db_addr(2),
         };
         let qp = DirectQp::new(QPN, sq, rq, 4).unwrap();
-        let cq = DirectCq::new(cq, false, false).unwrap();
+        let cq = DirectCq::new(cq, false, false, None).unwrap();
         cq.register(&qp);
         (qp, cq)
     }
@@ -441,7 +441,7 @@ fn rings_of_unsupported_shapes_are_typed_errors() {
         Ok(()),
         "a QP without receive queue"
     );
-    let cq_of = |c| DirectCq::new(c, false, false).map(|_| ());
+    let cq_of = |c| DirectCq::new(c, false, false, None).map(|_| ());
     assert_eq!(cq_of(cq), Ok(()));
     assert_eq!(
         cq_of(CqLayout {

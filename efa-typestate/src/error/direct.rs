@@ -20,9 +20,6 @@ pub enum DirectError {
     /// A ring of a shape the direct path does not drive (entry size, entry count that is
     /// not a power of two, misaligned buffer, missing doorbell).
     UnsupportedRing(RingKind),
-    /// A direct CQ with a completion channel (arming through the device doorbell with
-    /// event acknowledgement is not implemented yet).
-    WithChannel,
     /// A direct QP's CQ (in this role) is a provider CQ: completions of a direct QP can only
     /// be matched to their `wr_id`s by the direct state.
     CqNotDirect(CqRole),
@@ -58,7 +55,6 @@ impl fmt::Display for DirectError {
             ),
             NeedsStd => write!(f, "direct backend: needs the `std` feature"),
             UnsupportedRing(r) => write!(f, "direct backend: unsupported {r:?} ring layout"),
-            WithChannel => write!(f, "direct backend: CQs with a completion channel"),
             CqNotDirect(r) => write!(
                 f,
                 "direct backend: the QP's {r:?} CQ is not direct (a direct QP needs direct CQs)"

@@ -37,30 +37,22 @@ pub struct QpCaps {
 ///   libfabric's efa-direct does. Creation fails with [`Error::Direct`](crate::Error::Direct)
 ///   naming why when the rings cannot be had. A direct QP needs direct CQs (only the
 ///   direct state can match its completions to `wr_id`s) and a direct CQ only serves direct
-///   QPs; both are checked when the QP is created. CQs ([`Cq`](crate::Cq) and
-///   [`ExtCq`](crate::ExtCq)) have it without a completion channel so far.
-/// * [`Auto`](Backend::Auto) (the default): picks the provider until the differential test
-///   proves the direct path equal; nothing changes for existing code.
+///   QPs; both are checked when the QP is created.
+/// * [`Auto`](Backend::Auto) (the default): a CQ is direct when its ring can be had
+///   (`efadv_query_cq` answers with a ring the direct path drives, the CPU barriers are
+///   proven for this architecture and the crate has `std`), else the provider's; a QP is
+///   direct when both its CQs are. So a program that never names a backend gets the
+///   direct path wherever the library hands out the rings, and the provider elsewhere.
+///   An explicit `Provider` QP needs `Provider` CQs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Backend {
-    /// Provider now; the direct path once it is proven equal.
+    /// Direct where the rings can be had, else the provider.
     #[default]
     Auto,
     /// The direct data path, or an error.
     Direct,
     /// libefa's data path.
     Provider,
-}
-
-impl Backend {
-    /// What `Auto` resolves to: the backend an object asked for with `self` gets.
-    #[inline]
-    pub fn resolve(self) -> Backend {
-        match self {
-            Backend::Auto | Backend::Provider => Backend::Provider,
-            Backend::Direct => Backend::Direct,
-        }
-    }
 }
 
 /// How to create a QP. Start from [`QpConfig::srd`] or [`QpConfig::ud`].

@@ -184,7 +184,12 @@ fn create_inner<C: Parent<Target = Context>>(
     };
     let send_ops = send_ops_for(config, device_caps);
     check_config(config, send_ops, device_caps, verb)?;
-    let backend = config.backend.resolve();
+    // `Auto` follows the CQs: direct where both are (a direct CQ only serves direct QPs).
+    let backend = match config.backend {
+        Backend::Auto if cqs.direct_roles == [true, true] => Backend::Direct,
+        Backend::Auto => Backend::Provider,
+        chosen => chosen,
+    };
     if backend == Backend::Direct {
         #[cfg(not(feature = "std"))]
         return Err(DirectError::NeedsStd.into());

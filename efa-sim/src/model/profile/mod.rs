@@ -100,6 +100,11 @@ pub struct Profile {
     /// Whether `ibv_reg_dmabuf_mr` works (off: EOPNOTSUPP, as a kernel or driver without
     /// dma-buf MRs answers, so consumers take their fallback).
     pub dmabuf_mr: bool,
+    /// Whether `efadv_query_qp_wqs` and `efadv_query_cq` hand out the rings (off:
+    /// EOPNOTSUPP, the answer the reference gives for a device or library that does not
+    /// let consumers drive its rings; libfabric and efa-typestate's `Auto` backend then
+    /// stay on the provider path).
+    pub ring_query: bool,
     /// Whether `ibv_reg_mr` on CUDA device memory works (the nvidia_peermem path; off:
     /// EFAULT, as the kernel fails to pin GPU pages without nvidia_peermem).
     pub peermem: bool,
@@ -172,6 +177,7 @@ impl Default for Profile {
             num_comp_vectors: 1,
             read_completes_as_send: true,
             dmabuf_mr: true,
+            ring_query: true,
             peermem: true,
             strict: false,
         }
@@ -211,6 +217,7 @@ pub const PROFILE_KEYS: &[&str] = &[
     "num_comp_vectors",
     "read_completes_as_send",
     "dmabuf_mr",
+    "ring_query",
     "peermem",
     "strict",
 ];

@@ -6,6 +6,11 @@ use super::*;
 struct CqState {
     cc: u32,
     phase: bool,
+    /// CQ events delivered so far (libefa's `cmd_sn`), sent in every doorbell write.
+    cmd_sn: u8,
+    /// Armed and no event delivered since: doorbell writes keep the arm bit (the device
+    /// sees a repeated arm with the same `cmd_sn` as the same request).
+    armed: bool,
     qps: Vec<Arc<DirectQp>>,
     /// Index in `qps` of the QP of the last completion (most polls see one QP).
     last: usize,
@@ -19,6 +24,12 @@ pub struct DirectCq {
     st: Mutex<CqState>,
 }
 
+impl Drop for DirectCq {
+    fn drop(&mut self) {
+        events::forget(self);
+    }
+}
+
 impl core::fmt::Debug for DirectCq {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("DirectCq")
@@ -29,13 +40,19 @@ impl core::fmt::Debug for DirectCq {
 
 impl DirectCq {
     /// The direct state of a CQ with ring `layout` (`efadv_query_cq`); `sender_gid` and
-    /// `unsolicited`: what the CQ was created to report.
+    /// `unsolicited`: what the CQ was created to report; `channel`: the CQ (`ibv_cq`)
+    /// when it has a completion channel, whose events then move its `cmd_sn` on.
     pub(crate) fn new(
         layout: CqLayout,
         sender_gid: bool,
         unsolicited: bool,
+        channel: Option<*mut ffi::ibv_cq>,
     ) -> Result<Arc<DirectCq>> {
         check_barriers()?;
+        // Events need arming, and arming needs the doorbell.
+        if channel.is_some() && layout.doorbell == 0 {
+            return Err(unsupported(RingKind::Completion));
+        }
         let e = layout.entry_size as usize;
         let ok = (CQE_SIZE..=MAX_CQE).contains(&e)
             && e % 8 == 0
@@ -46,7 +63,7 @@ impl DirectCq {
         if !ok {
             return Err(unsupported(RingKind::Completion));
         }
-        Ok(Arc::new(DirectCq {
+        let cq = Arc::new(DirectCq {
             ring: Ring {
                 buffer: layout.buffer,
                 entry_size: layout.entry_size,
@@ -59,10 +76,16 @@ impl DirectCq {
             st: Mutex::new(CqState {
                 cc: 0,
                 phase: true,
+                cmd_sn: 0,
+                armed: false,
                 qps: Vec::new(),
                 last: 0,
             }),
-        }))
+        });
+        if let Some(raw) = channel {
+            events::watch(raw, &cq);
+        }
+        Ok(cq)
     }
 
     /// Serves `qp` from now on (QP creation).
@@ -78,18 +101,33 @@ impl DirectCq {
         st.last = 0;
     }
 
-    /// Arms the CQ for one completion event: the doorbell with the consumer index and the
-    /// arm bit (`efa_arm_cq`; no events are ever acknowledged on a direct CQ, which has no
-    /// channel, so `cmd_sn` stays 0).
+    /// Arms the CQ for one completion event: the doorbell with the consumer index, the
+    /// events delivered so far and the arm bit (`efa_arm_cq`).
     pub(crate) fn arm(&self) {
         if self.ring.doorbell == 0 {
             return;
         }
-        let st = lock(&self.st);
+        let mut st = lock(&self.st);
+        st.armed = true;
+        self.ring_doorbell(&st);
+    }
+
+    /// A CQ event for this CQ was delivered (`ibv_get_cq_event`): the next arm is a new
+    /// request (libefa's `efa_cq_event`).
+    pub(crate) fn event_delivered(&self) {
+        let mut st = lock(&self.st);
+        st.cmd_sn = st.cmd_sn.wrapping_add(1);
+        st.armed = false;
+    }
+
+    /// Writes the CQ doorbell: consumer index, `cmd_sn`, and the arm bit while armed.
+    /// Keeping the arm bit matters where the device samples the doorbell (efa-sim's
+    /// watcher): a consumer-index write right after an arm must not take the arm back.
+    fn ring_doorbell(&self, st: &CqState) {
         let db = CqDoorbell {
             consumer_index: st.cc as u16,
-            cmd_sn: 0,
-            arm: true,
+            cmd_sn: st.cmd_sn & 3,
+            arm: st.armed,
         };
         // SAFETY: the doorbell of this live CQ (it outlives its direct state's users).
         unsafe { write_doorbell(self.ring.doorbell as *mut u32, db.encode()) };
@@ -194,13 +232,7 @@ impl DirectCq {
             n += 1;
         }
         if consumed > 0 && self.ring.doorbell != 0 {
-            let db = CqDoorbell {
-                consumer_index: st.cc as u16,
-                cmd_sn: 0,
-                arm: false,
-            };
-            // SAFETY: the doorbell of this live CQ.
-            unsafe { write_doorbell(self.ring.doorbell as *mut u32, db.encode()) };
+            self.ring_doorbell(&st);
         }
         n
     }

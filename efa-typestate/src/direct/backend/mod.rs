@@ -38,8 +38,8 @@
 //!   after every poll that consumed entries, when the CQ has a doorbell (`cq->db`, which
 //!   the kernel gives on devices that report `EFA_CREATE_CQ_RESP_DB_OFF`), and with the arm
 //!   bit to arm it (`efa_poll_cq`, `efa_end_poll`, `efa_arm_cq` in `providers/efa/verbs.c`);
-//!   libfabric's efa-direct does the same. So does this (`cmd_sn` 0: a direct CQ has no
-//!   channel, so no event is ever acknowledged). efa-sim judges a CQ full by that index.
+//!   libfabric's efa-direct does the same. So does this, with `cmd_sn` counting the CQ's
+//!   delivered events (`events`). efa-sim judges a CQ full by that index.
 //!
 //! No allocation happens after creation: the slot tables and the session staging area are
 //! allocated with the QP, and the CQ's table grows only when a QP is created.
@@ -68,6 +68,7 @@ use crate::wr::{LocalKind, OpKind, RecvBufs, RecvWr, StagedSend};
 use efa_sys::io::{queue_type, send_op_type, TX_DESC_SIZE_128, TX_DESC_SIZE_64};
 
 mod cq;
+pub(crate) mod events;
 mod recv;
 mod session;
 mod slots;
