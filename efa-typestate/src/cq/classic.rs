@@ -12,7 +12,7 @@ use super::{choose_channel, destroy_cq, notify_fn, request_notify_with, sealed, 
 use super::{CompChannel, Completion, CompletionFlags, CompletionQueue, CqOptions, OwnChannel};
 use super::{ReqNotifyFn, WorkCompletion};
 use crate::context::Context;
-use crate::error::{DirectError, Error, Result, Unsupported, Verb};
+use crate::error::{Error, Result, Unsupported, Verb};
 use crate::ffi;
 use crate::parent::{Keep, Parent, Sibling};
 
@@ -77,6 +77,8 @@ impl<C: Parent<Target = Context>> Cq<C> {
             None => (None, None),
         };
         let direct = wants_direct(&opts)?;
+        #[cfg(not(feature = "std"))]
+        let _ = direct;
         crate::qp::check_cq_depth(&ctx, opts.depth_value())?;
         let (ch, own) = choose_channel(&ctx, ch_raw, &opts)?;
         // SAFETY: valid context, optional channel of this context, no cq_context.
@@ -117,7 +119,7 @@ impl<C: Parent<Target = Context>> Cq<C> {
             let channel = (!ch.is_null()).then_some(raw.as_ptr());
             let d = cq
                 .layout()
-                .map_err(|_| DirectError::RingsUnavailable(Verb::EfadvQueryCq).into())
+                .map_err(|_| crate::error::DirectError::RingsUnavailable(Verb::EfadvQueryCq).into())
                 .and_then(|l| crate::direct::backend::DirectCq::new(l, false, false, channel));
             match d {
                 Ok(d) => cq.direct = Some(d),

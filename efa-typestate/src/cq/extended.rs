@@ -14,7 +14,7 @@ use super::{ReqNotifyFn, WcOpcode, WcStatus};
 use crate::ah::AH_UNKNOWN;
 use crate::context::{Context, DeviceCaps};
 use crate::endpoint::Gid;
-use crate::error::{DirectError, Error, Result, Unsupported, Verb};
+use crate::error::{Error, Result, Unsupported, Verb};
 use crate::ffi;
 use crate::parent::{Keep, Parent, Sibling};
 
@@ -125,6 +125,8 @@ impl<C: Parent<Target = Context>> ExtCq<C> {
             }
         }
         let direct = wants_direct(&opts)?;
+        #[cfg(not(feature = "std"))]
+        let _ = direct;
         crate::qp::check_cq_depth(&ctx, opts.depth_value())?;
         let (ch, own) = choose_channel(&ctx, ch_raw, &opts)?;
         // SAFETY: all-zero is a valid ibv_cq_init_attr_ex (integers and null pointers).
@@ -256,7 +258,7 @@ impl<C> ExtCq<C> {
         let channel = with_channel.then_some(self.as_cq_ptr());
         let d = self
             .layout()
-            .map_err(|_| DirectError::RingsUnavailable(Verb::EfadvQueryCq).into())
+            .map_err(|_| crate::error::DirectError::RingsUnavailable(Verb::EfadvQueryCq).into())
             .and_then(|l| {
                 crate::direct::backend::DirectCq::new(
                     l,

@@ -15,7 +15,7 @@ pub fn cq_opts(depth: u32, backend: Backend, b_side: bool) -> CqOptions {
 
 /// What a completion says, with the QP numbers made relative to the pair (`own`, `peer`)
 /// and the AH number dropped (the two pairs' AHs differ).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Seen {
     pub wr_id: u64,
     pub status: u32,
