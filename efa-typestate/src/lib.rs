@@ -312,6 +312,8 @@ pub mod pd;
 pub mod pool;
 pub mod qp;
 pub mod rules;
+#[cfg(feature = "std")]
+pub mod topology;
 pub mod wr;
 
 // The direct data path's ring encoders and barriers (issue 26): an internal interface for
@@ -340,6 +342,11 @@ pub use mr::{
     RemoteWrite, Sge, SgeList, Sges,
 };
 pub use parent::{Parent, Sibling};
+#[cfg(feature = "std")]
+pub use topology::{
+    CpuList, NicTopology, NumaNode, PciAddress, PciLocation, Topology, TopologyError,
+    TopologyErrorKind,
+};
 pub use pd::{Pd, PdId};
 #[cfg(feature = "std")]
 pub use pool::{BufferPool, Slot};
