@@ -344,8 +344,8 @@ pub use mr::{
 pub use parent::{Parent, Sibling};
 #[cfg(feature = "std")]
 pub use topology::{
-    CpuList, NicTopology, NumaNode, PciAddress, PciLocation, Topology, TopologyError,
-    TopologyErrorKind,
+    CpuList, NicTopology, NumaNode, PciAddress, PciLocation, Proximity, Topology,
+    TopologyError, TopologyErrorKind,
 };
 pub use pd::{Pd, PdId};
 #[cfg(feature = "std")]

@@ -42,7 +42,38 @@ pub struct NicTopology {
     pub counters: Vec<(String, u64)>,
 }
 
+/// How close a device is to a PCI function (a GPU), nearest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Proximity {
+    /// Behind the same PCIe bridge(s) (switch or root port): traffic stays off the CPU.
+    PciBridge,
+    /// On the same NUMA node, through the CPU's root complex.
+    NumaNode,
+    /// Across NUMA nodes (or unknown).
+    Remote,
+}
+
 impl NicTopology {
+    /// How close this device is to `at`.
+    pub fn proximity(&self, at: &PciLocation) -> Proximity {
+        if self.shared_pci_bridges(at) > 0 {
+            Proximity::PciBridge
+        } else if at.numa_node.is_some() && self.numa_node == at.numa_node {
+            Proximity::NumaNode
+        } else {
+            Proximity::Remote
+        }
+    }
+
+    /// PCI functions this device's path shares with `at`'s, from the host bridge down.
+    pub fn shared_pci_bridges(&self, at: &PciLocation) -> usize {
+        self.pci_path
+            .iter()
+            .zip(&at.pci_path)
+            .take_while(|(a, b)| a == b)
+            .count()
+    }
+
     /// The counter `name` at discovery.
     pub fn counter(&self, name: &str) -> Option<u64> {
         self.counters
@@ -175,14 +206,8 @@ impl Topology {
     /// every device. Sorted by name.
     pub fn nearest(&self, at: &PciLocation) -> Vec<&NicTopology> {
         let score = |d: &NicTopology| {
-            let common = d
-                .pci_path
-                .iter()
-                .zip(&at.pci_path)
-                .take_while(|(a, b)| a == b)
-                .count();
             let same_node = at.numa_node.is_some() && d.numa_node == at.numa_node;
-            (common, same_node)
+            (d.shared_pci_bridges(at), same_node)
         };
         let best = self.devices.iter().map(score).max();
         self.devices

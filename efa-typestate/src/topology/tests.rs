@@ -73,6 +73,19 @@ fn with_no_common_switch_the_numa_node_decides_then_nothing_does() {
     assert_eq!(t.nearest(&gpu_at(0x40, None)).len(), 4);
 }
 
+#[test]
+fn proximity_orders_switch_then_node_then_remote() {
+    let t = two_switches();
+    let gpu = gpu_at(0x10, Some(0));
+    let of = |name: &str| t.device(name).unwrap().proximity(&gpu);
+    assert_eq!(of("efa_0"), Proximity::PciBridge);
+    assert_eq!(t.device("efa_0").unwrap().shared_pci_bridges(&gpu), 2);
+    assert_eq!(of("efa_2"), Proximity::Remote);
+    let elsewhere_on_node_1 = gpu_at(0x40, Some(1));
+    assert_eq!(t.device("efa_2").unwrap().proximity(&elsewhere_on_node_1), Proximity::NumaNode);
+    assert!(Proximity::PciBridge < Proximity::NumaNode && Proximity::NumaNode < Proximity::Remote);
+}
+
 /// A one-device sysfs tree under a fresh temporary directory.
 struct FakeSysfs {
     root: PathBuf,
