@@ -34,7 +34,15 @@ fn every_gpu_finds_the_nic_on_its_switch() {
     for (g, gpu) in t.gpus.iter().enumerate() {
         let pci: PciAddress = shape.gpu_address(g as u32).parse().unwrap();
         assert_eq!(gpu.pci, pci);
-        assert_eq!(Driver::get().unwrap().device(g as i32).unwrap().pci_address().unwrap(), pci);
+        assert_eq!(
+            Driver::get()
+                .unwrap()
+                .device(g as i32)
+                .unwrap()
+                .pci_address()
+                .unwrap(),
+            pci
+        );
         assert_eq!(gpu.numa_node(), Some(shape.numa_of_switch(g as u32)));
         assert_eq!(gpu.nearest, [format!("efa_{g}")], "GPU {g}");
         assert_eq!(t.nearest_devices(g as i32), [format!("efa_{g}")]);

@@ -77,7 +77,9 @@ impl TopologyReport {
             let _ = writeln!(o, "  sysfs: {}", root.display());
         }
         if t.devices.is_empty() {
-            let root = t.sysfs_root().map_or(String::new(), |r| r.display().to_string());
+            let root = t
+                .sysfs_root()
+                .map_or(String::new(), |r| r.display().to_string());
             let _ = writeln!(
                 o,
                 "  no EFA devices under {root}/class/infiniband (efa-sim run sets SYSFS_PATH to its tree)"

@@ -12,10 +12,9 @@ const EXE: &str = env!("CARGO_BIN_EXE_efa-info");
 /// Runs efa-info on a fresh sysfs tree of the p5 shape.
 fn on_p5(tag: &str, args: &[&str]) -> (Output, std::path::PathBuf) {
     let cache = std::env::temp_dir().join(format!("efa-info-topo-{tag}-{}", std::process::id()));
-    let config = efa_sim::config::Config::from_vars(|k| {
-        (k == "EFA_SIM_SHAPE").then(|| P5.name.to_string())
-    })
-    .unwrap();
+    let config =
+        efa_sim::config::Config::from_vars(|k| (k == "EFA_SIM_SHAPE").then(|| P5.name.to_string()))
+            .unwrap();
     let sim = efa_sim::model::Sim::from_config(config);
     let tree = efa_sim::sysfs::Tree::for_devices(sim.devices(), Some(&P5));
     let root = efa_sim::sysfs::prepare(&cache, &tree).unwrap();
@@ -29,7 +28,11 @@ fn on_p5(tag: &str, args: &[&str]) -> (Output, std::path::PathBuf) {
         .env("EFA_SIM_GPU_PCI_BUS_IDS", bus_ids.join(","))
         .output()
         .expect("run efa-info");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     (out, cache)
 }
 
@@ -59,7 +62,13 @@ fn json_shows_every_nic_gpu_and_which_are_nearest() {
         assert_eq!(gpu["nearest"], serde_json::json!(wired), "{gpu}");
         assert_eq!(gpu["proximity"][&wired[0]], "PIX", "{gpu}");
         // A NIC of another switch: same node for GPU 0..3 and efa_12, else across nodes.
-        let other = if g < 3 { "NODE" } else if g == 3 { "PIX" } else { "SYS" };
+        let other = if g < 3 {
+            "NODE"
+        } else if g == 3 {
+            "PIX"
+        } else {
+            "SYS"
+        };
         assert_eq!(gpu["proximity"]["efa_12"], other, "GPU {g}: {gpu}");
     }
     std::fs::remove_dir_all(cache).unwrap();
@@ -74,19 +83,30 @@ fn text_has_the_matrix_and_the_counters() {
     let (out, cache) = on_p5("text", &["-d", "efa_31"]);
     let text = String::from_utf8_lossy(&out.stdout);
     let section = &text[text.find("\ntopology\n").expect("a topology section")..];
-    assert!(section.contains("  NUMA node 1: CPUs 48-95,144-191\n"), "{section}");
+    assert!(
+        section.contains("  NUMA node 1: CPUs 48-95,144-191\n"),
+        "{section}"
+    );
     assert!(
         section.contains("  efa_31     0000:ce:00.0  NUMA 1  100 Gb/s  CPUs 48-95,144-191\n"),
         "{section}"
     );
     assert!(
-        section.contains("  GPU 7      0000:ca:00.0  NUMA 1  nearest: efa_28 efa_29 efa_30 efa_31\n"),
+        section
+            .contains("  GPU 7      0000:ca:00.0  NUMA 1  nearest: efa_28 efa_29 efa_30 efa_31\n"),
         "{section}"
     );
     // The matrix row comes after the device's own line.
-    let row = section.lines().filter(|l| l.starts_with("  efa_0 ")).last().unwrap();
+    let row = section
+        .lines()
+        .rfind(|l| l.starts_with("  efa_0 "))
+        .unwrap();
     let cells: Vec<&str> = row.split_whitespace().skip(1).collect();
-    assert_eq!(cells, ["PIX", "NODE", "NODE", "NODE", "SYS", "SYS", "SYS", "SYS"], "{row}");
+    assert_eq!(
+        cells,
+        ["PIX", "NODE", "NODE", "NODE", "SYS", "SYS", "SYS", "SYS"],
+        "{row}"
+    );
     assert!(section.contains("  counters efa_0: "), "{section}");
     std::fs::remove_dir_all(cache).unwrap();
 }

@@ -384,7 +384,10 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(c.shape.unwrap().name, "p6-b200.48xlarge");
-        assert_eq!((c.profiles[0].link_gbps, c.profiles[7].link_gbps), (400, 200));
+        assert_eq!(
+            (c.profiles[0].link_gbps, c.profiles[7].link_gbps),
+            (400, 200)
+        );
         let e = Config::from_vars(vars(&[("EFA_SIM_SHAPE", "2nic"), ("EFA_SIM_DEVICES", "3")]))
             .unwrap_err();
         assert!(e.contains("EFA_SIM_SHAPE=2nic"), "{e}");

@@ -98,10 +98,13 @@ pub fn bdf(bus: u8, device: u8) -> String {
 impl Shape {
     /// The shape named `name`, or an error listing the known names.
     pub fn by_name(name: &str) -> Result<&'static Shape, String> {
-        SHAPES.iter().find(|s| s.name == name.trim()).ok_or_else(|| {
-            let known: Vec<&str> = SHAPES.iter().map(|s| s.name).collect();
-            format!("one of {}", known.join(", "))
-        })
+        SHAPES
+            .iter()
+            .find(|s| s.name == name.trim())
+            .ok_or_else(|| {
+                let known: Vec<&str> = SHAPES.iter().map(|s| s.name).collect();
+                format!("one of {}", known.join(", "))
+            })
     }
 
     /// EFA devices of the instance.

@@ -342,11 +342,6 @@ pub use mr::{
     RemoteWrite, Sge, SgeList, Sges,
 };
 pub use parent::{Parent, Sibling};
-#[cfg(feature = "std")]
-pub use topology::{
-    CpuList, NicTopology, NumaNode, PciAddress, PciLocation, Proximity, Topology,
-    TopologyError, TopologyErrorKind,
-};
 pub use pd::{Pd, PdId};
 #[cfg(feature = "std")]
 pub use pool::{BufferPool, Slot};
@@ -356,6 +351,11 @@ pub use qp::{
     Backend, DynQp, Init, Qp, QpAttr, QpCaps, QpConfig, QpState, QpStateKind, QpType, RecvReady,
     Reset, RnrRetry, Rtr, Rts, RtsOptions, SendSession, TransitionError, WqLayout,
     DEFAULT_RNR_RETRY,
+};
+#[cfg(feature = "std")]
+pub use topology::{
+    CpuList, NicTopology, NumaNode, PciAddress, PciLocation, Proximity, Topology, TopologyError,
+    TopologyErrorKind,
 };
 pub use wr::{
     Payload, QpLimits, RdmaChunks, RecvBatch, RecvBufs, RecvTarget, RecvWr, SendBatch, SendOp,

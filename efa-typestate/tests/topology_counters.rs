@@ -44,24 +44,43 @@ fn counters_grow_by_exactly_the_traffic_sent() {
 
     pair!(ctx, pd, cqa, cqb, a, b, to_b, _to_a);
     let src = pd.register(vec![7u8; 4096], AccessFlags::empty()).unwrap();
-    let inbox = pd.register(vec![0u8; 4096], AccessFlags::LOCAL_WRITE).unwrap();
+    let inbox = pd
+        .register(vec![0u8; 4096], AccessFlags::LOCAL_WRITE)
+        .unwrap();
     let target = write_target(&pd, 4096);
-    let readable = pd.register(vec![9u8; 4096], AccessFlags::REMOTE_READ).unwrap();
-    let landing = pd.register(vec![0u8; 4096], AccessFlags::LOCAL_WRITE).unwrap();
+    let readable = pd
+        .register(vec![9u8; 4096], AccessFlags::REMOTE_READ)
+        .unwrap();
+    let landing = pd
+        .register(vec![0u8; 4096], AccessFlags::LOCAL_WRITE)
+        .unwrap();
     recv_one(&b, 1, inbox.sge_all().unwrap());
     let mut s = SendBatch::<3>::new(&a);
     s.send(2, &to_b, src.sge(0, SEND).unwrap()).unwrap();
-    s.write(3, &to_b, src.sge(0, WRITE).unwrap(), target.remote().slice(0, WRITE).unwrap())
-        .unwrap();
-    s.read(4, &to_b, landing.sge(0, READ).unwrap(), readable.remote().slice(0, READ).unwrap())
-        .unwrap();
+    s.write(
+        3,
+        &to_b,
+        src.sge(0, WRITE).unwrap(),
+        target.remote().slice(0, WRITE).unwrap(),
+    )
+    .unwrap();
+    s.read(
+        4,
+        &to_b,
+        landing.sge(0, READ).unwrap(),
+        readable.remote().slice(0, READ).unwrap(),
+    )
+    .unwrap();
     // SAFETY: `src` is never written and `landing` not read before the three completions
     // are polled just below; every Mr lives to the end of the test.
     unsafe { a.post_send(&s) }.unwrap();
     for c in expect_n(&cqa, 3).into_iter().chain(expect_n(&cqb, 1)) {
         c.result().unwrap();
     }
-    assert_eq!(&landing.as_slice()[..READ as usize], &[9u8; READ as usize][..]);
+    assert_eq!(
+        &landing.as_slice()[..READ as usize],
+        &[9u8; READ as usize][..]
+    );
 
     // Both QPs are on efa_0: it sent and received every byte. One packet each way per
     // message (all below the 8 KiB MTU), plus the read's request and response.

@@ -43,7 +43,12 @@ fn each_shape_is_discovered_as_its_wiring_says() {
             // Root port, switch upstream, downstream port, the device.
             assert_eq!(d.pci_path.len(), 4, "{n} {}", d.name);
             assert_eq!(d.numa_node, Some(node), "{n} {}", d.name);
-            assert_eq!(d.local_cpus.to_string(), shape.cpulist(node), "{n} {}", d.name);
+            assert_eq!(
+                d.local_cpus.to_string(),
+                shape.cpulist(node),
+                "{n} {}",
+                d.name
+            );
             assert_eq!(d.link_gbps, shape.link_gbps, "{n} {}", d.name);
             assert_eq!(d.counters.len(), PORT_COUNTERS.len(), "{n} {}", d.name);
             assert!(d.counters.iter().all(|(_, v)| *v == 0), "{n} {}", d.name);
@@ -56,7 +61,11 @@ fn each_shape_is_discovered_as_its_wiring_says() {
         assert_eq!(all_cpus as u32, shape.cpus(), "{n}");
         for gpu in 0..shape.gpus {
             let at = t.locate(addr(&shape.gpu_address(gpu))).unwrap().unwrap();
-            assert_eq!(at.numa_node, Some(shape.numa_of_switch(gpu)), "{n} GPU {gpu}");
+            assert_eq!(
+                at.numa_node,
+                Some(shape.numa_of_switch(gpu)),
+                "{n} GPU {gpu}"
+            );
             let nearest: Vec<&str> = t.nearest(&at).iter().map(|d| d.name.as_str()).collect();
             let wired: Vec<String> = (0..shape.nics_per_gpu)
                 .map(|k| format!("efa_{}", gpu * shape.nics_per_gpu + k))
@@ -74,7 +83,10 @@ fn the_default_devices_have_no_numa_node_and_every_device_is_nearest() {
     let (root, cache) = tree_of(None);
     let t = Topology::from_sysfs(&root).unwrap();
     assert_eq!(t.devices.len(), 2);
-    assert!(t.devices.iter().all(|d| d.numa_node.is_none() && d.link_gbps == 100));
+    assert!(t
+        .devices
+        .iter()
+        .all(|d| d.numa_node.is_none() && d.link_gbps == 100));
     assert_eq!(t.devices[1].pci, addr(&sysfs::pci_address(1)));
     assert_eq!(t.numa_nodes.len(), 1);
     // Nothing sits under a switch: a GPU elsewhere is as near to one device as the other.

@@ -124,7 +124,11 @@ impl PortCounters {
         let counters = Arc::new(PortCounters {
             dir: shared.is_some().then_some(dir),
             values: shared.unwrap_or_else(|| {
-                Box::leak((0..PORT_COUNTERS.len()).map(|_| AtomicU64::new(0)).collect())
+                Box::leak(
+                    (0..PORT_COUNTERS.len())
+                        .map(|_| AtomicU64::new(0))
+                        .collect(),
+                )
             }),
             dirty: AtomicBool::new(false),
         });

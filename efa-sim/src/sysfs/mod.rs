@@ -226,7 +226,10 @@ impl Tree {
             let port = format!("{ib}/ports/1");
             e.push(Entry::file(format!("{port}/state"), "4: ACTIVE"));
             e.push(Entry::file(format!("{port}/phys_state"), "5: LinkUp"));
-            e.push(Entry::file(format!("{port}/rate"), topology::rate(p.link_gbps)));
+            e.push(Entry::file(
+                format!("{port}/rate"),
+                topology::rate(p.link_gbps),
+            ));
             e.push(Entry::file(format!("{port}/lid"), "0x0"));
             e.push(Entry::file(format!("{port}/sm_lid"), "0x0"));
             e.push(Entry::file(format!("{port}/link_layer"), "Unknown"));

@@ -77,7 +77,14 @@ impl<'a> Placement<'a> {
                     .rev()
                     .map(|w| {
                         let bits = (n - w * 32).min(32);
-                        format!("{:08x}", if bits == 32 { u32::MAX } else { (1u32 << bits) - 1 })
+                        format!(
+                            "{:08x}",
+                            if bits == 32 {
+                                u32::MAX
+                            } else {
+                                (1u32 << bits) - 1
+                            }
+                        )
                     })
                     .collect();
                 (format!("0-{}", n - 1), mask.join(","))
@@ -89,8 +96,14 @@ impl<'a> Placement<'a> {
     /// `subsystem` link and its `bus/pci/devices` entry.
     fn pci_function(&self, e: &mut Vec<Entry>, dir: &str, ids: (u32, u32), node: Option<u32>) {
         let pci = dir.rsplit('/').next().unwrap_or(dir);
-        e.push(Entry::file(format!("{dir}/vendor"), format!("0x{:04x}", ids.0)));
-        e.push(Entry::file(format!("{dir}/device"), format!("0x{:04x}", ids.1)));
+        e.push(Entry::file(
+            format!("{dir}/vendor"),
+            format!("0x{:04x}", ids.0),
+        ));
+        e.push(Entry::file(
+            format!("{dir}/device"),
+            format!("0x{:04x}", ids.1),
+        ));
         e.push(Entry::file(
             format!("{dir}/subsystem_vendor"),
             format!("0x{:04x}", ids.0),
@@ -155,7 +168,10 @@ impl<'a> Placement<'a> {
             }
             let (_, gpu) = Self::endpoint_dir(s, switch, 0);
             self.pci_function(e, &gpu, (NVIDIA_VENDOR, gpu_device_id(s)), node);
-            e.push(Entry::file(format!("{gpu}/class"), format!("0x{GPU_CLASS:06x}")));
+            e.push(Entry::file(
+                format!("{gpu}/class"),
+                format!("0x{GPU_CLASS:06x}"),
+            ));
         }
     }
 
@@ -165,7 +181,10 @@ impl<'a> Placement<'a> {
             return;
         }
         self.pci_function(e, dir, (0x1000, 0xc030), node);
-        e.push(Entry::file(format!("{dir}/class"), format!("0x{BRIDGE_CLASS:06x}")));
+        e.push(Entry::file(
+            format!("{dir}/class"),
+            format!("0x{BRIDGE_CLASS:06x}"),
+        ));
     }
 }
 

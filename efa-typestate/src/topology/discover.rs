@@ -1,7 +1,7 @@
 //! Reading the topology from sysfs (see the module documentation for the files).
 
-use super::{CpuList, NicTopology, NumaNode, PciAddress, PciLocation, TopologyError};
 use super::TopologyErrorKind as Kind;
+use super::{CpuList, NicTopology, NumaNode, PciAddress, PciLocation, TopologyError};
 use std::path::{Path, PathBuf};
 
 /// Name of the EFA kernel driver (`<ibdev>/device/driver` points at it).
@@ -71,12 +71,14 @@ fn parse<T>(
 
 /// `numa_node` of a PCI function: a node number, or -1 for none.
 fn numa_node(dir: &Path) -> Result<Option<u32>, TopologyError> {
-    parse(&dir.join("numa_node"), "a NUMA node number or -1", |s| {
-        match s.parse::<i64>().ok()? {
+    parse(
+        &dir.join("numa_node"),
+        "a NUMA node number or -1",
+        |s| match s.parse::<i64>().ok()? {
             -1 => Some(None),
             n => u32::try_from(n).ok().map(Some),
-        }
-    })
+        },
+    )
 }
 
 /// The PCI functions of a canonical sysfs device path, host bridge side first.
@@ -136,7 +138,9 @@ fn device(
     dir: PathBuf,
     pci_path: Vec<PciAddress>,
 ) -> Result<NicTopology, TopologyError> {
-    let pci = *pci_path.last().expect("pci_function checked the last component");
+    let pci = *pci_path
+        .last()
+        .expect("pci_function checked the last component");
     let local_cpus = parse(&dir.join("local_cpulist"), "a CPU list", |s| s.parse().ok())?;
     let rate = ib.join("ports/1/rate");
     // "100 Gb/sec (4X EDR)"; "2.5 Gb/sec ..." counts as 2.
@@ -163,9 +167,7 @@ pub(super) fn counters(ib: &Path) -> Result<Vec<(String, u64)>, TopologyError> {
     let dir = ib.join("ports/1/hw_counters");
     let entries = match std::fs::read_dir(&dir) {
         Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && ib.exists() => {
-            return Ok(Vec::new())
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && ib.exists() => return Ok(Vec::new()),
         Err(e) => return Err(io_error(&dir, e)),
     };
     let mut out = Vec::new();

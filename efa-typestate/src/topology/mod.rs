@@ -156,7 +156,7 @@ impl Topology {
     /// A topology built by hand (tests, or a machine described elsewhere); devices are
     /// sorted by name and nodes by number.
     pub fn new(mut devices: Vec<NicTopology>, mut numa_nodes: Vec<NumaNode>) -> Topology {
-        devices.sort_by(|a, b| natural_key(&a.name).cmp(&natural_key(&b.name)));
+        devices.sort_by_key(|d| natural_key(&d.name));
         numa_nodes.sort_by_key(|n| n.id);
         Topology {
             devices,
@@ -173,10 +173,7 @@ impl Topology {
 
     /// Reads the topology below the sysfs root `root`.
     pub fn from_sysfs(root: &Path) -> Result<Topology, TopologyError> {
-        let mut t = Topology::new(
-            discover::devices(root)?,
-            discover::numa_nodes(root)?,
-        );
+        let mut t = Topology::new(discover::devices(root)?, discover::numa_nodes(root)?);
         t.sysfs_root = Some(root.to_path_buf());
         Ok(t)
     }

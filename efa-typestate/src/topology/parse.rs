@@ -177,7 +177,14 @@ mod tests {
         assert_eq!(a.to_string(), "0000:53:00.0");
         let long: PciAddress = "00000000:CA:1F.7".parse().unwrap();
         assert_eq!((long.bus, long.device, long.function), (0xca, 0x1f, 7));
-        for bad in ["", "0000:53:00", "0000:53:20.0", "0000:153:00.0", "x:53:00.0", "0000:5 :00.0"] {
+        for bad in [
+            "",
+            "0000:53:00",
+            "0000:53:20.0",
+            "0000:153:00.0",
+            "x:53:00.0",
+            "0000:5 :00.0",
+        ] {
             assert!(bad.parse::<PciAddress>().is_err(), "{bad:?}");
         }
     }

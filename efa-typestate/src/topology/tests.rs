@@ -30,15 +30,26 @@ fn two_switches() -> Topology {
             nic("efa_0", 0x10, 1, 0),
         ],
         vec![
-            NumaNode { id: 1, cpus: CpuList::range(4, 7) },
-            NumaNode { id: 0, cpus: CpuList::range(0, 3) },
+            NumaNode {
+                id: 1,
+                cpus: CpuList::range(4, 7),
+            },
+            NumaNode {
+                id: 0,
+                cpus: CpuList::range(0, 3),
+            },
         ],
     )
 }
 
 fn gpu_at(switch: u8, node: Option<u32>) -> PciLocation {
     PciLocation {
-        pci_path: vec![pci(switch, 1), pci(switch + 1, 0), pci(switch + 2, 0), pci(switch + 3, 0)],
+        pci_path: vec![
+            pci(switch, 1),
+            pci(switch + 1, 0),
+            pci(switch + 2, 0),
+            pci(switch + 3, 0),
+        ],
         numa_node: node,
     }
 }
@@ -54,7 +65,10 @@ fn a_topology_built_by_hand_is_sorted_and_answers_nearest() {
     assert_eq!(all, ["efa_0", "efa_1", "efa_2", "efa_10"]);
     assert_eq!(t.numa_nodes[0].id, 0);
     assert_eq!(names(t.nearest(&gpu_at(0x10, Some(0)))), ["efa_0", "efa_1"]);
-    assert_eq!(names(t.nearest(&gpu_at(0x20, Some(1)))), ["efa_2", "efa_10"]);
+    assert_eq!(
+        names(t.nearest(&gpu_at(0x20, Some(1)))),
+        ["efa_2", "efa_10"]
+    );
     assert_eq!(names(t.on_numa_node(1)), ["efa_2", "efa_10"]);
     assert_eq!(t.device("efa_1").unwrap().counter("tx_bytes"), Some(7));
     // Built by hand: nothing to locate or re-read.
@@ -66,7 +80,10 @@ fn a_topology_built_by_hand_is_sorted_and_answers_nearest() {
 fn with_no_common_switch_the_numa_node_decides_then_nothing_does() {
     let t = two_switches();
     // A GPU under another host bridge, on node 1: the NICs of node 1.
-    assert_eq!(names(t.nearest(&gpu_at(0x40, Some(1)))), ["efa_2", "efa_10"]);
+    assert_eq!(
+        names(t.nearest(&gpu_at(0x40, Some(1)))),
+        ["efa_2", "efa_10"]
+    );
     // Under the same root port as efa_0/efa_1 but NUMA unknown: the switch decides.
     assert_eq!(names(t.nearest(&gpu_at(0x10, None))), ["efa_0", "efa_1"]);
     // Nothing in common: every device.
@@ -82,7 +99,10 @@ fn proximity_orders_switch_then_node_then_remote() {
     assert_eq!(t.device("efa_0").unwrap().shared_pci_bridges(&gpu), 2);
     assert_eq!(of("efa_2"), Proximity::Remote);
     let elsewhere_on_node_1 = gpu_at(0x40, Some(1));
-    assert_eq!(t.device("efa_2").unwrap().proximity(&elsewhere_on_node_1), Proximity::NumaNode);
+    assert_eq!(
+        t.device("efa_2").unwrap().proximity(&elsewhere_on_node_1),
+        Proximity::NumaNode
+    );
     assert!(Proximity::PciBridge < Proximity::NumaNode && Proximity::NumaNode < Proximity::Remote);
 }
 
@@ -145,7 +165,13 @@ fn a_well_formed_tree_is_read() {
     assert_eq!((d.numa_node, d.link_gbps), (Some(1), 400));
     assert_eq!(d.local_cpus.to_string(), "4-7");
     assert_eq!(d.counters, [("tx_bytes".to_string(), 42)]);
-    assert_eq!(t.numa_nodes, [NumaNode { id: 1, cpus: CpuList::range(4, 7) }]);
+    assert_eq!(
+        t.numa_nodes,
+        [NumaNode {
+            id: 1,
+            cpus: CpuList::range(4, 7)
+        }]
+    );
     let at = t.locate(pci(0x11, 0)).unwrap().unwrap();
     assert_eq!(at.numa_node, Some(1));
     assert_eq!(t.locate(pci(0x99, 0)), Ok(None));
@@ -156,8 +182,16 @@ fn bad_content_is_an_error_naming_the_file() {
     let cases: [(&str, &str, &str); 5] = [
         ("numa_node", "two\n", "a NUMA node number or -1"),
         ("local_cpulist", "4-x\n", "a CPU list"),
-        ("infiniband/efa_0/ports/1/rate", "fast\n", "a rate in Gb/sec"),
-        ("infiniband/efa_0/ports/1/hw_counters/tx_bytes", "-1\n", "a counter value"),
+        (
+            "infiniband/efa_0/ports/1/rate",
+            "fast\n",
+            "a rate in Gb/sec",
+        ),
+        (
+            "infiniband/efa_0/ports/1/hw_counters/tx_bytes",
+            "-1\n",
+            "a counter value",
+        ),
         ("../../../system/node/node1/cpulist", "7-4\n", "a CPU list"),
     ];
     for (rel, content, expected) in cases {
@@ -165,7 +199,11 @@ fn bad_content_is_an_error_naming_the_file() {
         let path = f.file(&format!("{DEV}/{rel}"));
         f.write(&path, content);
         let e = Topology::from_sysfs(&f.root).unwrap_err();
-        assert_eq!(std::fs::canonicalize(&e.path).ok(), std::fs::canonicalize(&path).ok(), "{e}");
+        assert_eq!(
+            std::fs::canonicalize(&e.path).ok(),
+            std::fs::canonicalize(&path).ok(),
+            "{e}"
+        );
         match &e.kind {
             TopologyErrorKind::Malformed { expected: x, .. } => assert_eq!(*x, expected, "{e}"),
             k => panic!("{rel}: {k:?}"),
@@ -176,7 +214,11 @@ fn bad_content_is_an_error_naming_the_file() {
 
 #[test]
 fn missing_files_are_errors_naming_them() {
-    for rel in ["local_cpulist", "numa_node", "infiniband/efa_0/ports/1/rate"] {
+    for rel in [
+        "local_cpulist",
+        "numa_node",
+        "infiniband/efa_0/ports/1/rate",
+    ] {
         let f = FakeSysfs::new("missing");
         let path = f.file(&format!("{DEV}/{rel}"));
         std::fs::remove_file(&path).unwrap();
@@ -187,10 +229,16 @@ fn missing_files_are_errors_naming_them() {
     // A device link that leads nowhere.
     let f = FakeSysfs::new("dangling");
     std::fs::remove_file(f.file("class/infiniband/efa_0/device")).unwrap();
-    std::os::unix::fs::symlink("/nonexistent/0000:11:00.0", f.file("class/infiniband/efa_0/device"))
-        .unwrap();
+    std::os::unix::fs::symlink(
+        "/nonexistent/0000:11:00.0",
+        f.file("class/infiniband/efa_0/device"),
+    )
+    .unwrap();
     let e = Topology::from_sysfs(&f.root).unwrap_err();
-    assert!(e.path.ends_with("device") && e.kind == TopologyErrorKind::Missing, "{e}");
+    assert!(
+        e.path.ends_with("device") && e.kind == TopologyErrorKind::Missing,
+        "{e}"
+    );
 }
 
 #[test]

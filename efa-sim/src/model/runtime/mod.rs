@@ -94,9 +94,9 @@ use pending::PendingTable;
 use request::Pending;
 pub use stats::Stats;
 use stats::StatsInner;
-use std::os::unix::ffi::OsStrExt;
 use std::collections::{HashMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -272,9 +272,7 @@ impl Runtime {
             proofs: Mutex::new(IdMap::default()),
             stats,
             hw: crate::sysfs::counters::PortCounters::open(
-                std::path::Path::new(std::ffi::OsStr::from_bytes(
-                    crate::sysfs::root().to_bytes(),
-                )),
+                std::path::Path::new(std::ffi::OsStr::from_bytes(crate::sysfs::root().to_bytes())),
                 &dev.name,
             ),
             watcher: Default::default(),

@@ -3,7 +3,6 @@
 //! completions. Every access of local memory is checked against a live MR of the target
 //! QP's PD inside the caller's read section (see [`super::trust`]).
 
-use crate::sysfs::counters::port::*;
 use super::requester::STATUS_RNR;
 use super::stats::bump;
 use super::Runtime;
@@ -14,6 +13,7 @@ use crate::model::{
 };
 use crate::rcu::Guard;
 use crate::ring::cqe::{Cqe, NO_AH};
+use crate::sysfs::counters::port::*;
 use crate::transport::wire::{self, Header, Op};
 use efa_sys::io::{queue_type, send_op_type};
 use efa_sys::vendor::comp_status as st;
@@ -333,7 +333,8 @@ impl Runtime {
             self.hw.add(RECV_WRS, 1);
             self.hw.add(RECV_BYTES, data.len() as u64);
             let mtu = self.profile.mtu_bytes;
-            self.hw.add_transfer(RX_BYTES, RX_PKTS, data.len() as u64, mtu);
+            self.hw
+                .add_transfer(RX_BYTES, RX_PKTS, data.len() as u64, mtu);
         }
         Outcome::Respond(if ok {
             st::OK as u8
