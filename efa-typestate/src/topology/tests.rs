@@ -156,6 +156,7 @@ impl Drop for FakeSysfs {
 const DEV: &str = "devices/pci0000:10/0000:10:01.0/0000:11:00.0";
 
 #[test]
+#[cfg_attr(miri, ignore)] // the file system is outside Miri's isolation
 fn a_well_formed_tree_is_read() {
     let f = FakeSysfs::new("good");
     let t = Topology::from_sysfs(&f.root).unwrap();
@@ -178,6 +179,7 @@ fn a_well_formed_tree_is_read() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore)] // the file system is outside Miri's isolation
 fn bad_content_is_an_error_naming_the_file() {
     let cases: [(&str, &str, &str); 5] = [
         ("numa_node", "two\n", "a NUMA node number or -1"),
@@ -213,6 +215,7 @@ fn bad_content_is_an_error_naming_the_file() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore)] // the file system is outside Miri's isolation
 fn missing_files_are_errors_naming_them() {
     for rel in [
         "local_cpulist",
@@ -242,6 +245,7 @@ fn missing_files_are_errors_naming_them() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore)] // the file system is outside Miri's isolation
 fn no_rdma_class_means_no_devices() {
     let root = std::env::temp_dir().join(format!("efa-topo-empty-{}", std::process::id()));
     std::fs::create_dir_all(&root).unwrap();
