@@ -8,8 +8,8 @@
 //! a generated tree holds plain files, so here the devices keep the counts in a small
 //! shared file beside the tree (`.efa-sim-counters/<device>`, added to by every process
 //! on the tree's devices, as all processes of a host share one NIC) and a thread of each
-//! counting process rewrites the counter files from it every [`LIFESPAN_MS`] while they
-//! change, and once more at exit. A reader thus sees values at most about one lifespan
+//! process on the tree rewrites the counter files whose values changed every
+//! [`LIFESPAN_MS`], and once more at exit. A reader thus sees values at most about one lifespan
 //! old — what the kernel's cache gives too.
 //!
 //! Counted (see the fidelity ledger in the README): payload bytes and packets (one per
@@ -21,7 +21,7 @@
 
 use super::{Entry, COMPLETE_MARKER};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Port counters, in the driver's order.
@@ -108,7 +108,9 @@ pub struct PortCounters {
     values: &'static [AtomicU64],
     /// Where the counter files are, when this process runs on a generated tree.
     dir: Option<PathBuf>,
-    dirty: AtomicBool,
+    /// The values last written to the files (compared, not flagged: the hot path only
+    /// adds, and other processes' additions show up too).
+    written: Mutex<Vec<u64>>,
 }
 
 impl PortCounters {
@@ -130,7 +132,7 @@ impl PortCounters {
                         .collect(),
                 )
             }),
-            dirty: AtomicBool::new(false),
+            written: Mutex::new(Vec::new()),
         });
         if counters.dir.is_some() {
             register(counters.clone());
@@ -142,9 +144,6 @@ impl PortCounters {
     #[inline]
     pub fn add(&self, index: usize, n: u64) {
         self.values[index].fetch_add(n, Ordering::Relaxed);
-        if self.dir.is_some() && !self.dirty.load(Ordering::Relaxed) {
-            self.dirty.store(true, Ordering::Relaxed);
-        }
     }
 
     /// Counts one transfer of `bytes` payload in packets of at most `mtu` bytes.
@@ -159,21 +158,24 @@ impl PortCounters {
         self.values[index].load(Ordering::Relaxed)
     }
 
-    /// Rewrites the counter files when something changed since the last time.
-    fn write_if_dirty(&self) {
+    /// Rewrites the counter files whose values changed since they were last written.
+    fn write_changed(&self) {
         let Some(dir) = &self.dir else { return };
-        if !self.dirty.swap(false, Ordering::Relaxed) {
-            return;
-        }
+        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        let now: Vec<u64> = (0..PORT_COUNTERS.len()).map(|i| self.get(i)).collect();
         for (i, name) in PORT_COUNTERS.iter().enumerate() {
+            if written.get(i) == Some(&now[i]) {
+                continue;
+            }
             // Replaced by rename, so that a reader never sees a half-written number.
             let tmp = dir.join(format!(".{name}.{}", std::process::id()));
-            let value = format!("{}\n", self.get(i));
+            let value = format!("{}\n", now[i]);
             if std::fs::write(&tmp, value).is_ok() && std::fs::rename(&tmp, dir.join(name)).is_err()
             {
                 let _ = std::fs::remove_file(&tmp);
             }
         }
+        *written = now;
     }
 }
 
@@ -239,7 +241,7 @@ fn register(c: Arc<PortCounters>) {
 fn write_all() {
     let all = registry().lock().unwrap_or_else(|e| e.into_inner()).clone();
     for c in all {
-        c.write_if_dirty();
+        c.write_changed();
     }
 }
 
