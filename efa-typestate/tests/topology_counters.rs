@@ -1,7 +1,7 @@
 //! The `hw_counters` of a device count what it really did: a SEND, an RDMA write and an
 //! RDMA read between two QPs of `efa_0`, on a private sysfs tree of the `2nic` shape
 //! (found through `SYSFS_PATH`, as `efa-sim run` sets it), show up as exactly their
-//! work requests, bytes and packets. One test per binary: the software device reads
+//! work requests, bytes and packets; a UD datagram nobody receives on `efa_1` as a drop. One test per binary: the software device reads
 //! `SYSFS_PATH` and `EFA_SIM_SHAPE` once, at its first use.
 
 #[macro_use]
@@ -16,8 +16,30 @@ const SEND: u64 = 1000;
 const WRITE: u64 = 3000;
 const READ: u64 = 500;
 
-fn counters(t: &Topology) -> BTreeMap<String, u64> {
-    t.read_counters("efa_0").unwrap().into_iter().collect()
+fn counters(t: &Topology, device: &str) -> BTreeMap<String, u64> {
+    t.read_counters(device).unwrap().into_iter().collect()
+}
+
+/// Waits until `device`'s counters differ from `before` by exactly `expected`; the files
+/// are rewritten within the counters' lifespan (10 ms), allow a slow machine.
+fn wait_for(t: &Topology, device: &str, before: &BTreeMap<String, u64>, expected: &[(&str, u64)]) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let now = counters(t, device);
+        let wrong: Vec<String> = expected
+            .iter()
+            .filter(|(n, v)| now[*n] - before[*n] != *v)
+            .map(|(n, v)| format!("{n}: {} (expected {v})", now[*n] - before[*n]))
+            .collect();
+        if wrong.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{device} after the traffic: {wrong:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 #[test]
@@ -39,7 +61,7 @@ fn counters_grow_by_exactly_the_traffic_sent() {
     let topo = Topology::discover().unwrap();
     assert_eq!(topo.sysfs_root(), Some(root.as_path()));
     assert_eq!(topo.devices.len(), 2);
-    let before = counters(&topo);
+    let before = counters(&topo, "efa_0");
     assert_eq!(before.len(), efa_sim::sysfs::counters::PORT_COUNTERS.len());
 
     pair!(ctx, pd, cqa, cqb, a, b, to_b, _to_a);
@@ -102,25 +124,35 @@ fn counters_grow_by_exactly_the_traffic_sent() {
         ("rx_pkts", 4),
         ("rx_drops", 0),
     ];
-    // Files are rewritten within the counters' lifespan (10 ms); allow a slow machine.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let now = counters(&topo);
-        let delta = |n: &str| now[n] - before[n];
-        let wrong: Vec<String> = expected
-            .iter()
-            .filter(|(n, v)| delta(n) != *v)
-            .map(|(n, v)| format!("{n}: {} (expected {v})", delta(n)))
-            .collect();
-        if wrong.is_empty() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "after the traffic: {wrong:?}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    // efa_1 saw nothing.
-    let other = topo.read_counters("efa_1").unwrap();
-    assert!(other.iter().all(|(_, v)| *v == 0), "{other:?}");
-    let _ = (&ctx, &cqb);
+    wait_for(&topo, "efa_0", &before, &expected);
+
+    // A UD datagram to a QP of efa_1 with no receive posted: sent, then dropped there.
+    let before = counters(&topo, "efa_1");
+    assert!(
+        before.values().all(|v| *v == 0),
+        "efa_1 saw nothing yet: {before:?}"
+    );
+    let ctx1 = open(1);
+    let pd1 = ctx1.alloc_pd().unwrap();
+    let cq1 = ctx1.create_cq(CqOptions::new(1024)).unwrap();
+    let ua = rts_qp(&pd1, &cq1, &QpConfig::ud(), QKEY_A);
+    let ub = rts_qp(&pd1, &cq1, &QpConfig::ud(), QKEY_B);
+    let to_ub = pd1.connect(&ub.endpoint()).unwrap();
+    let mut s = SendBatch::<1>::new(&ua);
+    s.send(5, &to_ub, Payload::Inline(b"datagram")).unwrap();
+    // SAFETY: inline payload, copied during the call.
+    unsafe { ua.post_send(&s) }.unwrap();
+    expect_n(&cq1, 1)[0].result().unwrap();
+    let expected = [
+        ("send_wrs", 1),
+        ("send_bytes", 8),
+        ("tx_bytes", 8),
+        ("tx_pkts", 1),
+        ("recv_wrs", 0),
+        ("rx_bytes", 0),
+        ("rx_drops", 1),
+    ];
+    wait_for(&topo, "efa_1", &before, &expected);
+    let _ = (&ctx, &cqb, &ub);
     std::fs::remove_dir_all(cache).unwrap();
 }

@@ -15,7 +15,7 @@
 //! Counted (see the fidelity ledger in the README): payload bytes and packets (one per
 //! MTU or less) sent and received, SEND and receive WRs with their bytes, RDMA read and
 //! write WRs with their bytes at the requester, read-response and write-received bytes
-//! at the responder, datagrams dropped on receipt (`rx_drops`), retransmitted requests
+//! at the responder, Q_Key violations and dropped UD datagrams (`rx_drops`), retransmitted requests
 //! (`retrans_pkts`). Always 0: the `*_wr_err` counters, `retrans_bytes`, the event
 //! counters and every device-wide (admin command) counter.
 

@@ -350,6 +350,7 @@ impl Runtime {
         drop(g);
         if !delivered {
             bump(&self.stats.ud_drops);
+            self.hw.add(RX_DROPS, 1);
         }
     }
 
@@ -368,6 +369,7 @@ impl Runtime {
         };
         if h.qkey != qp.qkey() {
             bump(&self.stats.qkey_violations);
+            self.hw.add(RX_DROPS, 1);
             return true; // counted as a Q_Key violation, not a UD drop
         }
         let imm = (h.flags & wire::FLAG_IMM != 0).then_some(h.imm);
