@@ -118,13 +118,19 @@ pub(super) fn devices(root: &Path) -> Result<Vec<NicTopology>, TopologyError> {
             continue;
         };
         let ib = class.join(&name);
-        // Every RDMA device has a PCI function (a broken link is an error); only those
-        // bound to the efa driver are EFA devices.
-        let (dir, pci_path) = pci_function(&ib.join("device"))?;
-        let is_efa = std::fs::read_link(dir.join("driver"))
+        let link = ib.join("device");
+        // Software devices (rxe, siw) may have no parent device: not EFA, which is PCI.
+        if std::fs::symlink_metadata(&link).is_err() {
+            continue;
+        }
+        // A link that leads nowhere is broken sysfs; only devices bound to the efa
+        // driver are EFA devices, and those must be PCI functions.
+        let parent = std::fs::canonicalize(&link).map_err(|e| io_error(&link, e))?;
+        let is_efa = std::fs::read_link(parent.join("driver"))
             .ok()
             .is_some_and(|t| t.file_name().is_some_and(|n| n == EFA_DRIVER));
         if is_efa {
+            let (dir, pci_path) = pci_function(&link)?;
             out.push(device(&ib, name, dir, pci_path)?);
         }
     }

@@ -246,6 +246,27 @@ fn missing_files_are_errors_naming_them() {
 
 #[test]
 #[cfg_attr(miri, ignore)] // the file system is outside Miri's isolation
+fn devices_of_other_drivers_are_skipped() {
+    let f = FakeSysfs::new("others");
+    // A software device without a parent, and a PCI device of another driver.
+    std::fs::create_dir_all(f.file("class/infiniband/rxe0")).unwrap();
+    let mlx = f.file("devices/pci0000:10/0000:10:02.0");
+    f.link(&mlx.join("driver"), &f.file("bus/pci/drivers/mlx5_core"));
+    f.link(&f.file("class/infiniband/mlx5_0/device"), &mlx);
+    let t = Topology::from_sysfs(&f.root).unwrap();
+    let names: Vec<&str> = t.devices.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["efa_0"]);
+    // An EFA device whose parent is not a PCI function is broken sysfs.
+    let odd = f.file("devices/platform/efa-odd");
+    f.link(&odd.join("driver"), &f.file("bus/pci/drivers/efa"));
+    f.link(&f.file("class/infiniband/efa_9/device"), &odd);
+    let e = Topology::from_sysfs(&f.root).unwrap_err();
+    assert!(e.path.ends_with("efa_9/device"), "{e}");
+    assert!(matches!(e.kind, TopologyErrorKind::Malformed { .. }), "{e}");
+}
+
+#[test]
+#[cfg_attr(miri, ignore)] // the file system is outside Miri's isolation
 fn no_rdma_class_means_no_devices() {
     let root = std::env::temp_dir().join(format!("efa-topo-empty-{}", std::process::id()));
     std::fs::create_dir_all(&root).unwrap();
