@@ -81,6 +81,17 @@ impl Device {
         Ok(v)
     }
 
+    /// Its PCI address (function 0), from the PCI domain, bus and device attributes (the
+    /// parts of `cuDeviceGetPCIBusId`'s `DDDD:BB:DD.F`).
+    pub fn pci_address(&self) -> Result<efa_typestate::PciAddress> {
+        let (domain, bus, device) = self.pci_location()?;
+        Ok(efa_typestate::PciAddress::new(
+            domain as u16,
+            bus as u8,
+            device as u8,
+        ))
+    }
+
     /// PCI (domain, bus, device), to match the device with a NIC on the same switch.
     pub fn pci_location(&self) -> Result<(i32, i32, i32)> {
         Ok((

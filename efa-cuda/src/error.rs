@@ -99,6 +99,8 @@ pub enum Error {
         /// Why the `ibv_reg_mr` fallback failed.
         fallback: Box<Error>,
     },
+    /// The topology could not be read from sysfs (the file and what was wrong).
+    Topology(efa_typestate::TopologyError),
     /// A system call failed.
     Os {
         /// The call.
@@ -151,6 +153,7 @@ impl fmt::Display for Error {
                 "GPU memory registration failed: dma-buf path: {dmabuf}; ibv_reg_mr fallback: {fallback}"
             ),
             Error::Os { call, errno } => write!(f, "{call} failed: errno {errno}"),
+            Error::Topology(e) => write!(f, "topology: {e}"),
         }
     }
 }
@@ -160,6 +163,12 @@ impl std::error::Error for Error {}
 impl From<AlignError> for Error {
     fn from(e: AlignError) -> Self {
         Error::Align(e)
+    }
+}
+
+impl From<efa_typestate::TopologyError> for Error {
+    fn from(e: efa_typestate::TopologyError) -> Self {
+        Error::Topology(e)
     }
 }
 

@@ -24,6 +24,9 @@
 //! * [`Device::flush_gpudirect_writes`] / [`GpuMr::flush_gpudirect_writes`]: order inbound
 //!   NIC writes before CUDA work reads them (skipped where the device orders them itself,
 //!   [`Device::flush_support`]).
+//! * [`InstanceTopology::discover`]: at start-up, each GPU's PCI address and the EFA
+//!   devices nearest to it (same PCIe switch, then NUMA node), with the devices' own
+//!   topology (`efa_typestate::Topology`).
 //!
 //! # GPU to GPU: an RDMA write into another GPU's memory
 //!
@@ -93,6 +96,7 @@ mod memory;
 mod owners;
 mod register;
 pub mod sys;
+mod topology;
 mod vmm;
 
 #[cfg(feature = "cudarc")]
@@ -111,4 +115,5 @@ pub use flush::{FlushScope, FlushSupport, Flushed};
 pub use memory::{DeviceMemory, RawDeviceMemory};
 pub use owners::{CudaAddress, CudaDmaBuf};
 pub use register::{register, GpuMr, RegistrationPath};
+pub use topology::{GpuTopology, InstanceTopology};
 pub use vmm::VmmAllocation;

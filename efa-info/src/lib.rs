@@ -2,7 +2,9 @@
 //! `efadv_query_device` reports (queue depths and SGEs, inline buffer, largest RDMA, the
 //! device capabilities by name, unsolicited write receive, the send queue's largest
 //! batch), which library answered (rdma-core or efa-sim, and its version), and which
-//! features of the `efa` crate the device supports, each tried through the safe API.
+//! features of the `efa` crate the device supports, each tried through the safe API; then
+//! the topology: NUMA nodes, each EFA device's PCI address, NUMA node and link speed, each
+//! GPU's nearest devices, a devices × GPUs matrix and the devices' hardware counters.
 //!
 //! ```text
 //! efa-info [-d NAME] [--json]
@@ -16,6 +18,7 @@
 pub mod library;
 pub mod probe;
 pub mod report;
+pub mod topology;
 
 use std::io::{ErrorKind, Write};
 use std::process::ExitCode;
@@ -34,7 +37,8 @@ usage: efa-info [-d NAME] [--json]
 For each RDMA device: the verbs attributes, port 1, the GIDs, the EFA limits and
 capabilities (efadv_query_device) in words, and which features of the efa crate work on
 it (each tried through the safe API); first, which libraries answered (rdma-core or
-efa-sim, the software EFA device, and their versions).
+efa-sim, the software EFA device, and their versions); last, the topology (NUMA nodes,
+devices, GPUs and the devices nearest each, hardware counters).
 ";
 
 /// Parsed options.
@@ -105,11 +109,13 @@ fn run(o: &Opts) -> Result<String, String> {
         .iter()
         .find_map(|r| r.attr.as_ref().ok().map(|a| a.fw_ver().to_string()));
     let libs = library::loaded(fw.as_deref());
+    let topo = topology::collect();
     if o.json {
         let v = json!({
             "efa_info": env!("CARGO_PKG_VERSION"),
             "libraries": libs.iter().map(library::Lib::to_json).collect::<Vec<_>>(),
             "devices": reports.iter().map(report::DeviceReport::to_json).collect::<Vec<_>>(),
+            "topology": topo.to_json(),
         });
         return Ok(format!("{v:#}\n"));
     }
@@ -121,6 +127,8 @@ fn run(o: &Opts) -> Result<String, String> {
         text.push('\n');
         text += &r.text();
     }
+    text.push('\n');
+    text += &topo.text();
     Ok(text)
 }
 

@@ -93,9 +93,9 @@ cu_fn! {
         let g = gpu()?;
         g.device(device)?;
         let v = match attribute {
-            33 => 0x10 + device,                                   // PCI bus id
-            34 => 0,                                               // PCI device id
-            50 => 0,                                               // PCI domain id
+            33 => g.pci[device as usize][1],                       // PCI bus id
+            34 => g.pci[device as usize][2],                       // PCI device id
+            50 => g.pci[device as usize][0],                       // PCI domain id
             41 => 1,                                               // unified addressing
             75 => 9,                                               // compute capability 9.0
             76 => 0,

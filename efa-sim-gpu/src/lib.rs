@@ -69,7 +69,9 @@
 //! Environment, read by `cuInit`: `EFA_SIM_GPU_DEVICES` (default 2),
 //! `EFA_SIM_GPU_DRIVER_VERSION` (default 12080), `EFA_SIM_GPU_MEMORY_MIB` per device
 //! (default 4096), `EFA_SIM_GPU_DMABUF=0` (refuse exports, attribute 124 = 0),
-//! `EFA_SIM_GPU_DMABUF_MMAP=0` (exports refuse mmap, above).
+//! `EFA_SIM_GPU_DMABUF_MMAP=0` (exports refuse mmap, above), `EFA_SIM_GPU_PCI_BUS_IDS`
+//! (`DDDD:BB:DD.F,...`: each device's PCI location, default bus 0x10 + ordinal; `efa-sim
+//! run --gpus N` sets it to the GPUs of `EFA_SIM_SHAPE`).
 //! Extra C entry points:
 //! * `int efaSimGpuControl(const char *key, long long value)`: `"dmabuf_export"` (0/1),
 //!   `"dmabuf_mmap"` (0/1, for exports made afterwards), `"rdma_writes_ordering"`

@@ -27,7 +27,31 @@ pub struct Gpu {
     pub dmabuf_mmap: AtomicBool,
     pub rdma_writes_ordering: AtomicI64,
     pub flush_options: AtomicI64,
+    /// PCI (domain, bus, device) of each device (`EFA_SIM_GPU_PCI_BUS_IDS`).
+    pub pci: Vec<[i32; 3]>,
     mem: Mutex<Memory>,
+}
+
+/// `EFA_SIM_GPU_PCI_BUS_IDS=DDDD:BB:DD.F,...` (set by `efa-sim run --gpus N` with an
+/// instance shape): device `i`'s PCI location; devices it does not name (or a malformed
+/// list) get domain 0, bus 0x10 + i, device 0.
+fn pci_locations(n: i32) -> Vec<[i32; 3]> {
+    let listed: Vec<[i32; 3]> = std::env::var("EFA_SIM_GPU_PCI_BUS_IDS")
+        .ok()
+        .map(|v| v.split(',').map_while(parse_bus_id).collect())
+        .unwrap_or_default();
+    (0..n)
+        .map(|i| listed.get(i as usize).copied().unwrap_or([0, 0x10 + i, 0]))
+        .collect()
+}
+
+/// `DDDD:BB:DD.F` (hex) as (domain, bus, device).
+fn parse_bus_id(s: &str) -> Option<[i32; 3]> {
+    let (domain, rest) = s.trim().split_once(':')?;
+    let (bus, rest) = rest.split_once(':')?;
+    let (device, _function) = rest.split_once('.')?;
+    let hex = |x: &str| i32::from_str_radix(x, 16).ok();
+    Some([hex(domain)?, hex(bus)?, hex(device)?])
 }
 
 static GPU: OnceLock<CuResult<Gpu>> = OnceLock::new();
@@ -68,6 +92,7 @@ pub fn init() -> CuResult {
             ),
             rdma_writes_ordering: AtomicI64::new(0),
             flush_options: AtomicI64::new(1),
+            pci: pci_locations(n),
             mem: Mutex::new(mem),
         })
     })

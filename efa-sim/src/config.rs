@@ -5,7 +5,8 @@
 //!
 //! | Variable | Field | Default |
 //! |---|---|---|
-//! | `EFA_SIM_DEVICES=N` | [`Config::profiles`]`.len()` (≤ [`MAX_DEVICES`]) | 2 |
+//! | `EFA_SIM_DEVICES=N` | [`Config::profiles`]`.len()` (≤ [`MAX_DEVICES`]) | 2 (the shape's count with `EFA_SIM_SHAPE`) |
+//! | `EFA_SIM_SHAPE=p5.48xlarge\|p5en.48xlarge\|p6-b200.48xlarge\|2nic` | [`Config::shape`] (see [`crate::shape`]): device count, link speed, PCI/NUMA placement in sysfs | none |
 //! | `EFA_SIM_PROFILE` | [`Config::profiles`] (inline `key=value,...` list or a file, see [`crate::model::profile`]) | [`Profile::default`] |
 //! | `EFA_SIM_READ_OPCODE=send\|rdma_read` | `read_completes_as_send` of every profile | `send` |
 //! | `EFA_SIM_ADDR=a.b.c.d` | [`Config::addr`] | 127.0.0.1 |
@@ -26,6 +27,7 @@
 //! exits 2 with it; nothing falls back to a default silently.
 
 use crate::model::{profile, Profile};
+use crate::shape::Shape;
 use crate::transport::faults::FaultSpec;
 use crate::transport::SLOTS;
 use std::ffi::OsString;
@@ -80,6 +82,8 @@ pub struct Config {
     pub transport: Transport,
     /// Print a line on stderr for every WR that times out.
     pub trace: bool,
+    /// The instance shape the devices (and the sysfs tree) model, if any.
+    pub shape: Option<&'static Shape>,
 }
 
 impl Default for Config {
@@ -94,6 +98,7 @@ impl Default for Config {
             direct: true,
             transport: Transport::Auto,
             trace: false,
+            shape: None,
         }
     }
 }
@@ -115,8 +120,11 @@ impl Config {
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
         let get = |k: &str| var(k).filter(|v| !v.trim().is_empty());
         let mut c = Config::default();
+        if let Some(v) = get("EFA_SIM_SHAPE") {
+            c.shape = Some(Shape::by_name(&v).map_err(|known| bad("EFA_SIM_SHAPE", &v, &known))?);
+        }
         let count = match get("EFA_SIM_DEVICES") {
-            None => DEFAULT_DEVICES,
+            None => c.shape.map_or(DEFAULT_DEVICES, Shape::devices),
             Some(v) => v
                 .trim()
                 .parse::<u32>()
@@ -130,6 +138,13 @@ impl Config {
                     )
                 })?,
         };
+        if let Some(shape) = c.shape.filter(|s| s.devices() != count) {
+            return Err(format!(
+                "EFA_SIM_DEVICES={count} contradicts EFA_SIM_SHAPE={} ({} devices); set one of them",
+                shape.name,
+                shape.devices()
+            ));
+        }
         let overrides = match get("EFA_SIM_PROFILE") {
             None => profile::Overrides::default(),
             Some(v) => profile::Overrides::from_env_value(&v)
@@ -143,6 +158,9 @@ impl Config {
             }
         }
         let mut base = Profile::default();
+        if let Some(shape) = c.shape {
+            base.link_gbps = shape.link_gbps;
+        }
         if let Some(v) = get("EFA_SIM_READ_OPCODE") {
             base.read_completes_as_send = profile::parse_read_opcode(&v)
                 .map_err(|_| bad("EFA_SIM_READ_OPCODE", &v, "send or rdma_read"))?;
@@ -345,11 +363,35 @@ mod tests {
             ("EFA_SIM_FAULTS", "loss=2"),
             ("EFA_SIM_DIRECT", "sometimes"),
             ("EFA_SIM_TRANSPORT", "carrier-pigeon"),
+            ("EFA_SIM_SHAPE", "p4d.24xlarge"),
         ] {
             let e = Config::from_vars(vars(&[(k, v)])).unwrap_err();
             assert!(e.contains(k), "{k}={v}: {e}");
         }
         let e = Config::from_vars(vars(&[("EFA_SIM_PROFILE", "efa_5.max_qp=3")])).unwrap_err();
         assert!(e.contains("efa_5"), "{e}");
+    }
+
+    #[test]
+    fn a_shape_sets_the_device_count_and_link_speed() {
+        let c = Config::from_vars(vars(&[("EFA_SIM_SHAPE", "p5.48xlarge")])).unwrap();
+        assert_eq!(c.devices(), 32);
+        assert!(c.profiles.iter().all(|p| p.link_gbps == 100));
+        let c = Config::from_vars(vars(&[
+            ("EFA_SIM_SHAPE", "p6-b200.48xlarge"),
+            ("EFA_SIM_DEVICES", "8"),
+            ("EFA_SIM_PROFILE", "efa_7.link_gbps=200"),
+        ]))
+        .unwrap();
+        assert_eq!(c.shape.unwrap().name, "p6-b200.48xlarge");
+        assert_eq!(
+            (c.profiles[0].link_gbps, c.profiles[7].link_gbps),
+            (400, 200)
+        );
+        let e = Config::from_vars(vars(&[("EFA_SIM_SHAPE", "2nic"), ("EFA_SIM_DEVICES", "3")]))
+            .unwrap_err();
+        assert!(e.contains("EFA_SIM_SHAPE=2nic"), "{e}");
+        let e = Config::from_vars(vars(&[("EFA_SIM_SHAPE", "p4d")])).unwrap_err();
+        assert!(e.contains("p5en.48xlarge") && e.contains("2nic"), "{e}");
     }
 }

@@ -10,7 +10,8 @@
 //!   consumers that drive them directly).
 //! * [`model`]: the device: objects, queue engines, the runtime that executes requests.
 //! * [`transport`]: datagrams between devices (UDP, addressing, faults).
-//! * [`config`]: every `EFA_SIM_*` variable, read once; [`sysfs`]: the sysfs view.
+//! * [`config`]: every `EFA_SIM_*` variable, read once; [`sysfs`]: the sysfs view;
+//!   [`shape`]: instance shapes (devices, PCIe switches, NUMA nodes).
 #![deny(missing_docs)]
 mod abi;
 pub mod config;
@@ -19,5 +20,6 @@ pub mod model;
 pub mod provider;
 pub(crate) mod rcu;
 pub mod ring;
+pub mod shape;
 pub mod sysfs;
 pub mod transport;

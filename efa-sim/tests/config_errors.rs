@@ -56,6 +56,12 @@ fn enum_knobs_take_exactly_their_values() {
         err("EFA_SIM_DEVICES", "65"),
         "EFA_SIM_DEVICES=`65`: must be a number 0..=64"
     );
+    assert_eq!(
+        err("EFA_SIM_SHAPE", "P5.48xlarge"),
+        "EFA_SIM_SHAPE=`P5.48xlarge`: must be one of p5.48xlarge, p5en.48xlarge, \
+         p6-b200.48xlarge, 2nic"
+    );
+    assert_eq!(ok("EFA_SIM_SHAPE", " 2nic ").devices(), 2);
 }
 
 #[test]

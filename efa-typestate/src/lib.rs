@@ -312,6 +312,8 @@ pub mod pd;
 pub mod pool;
 pub mod qp;
 pub mod rules;
+#[cfg(feature = "std")]
+pub mod topology;
 pub mod wr;
 
 // The direct data path's ring encoders and barriers (issue 26): an internal interface for
@@ -349,6 +351,11 @@ pub use qp::{
     Backend, DynQp, Init, Qp, QpAttr, QpCaps, QpConfig, QpState, QpStateKind, QpType, RecvReady,
     Reset, RnrRetry, Rtr, Rts, RtsOptions, SendSession, TransitionError, WqLayout,
     DEFAULT_RNR_RETRY,
+};
+#[cfg(feature = "std")]
+pub use topology::{
+    CpuList, NicTopology, NumaNode, PciAddress, PciLocation, Proximity, Topology, TopologyError,
+    TopologyErrorKind,
 };
 pub use wr::{
     Payload, QpLimits, RdmaChunks, RecvBatch, RecvBufs, RecvTarget, RecvWr, SendBatch, SendOp,

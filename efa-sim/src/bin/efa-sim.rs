@@ -24,8 +24,9 @@ run/env also point SYSFS_PATH (unless set) at a generated sysfs tree for the dev
 a stand-in libcuda.so.1 for tests) with N devices.
 environment: EFA_SIM_LIB=/path/to/libefa_sim.so overrides where the shared object is found,
 EFA_SIM_GPU_LIB=/path/to/libefa_sim_gpu.so the software GPU's;
-EFA_SIM_DEVICES, EFA_SIM_PROFILE, EFA_SIM_ADDR, EFA_SIM_READ_OPCODE configure the device
-(see the efa-sim README).";
+EFA_SIM_SHAPE (p5.48xlarge, p5en.48xlarge, p6-b200.48xlarge, 2nic: devices, link speed,
+PCIe switches and NUMA nodes of an instance type), EFA_SIM_DEVICES, EFA_SIM_PROFILE,
+EFA_SIM_ADDR, EFA_SIM_READ_OPCODE configure the device (see the efa-sim README).";
 
 /// Most software GPUs `--gpus` asks for (the software GPU's own limit).
 const MAX_GPUS: u32 = 64;
@@ -182,11 +183,30 @@ fn selection(gpus: Option<u32>) -> Result<(OsString, Vars), String> {
         path.push(":");
         path.push(&gpu_dir);
         vars.push(("EFA_SIM_GPU_DEVICES", OsString::from(n.to_string())));
+        if let Some(ids) = gpu_bus_ids(n)? {
+            vars.push(("EFA_SIM_GPU_PCI_BUS_IDS", OsString::from(ids)));
+        }
     }
     if let Some(sysfs) = sysfs_path(&dir)? {
         vars.push(("SYSFS_PATH", sysfs.into_os_string()));
     }
     Ok((path, vars))
+}
+
+/// With `EFA_SIM_SHAPE`, the PCI addresses of the shape's first `n` GPUs (the software
+/// GPU reports them, so that they match the GPUs in the sysfs tree).
+fn gpu_bus_ids(n: u32) -> Result<Option<String>, String> {
+    let Some(shape) = Sim::get().config().shape else {
+        return Ok(None);
+    };
+    if n > shape.gpus {
+        return Err(format!(
+            "--gpus {n}: EFA_SIM_SHAPE={} has {} GPUs",
+            shape.name, shape.gpus
+        ));
+    }
+    let ids: Vec<String> = (0..n).map(|g| shape.gpu_address(g)).collect();
+    Ok(Some(ids.join(",")))
 }
 
 /// `SYSFS_PATH` for the child: the caller's if set, else the generated sysfs tree of the
@@ -201,7 +221,8 @@ fn sysfs_path(dir: &Path) -> Result<Option<PathBuf>, String> {
         return Err(format!("configuration rejected, no devices: {e}"));
     }
     let cache = dir.join("sysfs");
-    sysfs::prepare(&cache, &sysfs::Tree::for_devices(sim.devices()))
+    let tree = sysfs::Tree::for_devices(sim.devices(), sim.config().shape);
+    sysfs::prepare(&cache, &tree)
         .map(Some)
         .map_err(|e| format!("cannot write the sysfs tree under {}: {e}", cache.display()))
 }

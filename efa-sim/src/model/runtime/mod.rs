@@ -96,6 +96,7 @@ pub use stats::Stats;
 use stats::StatsInner;
 use std::collections::{HashMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -187,6 +188,8 @@ pub(crate) struct Runtime {
     heard_cache: Box<[AtomicU64]>,
     proofs: Mutex<IdMap<SocketAddrV4, trust::Proof>>,
     pub stats: Arc<StatsInner>,
+    /// The driver's `hw_counters` of this device (see [`crate::sysfs::counters`]).
+    pub(crate) hw: Arc<crate::sysfs::counters::PortCounters>,
     pub(crate) watcher: crate::model::watcher::Watcher,
     /// The inbound path (engine thread or a poller, see [`inbound`]).
     inbound: Mutex<inbound::Inbound>,
@@ -268,6 +271,10 @@ impl Runtime {
             heard_cache: (0..HEARD_CACHE).map(|_| AtomicU64::new(0)).collect(),
             proofs: Mutex::new(IdMap::default()),
             stats,
+            hw: crate::sysfs::counters::PortCounters::open(
+                std::path::Path::new(std::ffi::OsStr::from_bytes(crate::sysfs::root().to_bytes())),
+                &dev.name,
+            ),
             watcher: Default::default(),
             inbound: Mutex::new(inbound::Inbound::default()),
             poll_ticks: AtomicU64::new(0),

@@ -127,6 +127,7 @@ impl Runtime {
                 None => return db.failed(qp, &o, st::LOCAL_ERROR_INVALID_LKEY as u8),
             }
         }
+        self.count_request(r.op, total);
         // Direct only to a same-process device (see `route`), and only from host memory
         // (local GPU memory reached by copies takes the datagram path).
         if let Some(target) = route.local {
@@ -147,6 +148,32 @@ impl Runtime {
         }
         self.send_datagram(qp, r, (o, h), (first, dest), (g, db));
         false
+    }
+
+    /// Counts a work request the device takes to the wire in its `hw_counters` (the
+    /// requester's side; see [`crate::sysfs::counters`]).
+    #[inline]
+    fn count_request(&self, op: SendOp, bytes: u64) {
+        use crate::sysfs::counters::port::*;
+        let (hw, mtu) = (&self.hw, self.profile.mtu_bytes);
+        match op {
+            SendOp::Send | SendOp::SendImm => {
+                hw.add(SEND_WRS, 1);
+                hw.add(SEND_BYTES, bytes);
+                hw.add_transfer(TX_BYTES, TX_PKTS, bytes, mtu);
+            }
+            SendOp::RdmaRead => {
+                hw.add(RDMA_READ_WRS, 1);
+                hw.add(RDMA_READ_BYTES, bytes);
+                hw.add(TX_PKTS, 1); // the request
+                hw.add_transfer(RX_BYTES, RX_PKTS, bytes, mtu);
+            }
+            _ => {
+                hw.add(RDMA_WRITE_WRS, 1);
+                hw.add(RDMA_WRITE_BYTES, bytes);
+                hw.add_transfer(TX_BYTES, TX_PKTS, bytes, mtu);
+            }
+        }
     }
 
     /// The datagram path of [`Runtime::start_send`]: `first` is where the validated first

@@ -13,6 +13,7 @@ use crate::model::{
 };
 use crate::rcu::Guard;
 use crate::ring::cqe::{Cqe, NO_AH};
+use crate::sysfs::counters::port::*;
 use crate::transport::wire::{self, Header, Op};
 use efa_sys::io::{queue_type, send_op_type};
 use efa_sys::vendor::comp_status as st;
@@ -100,6 +101,7 @@ impl Runtime {
     ) -> Outcome {
         if h.qkey != qp.qkey() {
             bump(&self.stats.qkey_violations);
+            self.hw.add(RX_DROPS, 1);
             return Outcome::Drop;
         }
         let imm = (h.flags & wire::FLAG_IMM != 0).then_some(h.imm);
@@ -177,6 +179,7 @@ impl Runtime {
                 // The requester copies a bulk read into its buffer itself, while the read
                 // is still pending there (see `super::pull`): never this process, which
                 // cannot tell whether that buffer is still the requester's to write.
+                self.count_served(false, len);
                 return Outcome::Pull(host as u64);
             }
             // SAFETY: host..host+len is inside our live MR (read section open).
@@ -202,6 +205,9 @@ impl Runtime {
             }
         } else {
             *read_src = Some(at);
+        }
+        if !commit {
+            self.count_served(write, len);
         }
         if let Some(imm) = imm {
             let mut c = Self::recv_cqe(qp, h, g, 0, send_op_type::RDMA_WRITE, Some(imm));
@@ -232,6 +238,20 @@ impl Runtime {
             }
         }
         Outcome::Respond(st::OK as u8)
+    }
+
+    /// Counts an RDMA write received or a read served, of `len` bytes, in `hw_counters`.
+    #[inline]
+    fn count_served(&self, write: bool, len: usize) {
+        let (len, mtu) = (len as u64, self.profile.mtu_bytes);
+        if write {
+            self.hw.add(RDMA_WRITE_RECV_BYTES, len);
+            self.hw.add_transfer(RX_BYTES, RX_PKTS, len, mtu);
+        } else {
+            self.hw.add(RDMA_READ_RESP_BYTES, len);
+            self.hw.add(RX_PKTS, 1); // the request
+            self.hw.add_transfer(TX_BYTES, TX_PKTS, len, mtu);
+        }
     }
 
     /// SEND into the head receive WQE: scatter, complete, answer. The first `skip` bytes
@@ -309,6 +329,13 @@ impl Runtime {
             c.length = 0;
         }
         qp.recv_cq().push(&c);
+        if ok {
+            self.hw.add(RECV_WRS, 1);
+            self.hw.add(RECV_BYTES, data.len() as u64);
+            let mtu = self.profile.mtu_bytes;
+            self.hw
+                .add_transfer(RX_BYTES, RX_PKTS, data.len() as u64, mtu);
+        }
         Outcome::Respond(if ok {
             st::OK as u8
         } else {
@@ -323,6 +350,7 @@ impl Runtime {
         drop(g);
         if !delivered {
             bump(&self.stats.ud_drops);
+            self.hw.add(RX_DROPS, 1);
         }
     }
 
@@ -341,6 +369,7 @@ impl Runtime {
         };
         if h.qkey != qp.qkey() {
             bump(&self.stats.qkey_violations);
+            self.hw.add(RX_DROPS, 1);
             return true; // counted as a Q_Key violation, not a UD drop
         }
         let imm = (h.flags & wire::FLAG_IMM != 0).then_some(h.imm);

@@ -148,6 +148,7 @@ impl Runtime {
         }
         for (pd, spec, dest) in &resend {
             bump(&self.stats.retransmits);
+            self.hw.add(crate::sysfs::counters::port::RETRANS_PKTS, 1);
             // A silent peer may have died: its inbox link is dropped if so.
             self.ep.suspect(*dest);
             if !self.transmit(pd, spec, *dest) {

@@ -15,6 +15,7 @@
 //! `ibv_get_sysfs_path`.
 
 use crate::model::Device;
+use crate::shape::Shape;
 use std::collections::hash_map::DefaultHasher;
 use std::ffi::{CStr, CString};
 use std::hash::{Hash, Hasher};
@@ -38,6 +39,9 @@ pub const UVERBS_BASE_MINOR: u32 = 192;
 pub const EFA_PCI_CLASS: u32 = 0x020000;
 /// Name of the EFA kernel driver (the last component of `<ibdev_path>/device/driver`).
 pub const DRIVER_NAME: &str = "efa";
+pub mod counters;
+mod topology;
+
 /// Marker file written last: a directory without it is incomplete and never used.
 const COMPLETE_MARKER: &str = ".efa-sim-complete";
 
@@ -81,8 +85,9 @@ pub fn ibdev_path(name: &str) -> String {
     format!("{}/class/infiniband/{name}", root_str())
 }
 
-/// The PCI address (`DDDD:BB:DD.F`) a device of this index shows in sysfs. Real EFA
-/// functions sit on bus 0 from slot 6 on; later indexes continue on the next buses.
+/// The PCI address (`DDDD:BB:DD.F`) a device of this index shows in sysfs without a
+/// shape. Real EFA functions sit on bus 0 from slot 6 on; later indexes continue on the
+/// next buses.
 pub fn pci_address(index: u32) -> String {
     let slot = 6 + index;
     format!("0000:{:02x}:{:02x}.0", slot / 32, slot % 32)
@@ -122,6 +127,15 @@ impl Entry {
         }
     }
 
+    /// A link at `path` to `target` (both relative to the root), written relative to
+    /// the link's directory as sysfs writes its links.
+    fn link_to(path: impl Into<String>, target: impl AsRef<str>) -> Entry {
+        let path = path.into();
+        let depth = path.matches('/').count();
+        let target = format!("{}{}", "../".repeat(depth), target.as_ref());
+        Entry::link(path, target)
+    }
+
     /// The entry's path relative to the tree root.
     pub fn path(&self) -> &str {
         match self {
@@ -154,42 +168,29 @@ fn gid_string(gid: &[u8; 16]) -> String {
 }
 
 impl Tree {
-    /// The entries the kernel (RDMA core + EFA driver) shows for `devices`.
-    pub fn for_devices(devices: &[std::sync::Arc<Device>]) -> Tree {
+    /// The entries the kernel (RDMA core + EFA driver) shows for `devices`, placed as
+    /// `shape` places them (PCIe switches, NUMA nodes, GPUs; see [`crate::shape`]) or,
+    /// without a shape, on bus 0 with no NUMA node.
+    pub fn for_devices(devices: &[std::sync::Arc<Device>], shape: Option<&Shape>) -> Tree {
         let mut e = vec![Entry::file(
             "class/infiniband_verbs/abi_version",
             UVERBS_ABI_VERSION,
         )];
+        let place = topology::Placement::new(shape);
+        place.system_entries(&mut e);
         for d in devices {
             let p = &d.profile;
-            let pci = pci_address(d.index);
-            let dev = format!("devices/pci0000:00/{pci}");
+            let (pci, dev) = place.device_dir(d.index);
             let ib = format!("{dev}/infiniband/{}", d.name);
             let uverbs_name = format!("uverbs{}", d.index);
             let uverbs = format!("{dev}/infiniband_verbs/{uverbs_name}");
 
             // The PCI function, bound to the efa driver.
-            e.push(Entry::file(
-                format!("{dev}/vendor"),
-                format!("0x{:04x}", p.vendor_id),
-            ));
-            e.push(Entry::file(
-                format!("{dev}/device"),
-                format!("0x{:04x}", p.vendor_part_id),
-            ));
-            e.push(Entry::file(
-                format!("{dev}/subsystem_vendor"),
-                format!("0x{:04x}", p.vendor_id),
-            ));
-            e.push(Entry::file(
-                format!("{dev}/subsystem_device"),
-                format!("0x{:04x}", p.vendor_part_id),
-            ));
+            place.function_entries(&mut e, &dev, d.index, (p.vendor_id, p.vendor_part_id));
             e.push(Entry::file(
                 format!("{dev}/class"),
                 format!("0x{EFA_PCI_CLASS:06x}"),
             ));
-            e.push(Entry::file(format!("{dev}/numa_node"), -1));
             e.push(Entry::file(
                 format!("{dev}/uevent"),
                 format!(
@@ -197,25 +198,17 @@ impl Tree {
                     p.vendor_id, p.vendor_part_id
                 ),
             ));
-            e.push(Entry::link(
+            e.push(Entry::link_to(
                 format!("{dev}/driver"),
-                format!("../../../bus/pci/drivers/{DRIVER_NAME}"),
+                format!("bus/pci/drivers/{DRIVER_NAME}"),
             ));
-            e.push(Entry::link(format!("{dev}/subsystem"), "../../../bus/pci"));
-            e.push(Entry::link(
-                format!("bus/pci/devices/{pci}"),
-                format!("../../../{dev}"),
-            ));
-            e.push(Entry::link(
+            e.push(Entry::link_to(
                 format!("bus/pci/drivers/{DRIVER_NAME}/{pci}"),
-                format!("../../../../{dev}"),
+                &dev,
             ));
 
             // The RDMA device.
-            e.push(Entry::link(
-                format!("{ib}/device"),
-                format!("../../../{pci}"),
-            ));
+            e.push(Entry::link_to(format!("{ib}/device"), &dev));
             e.push(Entry::file(format!("{ib}/node_type"), "7: unspecified"));
             e.push(Entry::file(
                 format!("{ib}/node_guid"),
@@ -233,6 +226,10 @@ impl Tree {
             let port = format!("{ib}/ports/1");
             e.push(Entry::file(format!("{port}/state"), "4: ACTIVE"));
             e.push(Entry::file(format!("{port}/phys_state"), "5: LinkUp"));
+            e.push(Entry::file(
+                format!("{port}/rate"),
+                topology::rate(p.link_gbps),
+            ));
             e.push(Entry::file(format!("{port}/lid"), "0x0"));
             e.push(Entry::file(format!("{port}/sm_lid"), "0x0"));
             e.push(Entry::file(format!("{port}/link_layer"), "Unknown"));
@@ -242,16 +239,11 @@ impl Tree {
                 "IB/RoCE v1",
             ));
             e.push(Entry::file(format!("{port}/pkeys/0"), "0xffff"));
-            e.push(Entry::link(
-                format!("class/infiniband/{}", d.name),
-                format!("../../{ib}"),
-            ));
+            counters::entries(&mut e, &ib);
+            e.push(Entry::link_to(format!("class/infiniband/{}", d.name), &ib));
 
             // Its uverbs character device.
-            e.push(Entry::link(
-                format!("{uverbs}/device"),
-                format!("../../../{pci}"),
-            ));
+            e.push(Entry::link_to(format!("{uverbs}/device"), &dev));
             e.push(Entry::file(format!("{uverbs}/ibdev"), &d.name));
             e.push(Entry::file(
                 format!("{uverbs}/abi_version"),
@@ -261,9 +253,9 @@ impl Tree {
                 format!("{uverbs}/dev"),
                 format!("{UVERBS_MAJOR}:{}", UVERBS_BASE_MINOR + d.index),
             ));
-            e.push(Entry::link(
+            e.push(Entry::link_to(
                 format!("class/infiniband_verbs/{uverbs_name}"),
-                format!("../../{uverbs}"),
+                &uverbs,
             ));
         }
         Tree { entries: e }
@@ -346,7 +338,7 @@ mod tests {
     use crate::model::Sim;
 
     fn tree(n: &str) -> Tree {
-        Tree::for_devices(&Sim::build(Some(n), None, None, None).unwrap())
+        Tree::for_devices(&Sim::build(Some(n), None, None, None).unwrap(), None)
     }
 
     #[test]
