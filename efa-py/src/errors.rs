@@ -1,0 +1,68 @@
+//! Exceptions: every Rust error becomes an `EfaError` (an `OSError`) carrying the Rust
+//! error's words, with `.errno` and `.operation` set.
+
+use efa_typestate::{Errno, Error};
+use pyo3::exceptions::PyOSError;
+use pyo3::prelude::*;
+
+pyo3::create_exception!(
+    _efa,
+    EfaError,
+    PyOSError,
+    "Raised when an EFA call fails or is refused (an OSError: `.errno`, `.strerror`, `.operation`)."
+);
+pyo3::create_exception!(
+    _efa,
+    CompletionError,
+    EfaError,
+    "Raised by WC.raise_for_status for a failed completion (`.wc` is the completion)."
+);
+
+pub const EINVAL: i32 = 22;
+pub const EBADF: i32 = 9;
+const EIO: i32 = 5;
+
+/// An `EfaError` for `operation` with `errno` and `message`.
+pub fn raise(py: Python<'_>, operation: &str, errno: i32, message: String) -> PyErr {
+    let err = EfaError::new_err((errno, message));
+    // Best effort: the attribute is informative, the exception is what matters.
+    let _ = err.value(py).setattr("operation", operation);
+    err
+}
+
+/// The errno a Rust error stands for (EINVAL for refused input, EIO otherwise).
+fn errno_of(e: &Error) -> i32 {
+    match e {
+        Error::Verb {
+            errno: Errno(n), ..
+        } => *n,
+        Error::Invalid(_) => EINVAL,
+        _ => EIO,
+    }
+}
+
+/// The Rust error `e` of `operation` as an `EfaError` with the same words.
+pub fn efa(operation: &str, e: Error) -> PyErr {
+    Python::with_gil(|py| raise(py, operation, errno_of(&e), e.to_string()))
+}
+
+/// Maps a Rust result to a Python one, naming the operation.
+pub trait OrRaise<T> {
+    fn or_raise(self, operation: &str) -> PyResult<T>;
+}
+
+impl<T> OrRaise<T> for efa_typestate::Result<T> {
+    fn or_raise(self, operation: &str) -> PyResult<T> {
+        self.map_err(|e| efa(operation, e))
+    }
+}
+
+/// The error for a handle used after `close()`.
+pub fn closed(what: &str) -> PyErr {
+    Python::with_gil(|py| raise(py, what, EBADF, format!("{what} is closed")))
+}
+
+/// A refused argument, as the Rust core refuses its own (EINVAL).
+pub fn invalid(operation: &str, message: String) -> PyErr {
+    Python::with_gil(|py| raise(py, operation, EINVAL, message))
+}
