@@ -254,6 +254,7 @@ impl MR {
                 len,
                 lkey,
                 rkey,
+                host_view: false,
                 pd: pd.clone().unbind(),
                 owner,
             },
