@@ -6,6 +6,9 @@
 //! [`errors`]. The pure-Python parts (enums, endpoint exchange, tensor helpers,
 //! `efa.cuda`) are in `python/efa/`.
 
+// Class and method names are the `efa` package's API (SGE, QP, to_rts...), not Rust style.
+#![allow(clippy::upper_case_acronyms, clippy::wrong_self_convention)]
+
 use pyo3::prelude::*;
 
 mod cq;
