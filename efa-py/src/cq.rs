@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
 use crate::device::{Context, Gid, SCtx};
-use crate::errors::{closed, CompletionError, OrRaise};
+use crate::errors::{busy, closed, CompletionError, OrRaise};
 
 pub type SChannel = Arc<RChannel<SCtx>>;
 
@@ -81,8 +81,9 @@ impl CompChannel {
         }
         Ok(py.None())
     }
-    fn close(&mut self) {
-        self.inner = None;
+    fn close(slf: &Bound<'_, Self>) -> PyResult<()> {
+        slf.try_borrow_mut().map_err(|_| busy("CompChannel"))?.inner = None;
+        Ok(())
     }
     #[getter]
     fn closed(&self) -> bool {
@@ -92,9 +93,9 @@ impl CompChannel {
         slf
     }
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&mut self, _exc: &Bound<'_, PyTuple>) -> bool {
-        self.close();
-        false
+    fn __exit__(slf: &Bound<'_, Self>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        Self::close(slf)?;
+        Ok(false)
     }
 }
 
@@ -247,8 +248,9 @@ impl CQ {
         })
     }
     /// Closes this handle; the CQ is destroyed once no QP uses it.
-    fn close(&mut self) {
-        self.inner = None;
+    fn close(slf: &Bound<'_, Self>) -> PyResult<()> {
+        slf.try_borrow_mut().map_err(|_| busy("CQ"))?.inner = None;
+        Ok(())
     }
     #[getter]
     fn closed(&self) -> bool {
@@ -258,9 +260,9 @@ impl CQ {
         slf
     }
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&mut self, _exc: &Bound<'_, PyTuple>) -> bool {
-        self.close();
-        false
+    fn __exit__(slf: &Bound<'_, Self>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        Self::close(slf)?;
+        Ok(false)
     }
 }
 

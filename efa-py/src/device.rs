@@ -6,7 +6,7 @@ use efa_typestate::{Context as RContext, DeviceList, Gid as RGid};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::errors::{closed, OrRaise};
+use crate::errors::{busy, closed, OrRaise};
 
 pub type SCtx = Arc<RContext>;
 
@@ -405,8 +405,9 @@ impl Context {
         crate::cq::CQ::create(slf, cqe, channel, comp_vector, true, sgid, unsolicited)
     }
     /// Closes this handle; the device stays open while objects made from it live.
-    fn close(&mut self) {
-        self.inner = None;
+    fn close(slf: &Bound<'_, Self>) -> PyResult<()> {
+        slf.try_borrow_mut().map_err(|_| busy("Context"))?.inner = None;
+        Ok(())
     }
     #[getter]
     fn closed(&self) -> bool {
@@ -416,9 +417,9 @@ impl Context {
         slf
     }
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&mut self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        self.close();
-        false
+    fn __exit__(slf: &Bound<'_, Self>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        Self::close(slf)?;
+        Ok(false)
     }
     fn __repr__(&self) -> String {
         format!(

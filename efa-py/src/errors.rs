@@ -20,6 +20,7 @@ pyo3::create_exception!(
 
 pub const EINVAL: i32 = 22;
 pub const EBADF: i32 = 9;
+const EBUSY: i32 = 16;
 const EIO: i32 = 5;
 
 /// An `EfaError` for `operation` with `errno` and `message`.
@@ -65,4 +66,19 @@ pub fn closed(what: &str) -> PyErr {
 /// A refused argument, as the Rust core refuses its own (EINVAL).
 pub fn invalid(operation: &str, message: String) -> PyErr {
     Python::with_gil(|py| raise(py, operation, EINVAL, message))
+}
+
+/// The error for closing a handle a call in another thread is still using (it runs
+/// without the GIL); the handle stays open.
+pub fn busy(what: &str) -> PyErr {
+    Python::with_gil(|py| {
+        raise(
+            py,
+            what,
+            EBUSY,
+            format!(
+                "{what} is in use by a call in another thread; close it after that call returns"
+            ),
+        )
+    })
 }

@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
 use crate::device::{Context, Gid, SCtx};
-use crate::errors::{closed, invalid, OrRaise};
+use crate::errors::{busy, closed, invalid, OrRaise};
 use crate::memory::PyMemory;
 
 pub type SPd = Arc<RPd<SCtx>>;
@@ -182,8 +182,9 @@ impl PD {
         crate::qp::QP::create(slf, &init_attr.borrow())
     }
     /// Closes this handle; the PD is deallocated once no MR, QP or AH uses it.
-    fn close(&mut self) {
-        self.inner = None;
+    fn close(slf: &Bound<'_, Self>) -> PyResult<()> {
+        slf.try_borrow_mut().map_err(|_| busy("PD"))?.inner = None;
+        Ok(())
     }
     #[getter]
     fn closed(&self) -> bool {
@@ -193,9 +194,9 @@ impl PD {
         slf
     }
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&mut self, _exc: &Bound<'_, PyTuple>) -> bool {
-        self.close();
-        false
+    fn __exit__(slf: &Bound<'_, Self>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        Self::close(slf)?;
+        Ok(false)
     }
 }
 
@@ -267,6 +268,21 @@ impl MR {
     }
     pub(crate) fn lkey_raw(&self) -> u32 {
         self.lkey
+    }
+    /// Copies registered bytes at `offset` into `out` (host registrations only).
+    pub(crate) fn copy_out(&self, offset: usize, out: &mut [u8]) -> PyResult<()> {
+        if !self.host_view {
+            return Err(invalid(
+                "MR.read",
+                "only a buffer object's registration has a host view (not an integer address or a dma-buf)".into(),
+            ));
+        }
+        match self.get()? {
+            MrKind::Local(m) => m.copy_to_slice(offset, out),
+            MrKind::Remote(m) => m.copy_to_slice(offset, out),
+            MrKind::DmaBuf(_) => unreachable!("dma-buf registrations have no host view"),
+        }
+        .or_raise("MR.read")
     }
     /// Adds this MR to its PD's lkey table (after it became a Python object).
     pub(crate) fn index(mr: &Bound<'_, MR>) -> PyResult<()> {
@@ -341,25 +357,9 @@ impl MR {
         offset: usize,
         length: Option<usize>,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        if !self.host_view {
-            return Err(invalid(
-                "MR.read",
-                "only a buffer object's registration has a host view (not an integer address or a dma-buf)".into(),
-            ));
-        }
         let len = length.unwrap_or((self.len as usize).saturating_sub(offset));
         let mut out = vec![0u8; len];
-        match self.get()? {
-            MrKind::Local(m) => m.copy_to_slice(offset, &mut out),
-            MrKind::Remote(m) => m.copy_to_slice(offset, &mut out),
-            MrKind::DmaBuf(_) => {
-                return Err(invalid(
-                    "MR.read",
-                    "a dma-buf registration has no host view".into(),
-                ))
-            }
-        }
-        .or_raise("MR.read")?;
+        self.copy_out(offset, &mut out)?;
         Ok(PyBytes::new(py, &out))
     }
     /// Retains `owner` (the object owning the MR's memory) for the MR's life.
@@ -368,19 +368,22 @@ impl MR {
         slf
     }
     /// Deregisters the memory region and releases the memory's owner.
-    fn close(&mut self, py: Python<'_>) {
-        if self.inner.take().is_some() {
-            let _ = self.pd.borrow(py).mrs.bind(py).del_item(self.lkey);
+    fn close(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let mut me = slf.try_borrow_mut().map_err(|_| busy("MR"))?;
+        if me.inner.take().is_some() {
+            let _ = me.pd.borrow(py).mrs.bind(py).del_item(me.lkey);
         }
-        self.owner = py.None();
+        me.owner = py.None();
+        Ok(())
     }
     fn __enter__(slf: Py<Self>) -> Py<Self> {
         slf
     }
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&mut self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> bool {
-        self.close(py);
-        false
+    fn __exit__(slf: &Bound<'_, Self>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        Self::close(slf)?;
+        Ok(false)
     }
     fn __repr__(&self) -> String {
         if self.inner.is_none() {
@@ -427,8 +430,9 @@ impl AH {
     fn gid(&self) -> PyResult<Gid> {
         Ok(self.get()?.gid().into())
     }
-    fn close(&mut self) {
-        self.inner = None;
+    fn close(slf: &Bound<'_, Self>) -> PyResult<()> {
+        slf.try_borrow_mut().map_err(|_| busy("AH"))?.inner = None;
+        Ok(())
     }
     #[getter]
     fn closed(&self) -> bool {
@@ -438,8 +442,8 @@ impl AH {
         slf
     }
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&mut self, _exc: &Bound<'_, PyTuple>) -> bool {
-        self.close();
-        false
+    fn __exit__(slf: &Bound<'_, Self>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        Self::close(slf)?;
+        Ok(false)
     }
 }

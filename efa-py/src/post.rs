@@ -1,7 +1,13 @@
 //! Posting: Python work requests checked and handed to the Rust core, one doorbell per
 //! list, without the GIL and without heap allocation (everything staged on the stack).
+//!
+//! A list is read in two passes: the first borrows every MR and AH it names and copies
+//! the scalars out (GIL held); the second builds the Rust work requests borrowing those
+//! MRs and AHs, and the post runs with the GIL released.
 
-use efa_typestate::{ArrayVec, Payload, RecvBatch, RemoteBuffer, SendOp, SendWr, Sge, SgeList};
+use efa_typestate::{
+    ArrayVec, Payload, RecvBatch, RecvBufs, RemoteBuffer, SendBatch, SendOp, SendWr, Sge, SgeList,
+};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
@@ -12,11 +18,17 @@ use crate::wr::{RecvWR, SendWR, SGE};
 
 /// Work requests per doorbell; longer lists go out in several (each all or nothing).
 const CHUNK: usize = 64;
+/// SGEs per work request (EFA devices offer 1 or 2).
+const MAX_SGE: usize = 4;
+/// Largest inline payload staged (EFA's inline buffers are 32 bytes).
+const INLINE_MAX: usize = 64;
 const SIGNALED: u32 = 1 << 1;
+const INLINE: u32 = 1 << 3;
 
 /// The MR an SGE addresses: its owner, or the MR of its lkey in the QP's PD.
 fn mr_of<'py>(qp: &QP, py: Python<'py>, sge: &SGE) -> PyResult<PyRef<'py, MR>> {
-    if let Ok(mr) = sge.owner.bind(py).downcast::<MR>() {
+    let owner = sge.owner.bind(py);
+    if let Ok(mr) = owner.downcast::<MR>() {
         return Ok(mr.clone().borrow());
     }
     let pd = qp.pd.borrow(py);
@@ -38,34 +50,92 @@ fn mr_of<'py>(qp: &QP, py: Python<'py>, sge: &SGE) -> PyResult<PyRef<'py, MR>> {
 }
 
 /// Items of `wrs`: a list, or one object.
-fn items<'py>(wrs: &Bound<'py, PyAny>) -> Bound<'py, PyList> {
+fn items<'py>(wrs: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
     match wrs.downcast::<PyList>() {
-        Ok(l) => l.clone(),
-        Err(_) => PyList::new(wrs.py(), [wrs]).expect("a one-item list"),
+        Ok(l) => Ok(l.clone()),
+        Err(_) => PyList::new(wrs.py(), [wrs]),
     }
 }
 
-/// A WR's single SGE (EFA sends and receives here carry at most one).
-fn one_sge<'py>(py: Python<'py>, sg_list: &Py<PyList>) -> PyResult<Option<PyRef<'py, SGE>>> {
+/// One SGE of a plan: which borrowed MR, and the range.
+#[derive(Clone, Copy)]
+struct PlannedSge {
+    mr: usize,
+    addr: u64,
+    len: u32,
+}
+
+/// Reads a WR's SGE list, borrowing each SGE's MR into `mrs`.
+fn plan_sges<'py>(
+    qp: &QP,
+    py: Python<'py>,
+    sg_list: &Py<PyList>,
+    mrs: &mut ArrayVec<PyRef<'py, MR>, { CHUNK * MAX_SGE }>,
+) -> PyResult<ArrayVec<PlannedSge, MAX_SGE>> {
     let l = sg_list.bind(py);
-    match l.len() {
-        0 => Ok(None),
-        1 => Ok(Some(l.get_item(0)?.downcast_into::<SGE>()?.borrow())),
-        n => Err(invalid(
+    if l.len() > MAX_SGE {
+        return Err(invalid(
             "post",
-            format!("{n} SGEs in one work request: efa-py posts at most one"),
-        )),
+            format!("{} SGEs in one work request: at most {MAX_SGE}", l.len()),
+        ));
     }
+    let mut out = ArrayVec::new();
+    for item in l.iter() {
+        let s = item.downcast::<SGE>()?.borrow();
+        mrs.push(mr_of(qp, py, &s)?);
+        out.push(PlannedSge {
+            mr: mrs.len() - 1,
+            addr: s.addr,
+            len: s.length,
+        });
+    }
+    Ok(out)
 }
 
-fn sge_of<'a>(mr: &'a MR, s: &SGE) -> PyResult<Sge<'a>> {
+fn sge_of<'a>(mrs: &'a [PyRef<'_, MR>], p: PlannedSge) -> PyResult<Sge<'a>> {
+    let mr = &mrs[p.mr];
     let kind: &MrKind = mr.get()?;
-    kind.sge_at(s.addr, u64::from(s.length), mr.base)
+    kind.sge_at(p.addr, u64::from(p.len), mr.base)
         .or_raise("post")
 }
 
-pub fn post_send(qp: &mut QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()> {
-    let list = items(wrs);
+/// Copies the bytes of `sges` into `out` (inline sends); host registrations only.
+fn copy_inline(
+    mrs: &[PyRef<'_, MR>],
+    sges: &[PlannedSge],
+    out: &mut ArrayVec<u8, INLINE_MAX>,
+) -> PyResult<()> {
+    for p in sges {
+        let mr = &mrs[p.mr];
+        let start = out.len();
+        let end = start + p.len as usize;
+        if end > INLINE_MAX {
+            return Err(invalid(
+                "post_send",
+                format!("inline payload of more than {INLINE_MAX} bytes (EFA inlines at most 32)"),
+            ));
+        }
+        out.extend(core::iter::repeat(0).take(p.len as usize));
+        let offset = p.addr.checked_sub(mr.base).unwrap_or(u64::MAX) as usize;
+        mr.copy_out(offset, &mut out[start..end])?;
+    }
+    Ok(())
+}
+
+struct Plan {
+    wr_id: u64,
+    op: u32,
+    remote_addr: u64,
+    rkey: u32,
+    imm: u32,
+    qpn: u32,
+    qkey: u32,
+    inline: bool,
+    sges: ArrayVec<PlannedSge, MAX_SGE>,
+}
+
+pub fn post_send(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()> {
+    let list = items(wrs)?;
     let n = list.len();
     let mut start = 0;
     while start < n {
@@ -77,25 +147,15 @@ pub fn post_send(qp: &mut QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResul
 }
 
 fn post_send_chunk(
-    qp: &mut QP,
+    qp: &QP,
     py: Python<'_>,
     list: &Bound<'_, PyList>,
     start: usize,
     end: usize,
 ) -> PyResult<()> {
-    // Borrows of the MRs and AHs the requests name, held until the post returned.
-    let mut mrs: ArrayVec<PyRef<'_, MR>, CHUNK> = ArrayVec::new();
+    // Pass 1: borrows of the MRs and AHs named, held until the post returned.
+    let mut mrs: ArrayVec<PyRef<'_, MR>, { CHUNK * MAX_SGE }> = ArrayVec::new();
     let mut ahs: ArrayVec<PyRef<'_, AH>, CHUNK> = ArrayVec::new();
-    struct Plan {
-        wr_id: u64,
-        op: u32,
-        remote_addr: u64,
-        rkey: u32,
-        imm: u32,
-        qpn: u32,
-        qkey: u32,
-        sge: Option<(u64, u32)>,
-    }
     let mut plans: ArrayVec<Plan, CHUNK> = ArrayVec::new();
     for i in start..end {
         let item = list.get_item(i)?;
@@ -119,13 +179,6 @@ fn post_send_chunk(
             )
         })?;
         ahs.push(ah.bind(py).borrow());
-        let sge = match one_sge(py, &wr.sg_list)? {
-            None => None,
-            Some(s) => {
-                mrs.push(mr_of(qp, py, &s)?);
-                Some((s.addr, s.length))
-            }
-        };
         plans.push(Plan {
             wr_id: wr.wr_id,
             op: wr.opcode,
@@ -134,24 +187,37 @@ fn post_send_chunk(
             imm: wr.imm_data,
             qpn: wr.remote_qpn,
             qkey: wr.remote_qkey,
-            sge,
+            inline: wr.send_flags & INLINE != 0,
+            sges: plan_sges(qp, py, &wr.sg_list, &mut mrs)?,
         });
     }
-    let empty = SgeList::<1>::new(&[]).or_raise("post_send")?;
-    let mut staged: ArrayVec<SendWr<'_>, CHUNK> = ArrayVec::new();
-    let mut m = 0;
-    for (i, p) in plans.iter().enumerate() {
-        let payload = match p.sge {
-            None => Payload::Sges(empty.as_sges()),
-            Some((addr, len)) => {
-                let mr = &mrs[m];
-                m += 1;
-                let kind = mr.get()?;
-                Payload::Sge(
-                    kind.sge_at(addr, u64::from(len), mr.base)
-                        .or_raise("post_send")?,
-                )
+    // Pass 2: SGE lists and inline bytes staged on the stack, then the work requests.
+    let mut lists: ArrayVec<Option<SgeList<'_, MAX_SGE>>, CHUNK> = ArrayVec::new();
+    let mut inlines: ArrayVec<ArrayVec<u8, INLINE_MAX>, CHUNK> = ArrayVec::new();
+    for p in &plans {
+        let mut bytes = ArrayVec::new();
+        let mut list = None;
+        if p.inline {
+            copy_inline(&mrs, &p.sges, &mut bytes)?;
+        } else if p.sges.len() != 1 {
+            let mut sges: ArrayVec<Sge<'_>, MAX_SGE> = ArrayVec::new();
+            for s in &p.sges {
+                sges.push(sge_of(&mrs, *s)?);
             }
+            list = Some(SgeList::new(&sges).or_raise("post_send")?);
+        }
+        lists.push(list);
+        inlines.push(bytes);
+    }
+    let q = qp.get()?;
+    let mut batch = SendBatch::<'_, CHUNK>::new(q);
+    for (i, p) in plans.iter().enumerate() {
+        let payload = if p.inline {
+            Payload::Inline(&inlines[i])
+        } else if let Some(l) = &lists[i] {
+            Payload::Sges(l.as_sges())
+        } else {
+            Payload::Sge(sge_of(&mrs, p.sges[0])?)
         };
         let remote = RemoteBuffer::new(p.remote_addr, payload.len(), p.rkey);
         let op = match p.op {
@@ -167,61 +233,72 @@ fn post_send_chunk(
                 ))
             }
         };
-        let ah = ahs[i].get()?;
-        staged.push(SendWr::to_ah(p.wr_id, op, ah, p.qpn, p.qkey, payload).or_raise("post_send")?);
+        let wr = SendWr::to_ah(p.wr_id, op, ahs[i].get()?, p.qpn, p.qkey, payload)
+            .or_raise("post_send")?;
+        batch.push(wr).or_raise("post_send")?;
     }
-    let q = qp.get_mut()?;
-    py.allow_threads(|| {
+    let batch = Staged(&batch);
+    py.allow_threads(move || {
+        let batch = batch;
         // SAFETY: every SGE names memory of an open MR, whose buffer its Python owner
         // keeps allocated while the MR lives; as in the `efa` package, the program must
         // not close an MR or reuse its bytes before the request's completion is polled
         // (a closed MR's key is invalid, so such a request fails at the device).
-        unsafe {
-            q.post_with(|s| {
-                for wr in staged {
-                    s.push(wr)?;
-                }
-                Ok(())
-            })
-        }
+        unsafe { q.post_send(batch.0) }
     })
     .or_raise("post_send")
 }
 
-pub fn post_recv(qp: &mut QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()> {
-    let list = items(wrs);
+/// A staged batch handed to the GIL-free post.
+struct Staged<'b, T>(&'b T);
+// SAFETY: the batch is read (not written) by the posting thread only, while this
+// thread waits in `allow_threads`; the MRs and AHs it points into are borrowed (and so
+// kept open) by this thread for the whole call, and the provider's verbs are
+// thread-safe.
+unsafe impl<T> Send for Staged<'_, T> {}
+
+pub fn post_recv(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()> {
+    let list = items(wrs)?;
     let n = list.len();
     let mut start = 0;
     while start < n {
         let end = (start + CHUNK).min(n);
-        let mut mrs: ArrayVec<PyRef<'_, MR>, CHUNK> = ArrayVec::new();
-        let mut plans: ArrayVec<(u64, u64, u32), CHUNK> = ArrayVec::new();
+        let mut mrs: ArrayVec<PyRef<'_, MR>, { CHUNK * MAX_SGE }> = ArrayVec::new();
+        let mut plans: ArrayVec<(u64, ArrayVec<PlannedSge, MAX_SGE>), CHUNK> = ArrayVec::new();
         for i in start..end {
             let item = list.get_item(i)?;
             let wr = item.downcast::<RecvWR>()?.borrow();
-            let s = one_sge(py, &wr.sg_list)?
-                .ok_or_else(|| invalid("post_recv", format!("receive {} has no SGE", wr.wr_id)))?;
-            mrs.push(mr_of(qp, py, &s)?);
-            plans.push((wr.wr_id, s.addr, s.length));
+            plans.push((wr.wr_id, plan_sges(qp, py, &wr.sg_list, &mut mrs)?));
+        }
+        let mut lists: ArrayVec<Option<SgeList<'_, MAX_SGE>>, CHUNK> = ArrayVec::new();
+        for (_, sges) in &plans {
+            let mut list = None;
+            if sges.len() != 1 {
+                let mut v: ArrayVec<Sge<'_>, MAX_SGE> = ArrayVec::new();
+                for s in sges {
+                    v.push(sge_of(&mrs, *s)?);
+                }
+                list = Some(SgeList::new(&v).or_raise("post_recv")?);
+            }
+            lists.push(list);
         }
         let q = qp.get()?;
         let mut batch = RecvBatch::<'_, CHUNK>::new(q);
-        for (mr, &(wr_id, addr, len)) in mrs.iter().zip(plans.iter()) {
-            let sge = sge_of(
-                mr,
-                &SGE {
-                    addr,
-                    length: len,
-                    lkey: 0,
-                    owner: py.None(),
-                },
-            )?;
-            batch.push(wr_id, sge).or_raise("post_recv")?;
+        for (i, (wr_id, sges)) in plans.iter().enumerate() {
+            let bufs = match &lists[i] {
+                Some(l) => RecvBufs::Sges(l.as_sges()),
+                None => RecvBufs::Sge(sge_of(&mrs, sges[0])?),
+            };
+            batch.push(*wr_id, bufs).or_raise("post_recv")?;
         }
-        // SAFETY: as for sends (see `post_send_chunk`): the receive buffers are kept
-        // allocated by their MRs' owners.
-        py.allow_threads(|| unsafe { q.post_recv(&batch) })
-            .or_raise("post_recv")?;
+        let staged = Staged(&batch);
+        py.allow_threads(move || {
+            let staged = staged;
+            // SAFETY: as for sends (see `post_send_chunk`): the receive buffers are kept
+            // allocated by their MRs' owners.
+            unsafe { q.post_recv(staged.0) }
+        })
+        .or_raise("post_recv")?;
         start = end;
     }
     Ok(())

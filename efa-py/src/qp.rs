@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::cq::{AnyCq, CQ};
-use crate::errors::{closed, invalid, OrRaise};
+use crate::errors::{busy, closed, invalid, OrRaise};
 use crate::pd::{SPd, PD};
 
 pub const QPT_UD: u32 = 4;
@@ -420,16 +420,17 @@ impl QP {
         Ok((w(s), w(r)))
     }
     /// Posts one `SendWR` or a list of them with one doorbell (all or nothing).
-    fn post_send(&mut self, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn post_send(&self, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()> {
         crate::post::post_send(self, py, wrs)
     }
     /// Posts one `RecvWR` or a list of them.
-    fn post_recv(&mut self, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn post_recv(&self, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()> {
         crate::post::post_recv(self, py, wrs)
     }
     /// Destroys the QP (its posted work requests are flushed).
-    fn close(&mut self) {
-        self.inner = None;
+    fn close(slf: &Bound<'_, Self>) -> PyResult<()> {
+        slf.try_borrow_mut().map_err(|_| busy("QP"))?.inner = None;
+        Ok(())
     }
     #[getter]
     fn closed(&self) -> bool {
@@ -439,9 +440,9 @@ impl QP {
         slf
     }
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&mut self, _exc: &Bound<'_, PyTuple>) -> bool {
-        self.close();
-        false
+    fn __exit__(slf: &Bound<'_, Self>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        Self::close(slf)?;
+        Ok(false)
     }
     fn __repr__(&self) -> String {
         match &self.inner {
