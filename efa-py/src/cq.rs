@@ -31,6 +31,20 @@ macro_rules! with_cq {
     };
 }
 
+/// Polls up to `N` completions into `out` as `WC`s; returns `(N, how many)`.
+fn poll_into<const N: usize>(
+    cq: &AnyCq,
+    out: &Bound<'_, PyList>,
+    sgid: bool,
+) -> PyResult<(usize, usize)> {
+    let mut buf = ArrayVec::<Completion, N>::new();
+    let n = with_cq!(cq, q => q.poll(&mut buf)).or_raise("ibv_poll_cq")?;
+    for c in &buf {
+        out.append(WC::from_completion(c, sgid))?;
+    }
+    Ok((N, n))
+}
+
 /// A completion event channel (`ibv_comp_channel`).
 #[pyclass(module = "efa._efa")]
 pub struct CompChannel {
@@ -181,33 +195,21 @@ impl CQ {
     fn poll<'py>(&self, py: Python<'py>, num_entries: usize) -> PyResult<Bound<'py, PyList>> {
         let cq = self.get()?;
         let out = PyList::empty(py);
-        let mut buf = ArrayVec::<Completion, 64>::new();
-        while out.len() < num_entries {
-            buf.clear();
-            let want = (num_entries - out.len()).min(64);
-            // Poll at most `want`: completions left in the CQ stay for the next call.
-            let n = match want {
-                64 => with_cq!(cq, q => q.poll(&mut buf)),
-                _ => {
-                    let mut n = 0;
-                    while n < want {
-                        match with_cq!(cq, q => q.poll_one()) {
-                            Ok(Some(c)) => {
-                                buf.push(c);
-                                n += 1;
-                            }
-                            Ok(None) => break,
-                            Err(e) => return Err(crate::errors::efa("ibv_poll_cq", e)),
-                        }
-                    }
-                    Ok(n)
-                }
-            }
-            .or_raise("ibv_poll_cq")?;
-            for c in &buf {
-                out.append(WC::from_completion(c, self.sgid))?;
-            }
-            if n < want {
+        let mut left = num_entries;
+        // One provider poll per power of two at most `left` (completions beyond
+        // `num_entries` stay in the CQ), until the CQ runs dry.
+        while left > 0 {
+            let (asked, got) = match left {
+                64.. => poll_into::<64>(cq, &out, self.sgid)?,
+                32..=63 => poll_into::<32>(cq, &out, self.sgid)?,
+                16..=31 => poll_into::<16>(cq, &out, self.sgid)?,
+                8..=15 => poll_into::<8>(cq, &out, self.sgid)?,
+                4..=7 => poll_into::<4>(cq, &out, self.sgid)?,
+                2..=3 => poll_into::<2>(cq, &out, self.sgid)?,
+                _ => poll_into::<1>(cq, &out, self.sgid)?,
+            };
+            left -= got;
+            if got < asked {
                 break;
             }
         }

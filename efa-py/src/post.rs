@@ -140,7 +140,9 @@ pub fn post_send(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()
     let mut start = 0;
     while start < n {
         let end = (start + CHUNK).min(n);
-        post_send_chunk(qp, py, &list, start, end)?;
+        if !post_simple_chunk(qp, py, &list, start, end)? {
+            post_send_chunk(qp, py, &list, start, end)?;
+        }
         start = end;
     }
     Ok(())
@@ -161,23 +163,9 @@ fn post_send_chunk(
         let item = list.get_item(i)?;
         let wr = item.downcast::<SendWR>()?.borrow();
         if wr.send_flags & SIGNALED == 0 && !qp.sq_sig_all {
-            return Err(invalid(
-                "post_send",
-                format!(
-                    "work request {} is not SIGNALED: EFA completes every send (set SendFlags.SIGNALED or sq_sig_all=True)",
-                    wr.wr_id
-                ),
-            ));
+            return Err(not_signaled(wr.wr_id));
         }
-        let ah = wr.ah.as_ref().ok_or_else(|| {
-            invalid(
-                "post_send",
-                format!(
-                    "work request {} names no destination (dest= or ah=)",
-                    wr.wr_id
-                ),
-            )
-        })?;
+        let ah = wr.ah.as_ref().ok_or_else(|| no_destination(wr.wr_id))?;
         ahs.push(ah.bind(py).borrow());
         plans.push(Plan {
             wr_id: wr.wr_id,
@@ -220,19 +208,7 @@ fn post_send_chunk(
             Payload::Sge(sge_of(&mrs, p.sges[0])?)
         };
         let remote = RemoteBuffer::new(p.remote_addr, payload.len(), p.rkey);
-        let op = match p.op {
-            0 => SendOp::Write(remote),
-            1 => SendOp::WriteImm(remote, p.imm),
-            2 => SendOp::Send,
-            3 => SendOp::SendImm(p.imm),
-            4 => SendOp::Read(remote),
-            o => {
-                return Err(invalid(
-                    "post_send",
-                    format!("opcode {o} is not one EFA posts"),
-                ))
-            }
-        };
+        let op = send_op(p.op, remote, p.imm)?;
         let wr = SendWr::to_ah(p.wr_id, op, ahs[i].get()?, p.qpn, p.qkey, payload)
             .or_raise("post_send")?;
         batch.push(wr).or_raise("post_send")?;
@@ -302,4 +278,116 @@ pub fn post_recv(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()
         start = end;
     }
     Ok(())
+}
+
+fn not_signaled(wr_id: u64) -> PyErr {
+    invalid(
+        "post_send",
+        format!(
+            "work request {wr_id} is not SIGNALED: EFA completes every send (set SendFlags.SIGNALED or sq_sig_all=True)"
+        ),
+    )
+}
+
+fn no_destination(wr_id: u64) -> PyErr {
+    invalid(
+        "post_send",
+        format!("work request {wr_id} names no destination (dest= or ah=)"),
+    )
+}
+
+fn send_op(op: u32, remote: RemoteBuffer, imm: u32) -> PyResult<SendOp> {
+    Ok(match op {
+        0 => SendOp::Write(remote),
+        1 => SendOp::WriteImm(remote, imm),
+        2 => SendOp::Send,
+        3 => SendOp::SendImm(imm),
+        4 => SendOp::Read(remote),
+        o => {
+            return Err(invalid(
+                "post_send",
+                format!("opcode {o} is not one EFA posts"),
+            ))
+        }
+    })
+}
+
+/// The common shape in one pass: every request has one SGE whose owner is its MR, and
+/// none is inline. Returns false (nothing posted, nothing checked) for any other list.
+fn post_simple_chunk(
+    qp: &QP,
+    py: Python<'_>,
+    list: &Bound<'_, PyList>,
+    start: usize,
+    end: usize,
+) -> PyResult<bool> {
+    struct Rec {
+        wr_id: u64,
+        remote_addr: u64,
+        addr: u64,
+        op: u32,
+        rkey: u32,
+        imm: u32,
+        qpn: u32,
+        qkey: u32,
+        len: u32,
+    }
+    let mut mrs: ArrayVec<PyRef<'_, MR>, CHUNK> = ArrayVec::new();
+    let mut ahs: ArrayVec<PyRef<'_, AH>, CHUNK> = ArrayVec::new();
+    let mut recs: ArrayVec<Rec, CHUNK> = ArrayVec::new();
+    for i in start..end {
+        let item = list.get_item(i)?;
+        let wr = item.downcast::<SendWR>()?.borrow();
+        if wr.send_flags & INLINE != 0 {
+            return Ok(false);
+        }
+        let sgl = wr.sg_list.bind(py);
+        if sgl.len() != 1 {
+            return Ok(false);
+        }
+        let sge_obj = sgl.get_item(0)?;
+        let sge = sge_obj.downcast::<SGE>()?.borrow();
+        let Ok(mr) = sge.owner.bind(py).downcast::<MR>() else {
+            return Ok(false);
+        };
+        if wr.send_flags & SIGNALED == 0 && !qp.sq_sig_all {
+            return Err(not_signaled(wr.wr_id));
+        }
+        let ah = wr.ah.as_ref().ok_or_else(|| no_destination(wr.wr_id))?;
+        ahs.push(ah.bind(py).borrow());
+        mrs.push(mr.borrow());
+        recs.push(Rec {
+            wr_id: wr.wr_id,
+            remote_addr: wr.remote_addr,
+            addr: sge.addr,
+            op: wr.opcode,
+            rkey: wr.rkey,
+            imm: wr.imm_data,
+            qpn: wr.remote_qpn,
+            qkey: wr.remote_qkey,
+            len: sge.length,
+        });
+    }
+    let q = qp.get()?;
+    let mut batch = SendBatch::<'_, CHUNK>::new(q);
+    for (i, r) in recs.iter().enumerate() {
+        let mr = &mrs[i];
+        let sge = mr
+            .get()?
+            .sge_at(r.addr, u64::from(r.len), mr.base)
+            .or_raise("post_send")?;
+        let remote = RemoteBuffer::new(r.remote_addr, u64::from(r.len), r.rkey);
+        let op = send_op(r.op, remote, r.imm)?;
+        let wr = SendWr::to_ah(r.wr_id, op, ahs[i].get()?, r.qpn, r.qkey, Payload::Sge(sge))
+            .or_raise("post_send")?;
+        batch.push(wr).or_raise("post_send")?;
+    }
+    let batch = Staged(&batch);
+    py.allow_threads(move || {
+        let batch = batch;
+        // SAFETY: as in `post_send_chunk`: the MRs and AHs are borrowed for the call.
+        unsafe { q.post_send(batch.0) }
+    })
+    .or_raise("post_send")?;
+    Ok(true)
 }
