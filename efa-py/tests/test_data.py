@@ -15,7 +15,7 @@ def test_send_arrives_with_its_bytes(pair, pd):
     wcs = {w.wr_id: w for w in poll_n(pair.cq, 2)}
     for w in wcs.values():
         w.raise_for_status()
-        assert w.is_success and w.status_str == "IBV_WC_SUCCESS"
+        assert w.is_success and w.status_str == "success"
     assert wcs[42].opcode == efa.WCOpcode.RECV and wcs[42].byte_len == 11
     assert wcs[42].src_qp == pair.a.qp_num and wcs[42].qp_num == pair.b.qp_num
     assert wcs[7].opcode == efa.WCOpcode.SEND
@@ -82,6 +82,7 @@ def test_a_failed_completion_raises_completion_error(pair, pd):
                              remote_addr=0x1000, rkey=bad_rkey))
     (w,) = poll_n(pair.cq, 1)
     assert not w.is_success and w.status != efa.WCStatus.SUCCESS
+    assert w.status_str.endswith("error")  # ibv_wc_status_str words, e.g. "remote access error"
     with pytest.raises(efa.CompletionError) as e:
         w.raise_for_status()
     assert isinstance(e.value, efa.EfaError) and e.value.wc is w
@@ -129,3 +130,24 @@ def test_completion_channel_wakes_on_a_completion(pair, ctx, pd):
     qp.close()
     cq.close()
     ch.close()
+
+
+def test_unsolicited_write_with_immediate_needs_no_receive(ctx, pd):
+    caps = ctx.query_efa_device().device_caps
+    if not caps & efa.EfaDeviceCaps.UNSOLICITED_WRITE_RECV:
+        pytest.skip("device without unsolicited write-with-immediate receive")
+    cqx = ctx.create_cq_ex(512, unsolicited=True)
+    attr = dict(send_cq=cqx, recv_cq=cqx, unsolicited_write_recv=True)
+    a = pd.create_qp(efa.QPInitAttr(**attr)).prepare(qkey=QKEY)
+    b = pd.create_qp(efa.QPInitAttr(**attr)).prepare(qkey=QKEY)
+    to_b = efa.local_endpoint_info(b, qkey=QKEY).peer(pd)
+    src, dst = bytearray(b"unsolicited!"), bytearray(12)
+    ms, md = efa.reg_tensor(pd, src, 0), efa.reg_tensor(pd, dst, ALL)
+    a.post_send(send_wr(1, ms.sge(), to_b, efa.WROpcode.RDMA_WRITE_WITH_IMM,
+                        remote_addr=md.addr, rkey=md.rkey, imm_data=77))
+    wcs = poll_n(cqx, 2)
+    recv = [w for w in wcs if w.opcode == efa.WCOpcode.RECV_RDMA_WITH_IMM]
+    assert len(recv) == 1 and recv[0].unsolicited is True and recv[0].imm_data == 77
+    assert recv[0].wr_id == 0 and bytes(dst) == b"unsolicited!"
+    a.close()
+    b.close()

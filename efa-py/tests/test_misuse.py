@@ -140,3 +140,15 @@ def test_closing_handles_in_any_order_while_others_use_them(order):
         pd.create_ah(ctx.query_gid()).close()
     for x in h.values():
         x.close()
+
+
+def test_closing_an_mr_a_posted_receive_names_fails_that_receive_not_the_process(pair, pd):
+    buf = bytearray(64)
+    md = efa.reg_tensor(pd, buf, ALL)
+    pair.b.post_recv(efa.RecvWR(1, [md.sge()]))
+    md.close()  # the receive still names it; its key is now invalid
+    del buf
+    ms = efa.reg_tensor(pd, bytearray(b"late" * 16), 0)
+    pair.a.post_send(send_wr(2, ms.sge(), pair.to_b))
+    wcs = {w.wr_id: w for w in poll_n(pair.cq, 2, timeout=20)}
+    assert not wcs[1].is_success  # the device refused the stale key
