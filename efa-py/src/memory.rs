@@ -1,6 +1,8 @@
 //! The memory behind a host registration: a Python object's buffer, kept alive (and
 //! pinned, through the memoryview the Python side took) for as long as it is registered.
-//! This file holds efa-py's only `unsafe` code besides posting (`qp.rs`).
+//! The crate's other `unsafe` code: the posts and their hand-off to a GIL-free thread
+//! (`post.rs`), a zeroed `ibv_qp_attr` (`qp.rs`) and borrowing a caller's dma-buf fd to
+//! duplicate it (`pd.rs`); each block states why it holds.
 
 use core::ptr::NonNull;
 
