@@ -49,11 +49,30 @@ fn mr_of<'py>(qp: &QP, py: Python<'py>, sge: &SGE) -> PyResult<PyRef<'py, MR>> {
     }
 }
 
-/// Items of `wrs`: a list, or one object.
-fn items<'py>(wrs: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
-    match wrs.downcast::<PyList>() {
-        Ok(l) => Ok(l.clone()),
-        Err(_) => PyList::new(wrs.py(), [wrs]),
+/// The work requests of a post: a list, or one object (no list is made for it).
+enum Items<'a, 'py> {
+    List(&'a Bound<'py, PyList>),
+    One(&'a Bound<'py, PyAny>),
+}
+
+impl<'py> Items<'_, 'py> {
+    fn of<'a>(wrs: &'a Bound<'py, PyAny>) -> Items<'a, 'py> {
+        match wrs.downcast::<PyList>() {
+            Ok(l) => Items::List(l),
+            Err(_) => Items::One(wrs),
+        }
+    }
+    fn len(&self) -> usize {
+        match self {
+            Items::List(l) => l.len(),
+            Items::One(_) => 1,
+        }
+    }
+    fn get_item(&self, i: usize) -> PyResult<Bound<'py, PyAny>> {
+        match self {
+            Items::List(l) => l.get_item(i),
+            Items::One(o) => Ok((*o).clone()),
+        }
     }
 }
 
@@ -135,7 +154,7 @@ struct Plan {
 }
 
 pub fn post_send(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()> {
-    let list = items(wrs)?;
+    let list = Items::of(wrs);
     let n = list.len();
     let mut start = 0;
     while start < n {
@@ -151,7 +170,7 @@ pub fn post_send(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()
 fn post_send_chunk(
     qp: &QP,
     py: Python<'_>,
-    list: &Bound<'_, PyList>,
+    list: &Items<'_, '_>,
     start: usize,
     end: usize,
 ) -> PyResult<()> {
@@ -234,7 +253,7 @@ struct Staged<'b, T>(&'b T);
 unsafe impl<T> Send for Staged<'_, T> {}
 
 pub fn post_recv(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()> {
-    let list = items(wrs)?;
+    let list = Items::of(wrs);
     let n = list.len();
     let mut start = 0;
     while start < n {
@@ -317,7 +336,7 @@ fn send_op(op: u32, remote: RemoteBuffer, imm: u32) -> PyResult<SendOp> {
 fn post_simple_chunk(
     qp: &QP,
     py: Python<'_>,
-    list: &Bound<'_, PyList>,
+    list: &Items<'_, '_>,
     start: usize,
     end: usize,
 ) -> PyResult<bool> {
