@@ -76,7 +76,13 @@ def test_register_tensor_by_dmabuf_and_rdma_through_gpu_memory(pair, pd):
     pair.a.post_send(send_wr(2, ms.sge(64, 128), pair.to_b, efa.WROpcode.RDMA_WRITE,
                              remote_addr=mh.addr, rkey=mh.rkey))
     assert all(w.is_success for w in poll_n(pair.cq, 2))
+    flushes = ctypes.c_ulonglong(), ctypes.c_ulonglong()
+    _cu.efaSimGpuFlushCount(0, ctypes.byref(flushes[0]), ctypes.byref(flushes[1]))
+    before = (flushes[0].value, flushes[1].value)
     efa.cuda.flush_gpudirect_writes()
+    efa.cuda.flush_gpudirect_writes(all_devices=True)
+    _cu.efaSimGpuFlushCount(0, ctypes.byref(flushes[0]), ctypes.byref(flushes[1]))
+    assert (flushes[0].value, flushes[1].value) == (before[0] + 1, before[1] + 1)
     assert gdst.read()[:1000] == gsrc.read()[:1000]
     assert bytes(host[:64]) == gsrc.read()[128:192]
     ms.close()

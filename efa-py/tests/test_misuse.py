@@ -1,6 +1,7 @@
 """Misuse the Rust core refuses becomes an EfaError with its words, never a crash; closing
 any handle in any order while others use it is safe."""
 
+import ctypes
 import itertools
 
 import pytest
@@ -152,3 +153,46 @@ def test_closing_an_mr_a_posted_receive_names_fails_that_receive_not_the_process
     pair.a.post_send(send_wr(2, ms.sge(), pair.to_b))
     wcs = {w.wr_id: w for w in poll_n(pair.cq, 2, timeout=20)}
     assert not wcs[1].is_success  # the device refused the stale key
+
+
+def test_numpy_arrays_and_tensor_like_objects(pd):
+    np = pytest.importorskip("numpy")
+    a = np.arange(64, dtype=np.uint32)
+    with efa.reg_tensor(pd, a, ALL) as mr:
+        assert mr.length == 256 and mr.addr == a.ctypes.data
+        assert mr.read(4, 4) == (1).to_bytes(4, "little")
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        efa.reg_tensor(pd, np.zeros((8, 8), dtype=np.uint8)[:, ::2], 0)
+    ro = np.zeros(16, dtype=np.uint8)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        efa.reg_tensor(pd, ro, ALL)
+    assert efa.tensor_addr_len(a) == (a.ctypes.data, 256)
+
+    class CpuTensor:  # what reg_tensor reads of a torch CPU tensor
+        is_cuda = False
+
+        def __init__(self, n):
+            self.buf = ctypes.create_string_buffer(b"tensor", n)
+
+        def data_ptr(self):
+            return ctypes.addressof(self.buf)
+
+        def numel(self):
+            return len(self.buf)
+
+        def element_size(self):
+            return 1
+
+        def is_contiguous(self):
+            return True
+
+    t = CpuTensor(32)
+    with efa.reg_tensor(pd, t, ALL) as mr:
+        assert mr.owner is t and mr.read(0, 6) == b"tensor"
+    t.is_contiguous = lambda: False
+    with pytest.raises(ValueError, match="contiguous"):
+        efa.reg_tensor(pd, t, 0)
+    t.is_cuda = True
+    with pytest.raises(ValueError, match="efa.cuda.register_tensor"):
+        efa.reg_tensor(pd, t, 0)

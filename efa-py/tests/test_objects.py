@@ -78,6 +78,7 @@ def test_ud_qp_and_cq_ex_and_ah(ctx, pd):
     cqx = ctx.create_cq_ex(256, sgid=True, unsolicited=True)
     assert isinstance(cqx, efa.CQEx) and isinstance(cqx, efa.CQ)
     assert cqx.sgid_enabled and cqx.unsolicited_enabled and cqx.cqe >= 256
+    assert cqx.query_efa().num_entries >= 256
     qp = pd.create_qp(efa.QPInitAttr(send_cq=cqx, recv_cq=cqx, qp_type=efa.QPType.UD,
                                      max_send_wr=64, max_recv_wr=64)).prepare(qkey=1)
     assert qp.qp_type == efa.QPType.UD and qp.state == efa.QPState.RTS
