@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
 use crate::device::{Context, Gid, SCtx};
-use crate::errors::{busy, closed, CompletionError, OrRaise};
+use crate::errors::{busy, closed, OrRaise};
 
 pub type SChannel = Arc<RChannel<SCtx>>;
 
@@ -122,6 +122,7 @@ pub struct CQ {
     #[pyo3(get)]
     channel: Option<Py<CompChannel>>,
     sgid: bool,
+    unsolicited: bool,
 }
 
 /// An extended EFA completion queue (`efadv_create_cq`): sender GIDs and unsolicited
@@ -169,6 +170,7 @@ impl CQ {
             context: ctx.clone().unbind(),
             channel: channel.as_ref().map(|c| c.clone_ref(py)),
             sgid,
+            unsolicited,
         };
         let obj: PyObject = if ext {
             Py::new(py, PyClassInitializer::from(base).add_subclass(CQEx {}))?.into_any()
@@ -278,7 +280,8 @@ impl CQEx {
     /// Whether unsolicited write-with-immediate completions are flagged.
     #[getter]
     fn unsolicited_enabled(slf: PyRef<'_, Self>) -> PyResult<bool> {
-        Ok(matches!(slf.as_super().get()?, AnyCq::Ext(_)))
+        slf.as_super().get()?;
+        Ok(slf.as_super().unsolicited)
     }
 }
 
@@ -382,10 +385,12 @@ impl WC {
             efa: efa_typestate::EfaStatus(me.vendor_err),
         };
         let msg = format!("work request {}: {rust}", me.wr_id);
-        let err = CompletionError::new_err((crate::errors::EINVAL, msg));
-        let v = err.value(slf.py());
-        v.setattr("wc", slf)?;
-        v.setattr("operation", "poll_cq")?;
+        let py = slf.py();
+        let completion_error = &crate::errors::classes(py)?.1;
+        let err = PyErr::from_type(
+            completion_error.bind(py).clone(),
+            (slf.clone().unbind(), msg),
+        );
         Err(err)
     }
     fn __repr__(&self) -> String {

@@ -2,21 +2,25 @@
 //! error's words, with `.errno` and `.operation` set.
 
 use efa_typestate::{Errno, Error};
-use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
+use pyo3::types::PyType;
 
-pyo3::create_exception!(
-    _efa,
-    EfaError,
-    PyOSError,
-    "Raised when an EFA call fails or is refused (an OSError: `.errno`, `.strerror`, `.operation`)."
-);
-pyo3::create_exception!(
-    _efa,
-    CompletionError,
-    EfaError,
-    "Raised by WC.raise_for_status for a failed completion (`.wc` is the completion)."
-);
+/// `efa._errors`' exception classes (defined in Python, as the package's constructors
+/// are), fetched once.
+static ERRORS: pyo3::sync::GILOnceCell<(Py<PyType>, Py<PyType>)> = pyo3::sync::GILOnceCell::new();
+
+/// `(EfaError, CompletionError)`.
+pub fn classes(py: Python<'_>) -> PyResult<&(Py<PyType>, Py<PyType>)> {
+    ERRORS.get_or_try_init(py, || {
+        let m = py.import("efa._errors")?;
+        Ok((
+            m.getattr("EfaError")?.downcast_into::<PyType>()?.unbind(),
+            m.getattr("CompletionError")?
+                .downcast_into::<PyType>()?
+                .unbind(),
+        ))
+    })
+}
 
 pub const EINVAL: i32 = 22;
 pub const EBADF: i32 = 9;
@@ -25,10 +29,13 @@ const EIO: i32 = 5;
 
 /// An `EfaError` for `operation` with `errno` and `message`.
 pub fn raise(py: Python<'_>, operation: &str, errno: i32, message: String) -> PyErr {
-    let err = EfaError::new_err((errno, message));
-    // Best effort: the attribute is informative, the exception is what matters.
-    let _ = err.value(py).setattr("operation", operation);
-    err
+    match classes(py) {
+        Ok((efa_error, _)) => PyErr::from_type(
+            efa_error.bind(py).clone(),
+            (operation.to_owned(), errno, message),
+        ),
+        Err(e) => e,
+    }
 }
 
 /// The errno a Rust error stands for (EINVAL for refused input, EIO otherwise).

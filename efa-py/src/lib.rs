@@ -23,8 +23,9 @@ mod wr;
 #[pymodule]
 fn _efa(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
-    m.add("EfaError", py.get_type::<errors::EfaError>())?;
-    m.add("CompletionError", py.get_type::<errors::CompletionError>())?;
+    let (efa_error, completion_error) = errors::classes(py)?;
+    m.add("EfaError", efa_error.clone_ref(py))?;
+    m.add("CompletionError", completion_error.clone_ref(py))?;
     m.add_function(wrap_pyfunction!(device::get_device_list, m)?)?;
     m.add_function(wrap_pyfunction!(device::get_efa_device_list, m)?)?;
     m.add_class::<device::Device>()?;

@@ -102,3 +102,10 @@ def test_mr_attributes(pd):
         assert s.owner is mr
         assert "lkey" in repr(mr)
     assert mr.closed and repr(mr) == "MR(closed=True)"
+
+
+def test_exceptions_construct_as_the_package_does():
+    e = efa.EfaError("ibv_reg_mr", 12, "no memory")
+    assert isinstance(e, OSError) and (e.operation, e.errno, e.strerror) == ("ibv_reg_mr", 12, "no memory")
+    assert efa.EfaError("ibv_open_device", 2).strerror == "No such file or directory"
+    assert issubclass(efa.CompletionError, efa.EfaError)
