@@ -25,11 +25,10 @@ const INLINE_MAX: usize = 64;
 const SIGNALED: u32 = 1 << 1;
 const INLINE: u32 = 1 << 3;
 
-/// The MR an SGE addresses: its owner, or the MR of its lkey in the QP's PD.
+/// The MR an SGE addresses: the one it was made from, or the MR of its lkey in the QP's PD.
 fn mr_of<'py>(qp: &QP, py: Python<'py>, sge: &SGE) -> PyResult<PyRef<'py, MR>> {
-    let owner = sge.owner.bind(py);
-    if let Ok(mr) = owner.downcast::<MR>() {
-        return Ok(mr.clone().borrow());
+    if let Some(mr) = &sge.mr {
+        return Ok(mr.bind(py).borrow());
     }
     let pd = qp.pd.borrow(py);
     match pd
@@ -100,8 +99,8 @@ fn plan_sges<'py>(
     }
     let mut out = ArrayVec::new();
     for item in l.iter() {
-        let s = item.downcast::<SGE>()?.borrow();
-        mrs.push(mr_of(qp, py, &s)?);
+        let s = item.downcast::<SGE>()?.get();
+        mrs.push(mr_of(qp, py, s)?);
         out.push(PlannedSge {
             mr: mrs.len() - 1,
             addr: s.addr,
@@ -365,8 +364,8 @@ fn post_simple_chunk(
             return Ok(false);
         }
         let sge_obj = sgl.get_item(0)?;
-        let sge = sge_obj.downcast::<SGE>()?.borrow();
-        let Ok(mr) = sge.owner.bind(py).downcast::<MR>() else {
+        let sge = sge_obj.downcast::<SGE>()?.get();
+        let Some(mr) = &sge.mr else {
             return Ok(false);
         };
         if wr.send_flags & SIGNALED == 0 && !qp.sq_sig_all {
@@ -374,7 +373,7 @@ fn post_simple_chunk(
         }
         let ah = wr.ah.as_ref().ok_or_else(|| no_destination(wr.wr_id))?;
         ahs.push(ah.bind(py).borrow());
-        mrs.push(mr.borrow());
+        mrs.push(mr.bind(py).borrow());
         recs.push(Rec {
             wr_id: wr.wr_id,
             remote_addr: wr.remote_addr,

@@ -7,8 +7,8 @@ use crate::pd::{AH, MR};
 
 /// A scatter/gather entry: `SGE(target, length, lkey=0, offset=0)`, `target` an `MR`
 /// (address and lkey from it) or an integer address (then its MR is found by `lkey` in
-/// the posting QP's PD).
-#[pyclass(module = "efa._efa")]
+/// the posting QP's PD). Immutable, so posting reads it without a borrow.
+#[pyclass(module = "efa._efa", frozen)]
 pub struct SGE {
     #[pyo3(get)]
     pub(crate) addr: u64,
@@ -16,9 +16,10 @@ pub struct SGE {
     pub(crate) length: u32,
     #[pyo3(get)]
     pub(crate) lkey: u32,
-    /// The MR addressed (or whatever `_keepalive` retains).
-    #[pyo3(get)]
-    pub(crate) owner: PyObject,
+    /// The MR addressed, when the SGE was made from one.
+    pub(crate) mr: Option<Py<MR>>,
+    /// What `_keepalive` retains besides.
+    keep: PyObject,
 }
 
 impl SGE {
@@ -27,7 +28,8 @@ impl SGE {
             addr,
             length,
             lkey,
-            owner: mr.clone().into_any().unbind(),
+            mr: Some(mr.clone().unbind()),
+            keep: mr.py().None(),
         }
     }
 }
@@ -37,13 +39,15 @@ impl SGE {
     #[new]
     #[pyo3(signature = (target, length, lkey=0, offset=0))]
     fn new(target: &Bound<'_, PyAny>, length: u32, lkey: u32, offset: u64) -> PyResult<SGE> {
+        let py = target.py();
         if let Ok(mr) = target.downcast::<MR>() {
             let m = mr.borrow();
             return Ok(SGE {
                 addr: m.base + offset,
                 length,
                 lkey: m.lkey_raw(),
-                owner: mr.clone().into_any().unbind(),
+                mr: Some(mr.clone().unbind()),
+                keep: py.None(),
             });
         }
         let addr: u64 = target.extract()?;
@@ -51,27 +55,27 @@ impl SGE {
             addr: addr + offset,
             length,
             lkey,
-            owner: target.py().None(),
+            mr: None,
+            keep: py.None(),
         })
     }
-    /// Retains `owner` for as long as this SGE is retained.
-    fn _keepalive<'py>(
-        mut slf: PyRefMut<'py, Self>,
-        py: Python<'py>,
-        owner: PyObject,
-    ) -> PyRefMut<'py, Self> {
-        if slf.owner.is_none(py) || owner.bind(py).downcast::<MR>().is_ok() {
-            slf.owner = owner;
-        } else {
-            // Keep an MR owner (it speeds posting) and the other object alongside.
-            let pair = (slf.owner.clone_ref(py), owner)
-                .into_pyobject(py)
-                .map(|t| t.into_any().unbind());
-            if let Ok(p) = pair {
-                slf.owner = p;
-            }
+    /// The object this SGE retains: what `_keepalive` was given, else its MR (or None).
+    #[getter]
+    fn owner(&self, py: Python<'_>) -> PyObject {
+        match &self.mr {
+            Some(mr) if self.keep.is_none(py) => mr.clone_ref(py).into_any(),
+            _ => self.keep.clone_ref(py),
         }
-        slf
+    }
+    /// An SGE like this one that also retains `owner` (for as long as it is retained).
+    fn _keepalive(&self, py: Python<'_>, owner: PyObject) -> SGE {
+        SGE {
+            addr: self.addr,
+            length: self.length,
+            lkey: self.lkey,
+            mr: self.mr.as_ref().map(|m| m.clone_ref(py)),
+            keep: owner,
+        }
     }
     fn __repr__(&self) -> String {
         format!(
