@@ -340,6 +340,8 @@ fn post_simple_chunk(
     end: usize,
 ) -> PyResult<bool> {
     struct Rec {
+        ah: usize,
+        mr: usize,
         wr_id: u64,
         remote_addr: u64,
         addr: u64,
@@ -372,9 +374,16 @@ fn post_simple_chunk(
             return Err(not_signaled(wr.wr_id));
         }
         let ah = wr.ah.as_ref().ok_or_else(|| no_destination(wr.wr_id))?;
-        ahs.push(ah.bind(py).borrow());
-        mrs.push(mr.bind(py).borrow());
+        // Consecutive requests usually name the same AH and MR: one borrow serves them.
+        if !ahs.last().is_some_and(|last| last.as_ptr() == ah.as_ptr()) {
+            ahs.push(ah.bind(py).borrow());
+        }
+        if !mrs.last().is_some_and(|last| last.as_ptr() == mr.as_ptr()) {
+            mrs.push(mr.bind(py).borrow());
+        }
         recs.push(Rec {
+            ah: ahs.len() - 1,
+            mr: mrs.len() - 1,
             wr_id: wr.wr_id,
             remote_addr: wr.remote_addr,
             addr: sge.addr,
@@ -388,16 +397,23 @@ fn post_simple_chunk(
     }
     let q = qp.get()?;
     let mut batch = SendBatch::<'_, CHUNK>::new(q);
-    for (i, r) in recs.iter().enumerate() {
-        let mr = &mrs[i];
+    for r in &recs {
+        let mr = &mrs[r.mr];
         let sge = mr
             .get()?
             .sge_at(r.addr, u64::from(r.len), mr.base)
             .or_raise("post_send")?;
         let remote = RemoteBuffer::new(r.remote_addr, u64::from(r.len), r.rkey);
         let op = send_op(r.op, remote, r.imm)?;
-        let wr = SendWr::to_ah(r.wr_id, op, ahs[i].get()?, r.qpn, r.qkey, Payload::Sge(sge))
-            .or_raise("post_send")?;
+        let wr = SendWr::to_ah(
+            r.wr_id,
+            op,
+            ahs[r.ah].get()?,
+            r.qpn,
+            r.qkey,
+            Payload::Sge(sge),
+        )
+        .or_raise("post_send")?;
         batch.push(wr).or_raise("post_send")?;
     }
     let batch = Staged(&batch);

@@ -151,3 +151,19 @@ def test_unsolicited_write_with_immediate_needs_no_receive(ctx, pd):
     assert recv[0].wr_id == 0 and bytes(dst) == b"unsolicited!"
     a.close()
     b.close()
+
+
+def test_a_list_alternating_mrs_and_destinations(pair, pd, ctx):
+    s1, s2 = bytearray(b"1" * 64), bytearray(b"2" * 64)
+    dst = bytearray(64 * 8)
+    m1, m2, md = efa.reg_tensor(pd, s1, 0), efa.reg_tensor(pd, s2, 0), efa.reg_tensor(pd, dst, ALL)
+    second = efa.local_endpoint_info(pair.b, qkey=QKEY).peer(pd)  # another AH to b
+    wrs = [send_wr(i, (m1, m2)[i % 2].sge(64), (pair.to_b, second)[(i // 2) % 2],
+                   efa.WROpcode.RDMA_WRITE, remote_addr=md.addr + 64 * i, rkey=md.rkey)
+           for i in range(8)]
+    pair.a.post_send(wrs)
+    assert all(w.is_success for w in poll_n(pair.cq, 8))
+    assert dst == (b"1" * 64 + b"2" * 64) * 4
+    second.close()
+    with pytest.raises(efa.EfaError, match="AH is closed"):
+        pair.a.post_send(wrs)
