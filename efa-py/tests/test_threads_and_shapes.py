@@ -95,3 +95,20 @@ def test_closing_a_channel_another_thread_waits_on_is_refused_until_it_returns(c
     ch.close()
     assert ch.closed
     qp.close()
+
+
+def test_async_events_block_without_the_gil():
+    """EFA raises no async events (efa-sim neither): the fd is quiet, and a thread waiting
+    in get_async_event does not hold the GIL (this thread keeps running) nor lets its
+    context be closed under it."""
+    import select
+
+    ctx = efa.get_efa_device_list()[0].open()
+    assert select.select([ctx.async_fd], [], [], 0)[0] == []
+    waiter = threading.Thread(target=ctx.get_async_event, daemon=True)
+    waiter.start()
+    time.sleep(0.2)
+    assert waiter.is_alive()  # blocked in the device, and we are running: GIL released
+    with pytest.raises(efa.EfaError, match="in use by a call in another thread"):
+        ctx.close()
+    assert ctx.query_gid()  # still open and usable meanwhile
