@@ -1,9 +1,12 @@
 //! Posting: Python work requests checked and handed to the Rust core, one doorbell per
 //! list, without the GIL and without heap allocation (everything staged on the stack).
 //!
-//! A list is read in two passes: the first borrows every MR and AH it names and copies
-//! the scalars out (GIL held); the second builds the Rust work requests borrowing those
-//! MRs and AHs, and the post runs with the GIL released.
+//! A list is read in two passes: the first borrows every MR and AH it names (one borrow
+//! per run of requests naming the same ones) and copies the scalars out, the second
+//! builds the Rust work requests borrowing those MRs and AHs; both hold the GIL, the
+//! post itself runs without it. Lists of the common shape (one SGE made from an MR per
+//! request, nothing inline) take a leaner path than gather lists, inline sends and SGEs
+//! given by address and lkey.
 
 use efa_typestate::{
     ArrayVec, Payload, RecvBatch, RecvBufs, RemoteBuffer, SendBatch, SendOp, SendWr, Sge, SgeList,
