@@ -14,6 +14,7 @@ use pyo3::prelude::*;
 mod cq;
 mod device;
 mod errors;
+mod gpu;
 mod memory;
 mod pd;
 mod post;
@@ -28,6 +29,8 @@ fn _efa(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CompletionError", completion_error.clone_ref(py))?;
     m.add_function(wrap_pyfunction!(device::get_device_list, m)?)?;
     m.add_function(wrap_pyfunction!(device::get_efa_device_list, m)?)?;
+    m.add_function(wrap_pyfunction!(gpu::_register_cuda, m)?)?;
+    m.add_function(wrap_pyfunction!(gpu::_flush_gpudirect_writes, m)?)?;
     m.add_class::<device::Device>()?;
     m.add_class::<device::Context>()?;
     m.add_class::<device::Gid>()?;

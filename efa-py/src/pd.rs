@@ -205,6 +205,8 @@ pub enum MrKind {
     Local(Mr<SPd, PyMemory, Local>),
     Remote(Mr<SPd, PyMemory, RemoteWrite>),
     DmaBuf(DmaBufMr<SPd, DmaBufFd>),
+    /// A CUDA tensor registered by `efa-cuda` (dma-buf, or the device address).
+    Gpu(crate::gpu::GpuRegistration),
 }
 
 macro_rules! with_mr {
@@ -213,6 +215,10 @@ macro_rules! with_mr {
             MrKind::Local($m) => $body,
             MrKind::Remote($m) => $body,
             MrKind::DmaBuf($m) => $body,
+            MrKind::Gpu(g) => {
+                let $m = g.region();
+                $body
+            }
         }
     };
 }
@@ -245,7 +251,12 @@ pub struct MR {
 }
 
 impl MR {
-    fn finish(pd: &Bound<'_, PD>, kind: MrKind, base: u64, owner: PyObject) -> PyResult<Py<MR>> {
+    pub(crate) fn finish(
+        pd: &Bound<'_, PD>,
+        kind: MrKind,
+        base: u64,
+        owner: PyObject,
+    ) -> PyResult<Py<MR>> {
         let (len, lkey, rkey) = with_mr!(&kind, m => (m.len(), m.lkey(), m.rkey()));
         let mr = Bound::new(
             pd.py(),
@@ -280,7 +291,9 @@ impl MR {
         match self.get()? {
             MrKind::Local(m) => m.copy_to_slice(offset, out),
             MrKind::Remote(m) => m.copy_to_slice(offset, out),
-            MrKind::DmaBuf(_) => unreachable!("dma-buf registrations have no host view"),
+            MrKind::DmaBuf(_) | MrKind::Gpu(_) => {
+                unreachable!("device registrations have no host view")
+            }
         }
         .or_raise("MR.read")
     }

@@ -105,3 +105,24 @@ def test_register_tensor_without_dmabuf_falls_back_to_the_address(pair, pd):
         _cu.efaSimGpuControl(b"dmabuf_export", 1)
     assert gmr.addr == t.data_ptr() and gmr.mr.addr == t.data_ptr()
     gmr.close()
+
+
+def test_host_memory_is_not_registered_as_a_cuda_tensor(pd):
+    import efa.cuda
+
+    host = ctypes.create_string_buffer(4096)
+
+    class Impostor:
+        is_cuda = True
+
+        def data_ptr(self):
+            return ctypes.addressof(host)
+
+        def numel(self):
+            return 4096
+
+        def element_size(self):
+            return 1
+
+    with pytest.raises(RuntimeError, match="not CUDA device memory"):
+        efa.cuda.register_tensor(pd, Impostor(), ALL)

@@ -1,9 +1,11 @@
 """GPUDirect helpers: register CUDA tensors (dma-buf first, ``ibv_reg_mr`` of the device
-address as the fallback) and order inbound NIC writes before CUDA reads them.
+address as the fallback) and order inbound NIC writes before CUDA reads them, on the
+efa-cuda crate.
 
 libcuda.so.1 is loaded on first use (``dlopen``); torch is never imported: tensors are
 duck-typed (``data_ptr()``, ``numel()``, ``element_size()``, optional ``is_cuda`` and
-``is_contiguous()``).
+``is_contiguous()``). ``dmabuf_fd`` (an export for the caller's own use) calls the driver
+directly.
 """
 
 from __future__ import annotations
@@ -15,9 +17,6 @@ from . import _efa
 
 _PAGE = os.sysconf("SC_PAGESIZE")
 _DMA_BUF_FD = 1  # CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD
-_FLUSH_TARGET_CURRENT_CTX = 0
-_FLUSH_TO_OWNER = 100
-_FLUSH_TO_ALL_DEVICES = 200
 _lib = None
 
 
@@ -127,13 +126,9 @@ def tensor_ptr_len(tensor):
 
 def flush_gpudirect_writes(*, all_devices: bool = False) -> None:
     """Orders completed inbound GPUDirect writes before later CUDA work of the current
-    context (``cuFlushGPUDirectRDMAWrites``)."""
-    flush = getattr(_cuda(), "cuFlushGPUDirectRDMAWrites", None)
-    if flush is None:
-        raise RuntimeError("cuFlushGPUDirectRDMAWrites is unavailable; CUDA 11.3 or newer is required")
-    rc = flush(_FLUSH_TARGET_CURRENT_CTX, _FLUSH_TO_ALL_DEVICES if all_devices else _FLUSH_TO_OWNER)
-    if rc != 0:
-        raise RuntimeError("cuFlushGPUDirectRDMAWrites failed: %s" % _err(rc))
+    context (``cuFlushGPUDirectRDMAWrites``, through the efa-cuda crate); the current
+    thread must have the destination's CUDA context active."""
+    _efa._flush_gpudirect_writes(all_devices)
 
 
 def register_tensor(pd, tensor, access) -> GpuMR:
@@ -146,23 +141,10 @@ def register_tensor(pd, tensor, access) -> GpuMR:
     ptr, n = tensor_ptr_len(tensor)
     if n <= 0:
         raise ValueError("cannot register an empty tensor")
-    base = ptr - ptr % _PAGE
-    off = ptr - base
-    span = (off + n + _PAGE - 1) // _PAGE * _PAGE
-    fd = None
-    try:
-        fd = dmabuf_fd(base, span)
-        mr = pd.reg_dmabuf_mr(off, n, ptr, fd, int(access))
-    except (RuntimeError, OSError) as dmabuf_err:
-        try:
-            mr = pd.reg_mr(ptr, n, int(access))
-        except Exception as regmr_err:
-            raise RuntimeError(
-                "GPUDirect registration failed. dma-buf path: %s; reg_mr (nvidia_peermem) "
-                "path: %s" % (dmabuf_err, regmr_err)) from regmr_err
-    finally:
-        if fd is not None:
-            os.close(fd)
+    # efa-cuda exports the page-rounded range as a dma-buf and registers it at the
+    # tensor's address, or registers the address itself (nvidia_peermem) if that fails;
+    # the MR keeps the tensor.
+    mr = _efa._register_cuda(pd, ptr, n, tensor, int(access))
     return GpuMR(mr, ptr, n, tensor=tensor)
 
 
