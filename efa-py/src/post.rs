@@ -246,12 +246,11 @@ fn post_send_chunk(
     .or_raise("post_send")
 }
 
-/// A staged batch handed to the GIL-free post.
+/// A staged batch handed to the GIL-free post (`allow_threads` wants `Send`).
 struct Staged<'b, T>(&'b T);
-// SAFETY: the batch is read (not written) by the posting thread only, while this
-// thread waits in `allow_threads`; the MRs and AHs it points into are borrowed (and so
-// kept open) by this thread for the whole call, and the provider's verbs are
-// thread-safe.
+// SAFETY: `allow_threads` runs the closure on this same thread; `Send` is asked only
+// because the GIL is released meanwhile. The batch is only read, and the MRs and AHs it
+// points into stay borrowed (so open: `close` is refused) until the call returns.
 unsafe impl<T> Send for Staged<'_, T> {}
 
 pub fn post_recv(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()> {
