@@ -15,3 +15,6 @@ cargo test --workspace --locked "$@"
 # the example itself, between two processes on efa-sim and the software GPU.
 cargo test -p efa --features cuda --locked --test gpu_rdma
 cargo run -p efa --features cuda --locked --example gpu_rdma -- --bytes 1000001
+# The Python package (efa-py/, `import efa`): its wheel built with maturin, installed into
+# a fresh venv, its pytest suite run there on efa-sim and the software GPU.
+bash scripts/test-python.sh

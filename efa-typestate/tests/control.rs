@@ -516,6 +516,10 @@ fn layout_queries_describe_the_rings() {
         );
         assert!(sq.buffer != 0 && rq.buffer != 0 && sq.buffer != rq.buffer);
         assert!(sq.doorbell != 0 && rq.doorbell != 0 && sq.doorbell != rq.doorbell);
+        // A QP whose state is tracked at run time reports the same rings.
+        let dynq = qp.into_dyn();
+        let (dsq, drq) = dynq.wq_layout().unwrap();
+        assert_eq!((dsq.buffer, drq.buffer), (sq.buffer, rq.buffer));
     } else {
         match cq.layout() {
             Ok(l) => assert!(l.entry_size > 0 && l.num_entries > 0, "{l:?}"),

@@ -509,3 +509,40 @@ fn a_classic_cq_gives_its_entries_as_written_or_as_completions() {
     assert_eq!(&dst.as_slice()[at(r)..at(r) + 5], b"first");
     assert_eq!(&dst.as_slice()[at(second)..at(second) + 7], b"second!");
 }
+
+/// `SendWr::to_ah`: a work request named by an AH, QP number and qkey (no `Peer`) arrives
+/// as one through a peer does; a QP number over 24 bits and an AH of another PD are refused.
+#[test]
+fn a_send_named_by_ah_qpn_and_qkey_arrives() {
+    pair!(ctx, pd, cqa, cqb, a, b, _to_b, _to_a);
+    let ah = pd.create_ah(ctx.gid().unwrap()).unwrap();
+    let mut src = pd.register(vec![0u8; 64], AccessFlags::empty()).unwrap();
+    src.as_mut_slice()[..3].copy_from_slice(b"abc");
+    let dst = pd
+        .register(vec![0u8; 64], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    recv_one(&b, 9, dst.sge(0, 64).unwrap());
+    let qkey = b.endpoint().qkey();
+    let payload = Payload::Sge(src.sge(0, 3).unwrap());
+    assert!(matches!(
+        SendWr::to_ah(1, SendOp::Send, &ah, MAX_QPN + 1, qkey, payload),
+        Err(Error::Invalid(InvalidInput::QpnOutOfRange(_)))
+    ));
+    let other = ctx.alloc_pd().unwrap();
+    let foreign = other.create_ah(ctx.gid().unwrap()).unwrap();
+    let wr = SendWr::to_ah(1, SendOp::Send, &foreign, b.qpn(), qkey, payload).unwrap();
+    let mut s = SendBatch::<1>::new(&a);
+    assert!(matches!(
+        s.push(wr),
+        Err(Error::Invalid(InvalidInput::WrongPd(_)))
+    ));
+    s.push(SendWr::to_ah(1, SendOp::Send, &ah, b.qpn(), qkey, payload).unwrap())
+        .unwrap();
+    // SAFETY: `src` lives to the end of the test and is not written after this.
+    unsafe { a.post_send(&s) }.unwrap();
+    expect_n(&cqa, 1)[0].result().unwrap();
+    let rc = expect_n(&cqb, 1)[0];
+    rc.result().unwrap();
+    assert_eq!((rc.wr_id(), rc.byte_len()), (9, 3));
+    assert_eq!(&dst.as_slice()[..3], b"abc");
+}

@@ -3,7 +3,7 @@
 
 use core::marker::PhantomData;
 
-use super::config::{QpAttr, QpCaps, RtsOptions};
+use super::config::{QpAttr, QpCaps, RtsOptions, WqLayout};
 use super::raw::{QpInner, ATTR_QKEY};
 use super::session::SendSession;
 use super::state::{QpState, QpStateKind, TransitionError};
@@ -64,6 +64,10 @@ impl<P> DynQp<P> {
     /// Queries the device's view of the QP.
     pub fn query(&self) -> Result<QpAttr> {
         self.inner.query()
+    }
+    /// The send and receive queues' ring layouts (as [`Qp::wq_layout`]).
+    pub fn wq_layout(&self) -> Result<(WqLayout, WqLayout)> {
+        self.inner.wq_layout()
     }
     /// Moves to `state` with no optional attributes (RESET→INIT needs [`DynQp::init`]).
     pub fn modify_state(&mut self, state: QpStateKind) -> Result<()> {

@@ -8,7 +8,8 @@ use core::ptr::NonNull;
 use super::copy_vec::CopyVec;
 use super::limits::Origin;
 use super::{Payload, QpLimits, RdmaChunks, SendOp, SendTarget, StagedSend, StoredOp};
-use crate::ah::Peer;
+use crate::ah::{Ah, Peer};
+use crate::endpoint::MAX_QPN;
 use crate::error::{InvalidInput, Result};
 use crate::ffi;
 use crate::mr::RemoteBuffer;
@@ -28,13 +29,17 @@ pub(crate) struct Dest {
 impl Dest {
     #[inline(always)]
     pub(crate) fn of<P>(peer: &Peer<P>) -> Dest {
+        Dest::of_ah(peer.ah(), peer.qpn(), peer.qkey())
+    }
+    #[inline(always)]
+    pub(crate) fn of_ah<P>(ah: &Ah<P>, qpn: u32, qkey: u32) -> Dest {
         Dest {
             // SAFETY: a live AH's pointer is never null.
-            ah: unsafe { NonNull::new_unchecked(peer.ah().as_ptr()) },
-            qpn: peer.qpn(),
-            qkey: peer.qkey(),
-            pd: peer.ah().pd_id(),
-            ahn: peer.ah().number(),
+            ah: unsafe { NonNull::new_unchecked(ah.as_ptr()) },
+            qpn,
+            qkey,
+            pd: ah.pd_id(),
+            ahn: ah.number(),
         }
     }
     #[cfg(test)]
@@ -71,6 +76,25 @@ impl<'a> SendWr<'a> {
     #[inline]
     pub fn new<P>(wr_id: u64, op: SendOp, peer: &'a Peer<P>, payload: Payload<'a>) -> Result<Self> {
         Self::with_dest(wr_id, op, Dest::of(peer), payload)
+    }
+
+    /// Builds a work request to remote QP `qpn` (with `qkey`) through `ah`, for callers
+    /// that hold an AH apart from any [`Peer`] (bindings whose users name the AH, QP
+    /// number and qkey per request); fails as [`Peer::new`] does on a `qpn` over 24 bits.
+    /// Checked as [`SendWr::new`]'s requests are.
+    #[inline]
+    pub fn to_ah<P>(
+        wr_id: u64,
+        op: SendOp,
+        ah: &'a Ah<P>,
+        qpn: u32,
+        qkey: u32,
+        payload: Payload<'a>,
+    ) -> Result<Self> {
+        if qpn > MAX_QPN {
+            return Err(InvalidInput::QpnOutOfRange(qpn).into());
+        }
+        Self::with_dest(wr_id, op, Dest::of_ah(ah, qpn, qkey), payload)
     }
 
     #[inline(always)]

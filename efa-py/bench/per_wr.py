@@ -1,0 +1,80 @@
+"""Per-work-request cost of post + poll: 64-byte RDMA writes between two SRD QPs of one
+process, in batches of 1 and 32, through the `efa` API (whichever package provides it:
+efa-rs or the `efa` package from PyPI run the same lines). Prints one JSON object.
+
+Usage: python per_wr.py [--seconds S] [--batches 1,32]
+"""
+
+import argparse
+import ctypes
+import json
+import time
+
+import efa
+
+QKEY = 0x1234
+SIZE = 64
+
+
+def run(batch, seconds):
+    ctx = efa.get_efa_device_list()[0].open()
+    pd = ctx.alloc_pd()
+    cq = ctx.create_cq(1024)
+    attr = dict(max_send_wr=256, max_recv_wr=16)
+    a = pd.create_qp(efa.QPInitAttr(send_cq=cq, recv_cq=cq, **attr)).prepare(qkey=QKEY)
+    b = pd.create_qp(efa.QPInitAttr(send_cq=cq, recv_cq=cq, **attr)).prepare(qkey=QKEY)
+    to_b = efa.local_endpoint_info(b, qkey=QKEY).peer(pd)
+    _to_a = efa.local_endpoint_info(a, qkey=QKEY).peer(pd)  # EFA: the target needs an AH
+    n = SIZE * batch
+    # ctypes arrays: both packages register an integer address and length.
+    src, dst = (ctypes.c_char * n)(), (ctypes.c_char * n)()
+    access = efa.AccessFlags.LOCAL_WRITE | efa.AccessFlags.REMOTE_WRITE | efa.AccessFlags.REMOTE_READ
+    ms = pd.reg_mr(ctypes.addressof(src), n, access)
+    md = pd.reg_mr(ctypes.addressof(dst), n, access)
+    wrs = [
+        efa.SendWR(wr_id=i, sg_list=[ms.sge(SIZE, SIZE * i)], opcode=efa.WROpcode.RDMA_WRITE,
+                   send_flags=efa.SendFlags.SIGNALED, remote_addr=md.addr + SIZE * i,
+                   rkey=md.rkey, dest=to_b)
+        for i in range(batch)
+    ]
+    post = wrs[0] if batch == 1 else wrs
+
+    def rounds(k):
+        for _ in range(k):
+            a.post_send(post)
+            got = 0
+            while got < batch:
+                for wc in cq.poll(batch):
+                    if wc.status:
+                        raise RuntimeError("failed completion %r" % wc)
+                    got += 1
+
+    rounds(200)  # warm up
+    k, spent = 100, 0.0
+    while spent < 0.2:
+        t = time.perf_counter()
+        rounds(k)
+        spent = time.perf_counter() - t
+        k *= 2
+    k = max(1, int(k / 2 * seconds / spent))
+    t = time.perf_counter()
+    rounds(k)
+    spent = time.perf_counter() - t
+    for h in (ms, md, a, b):
+        h.close()
+    return spent / (k * batch) * 1e9
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--seconds", type=float, default=1.0)
+    p.add_argument("--batches", default="1,32")
+    args = p.parse_args()
+    out = {"package": efa.__file__}
+    for b in (int(x) for x in args.batches.split(",")):
+        out["ns_per_wr_batch_%d" % b] = round(run(b, args.seconds), 1)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,406 @@
+//! Completion queues (classic `CQ`, extended `CQEx`), completion channels and work
+//! completions (`WC`).
+
+use std::sync::Arc;
+
+use efa_typestate::{
+    ArrayVec, CompChannel as RChannel, Completion, CompletionFlags, CompletionQueue, Cq as RCq,
+    CqOptions, ExtCq as RExtCq,
+};
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
+
+use crate::device::{Context, Gid, SCtx};
+use crate::errors::{busy, closed, OrRaise};
+
+pub type SChannel = Arc<RChannel<SCtx>>;
+
+/// Either form of CQ, both reference counted (QPs hold them).
+#[derive(Clone)]
+pub enum AnyCq {
+    Classic(Arc<RCq<SCtx>>),
+    Ext(Arc<RExtCq<SCtx>>),
+}
+
+macro_rules! with_cq {
+    ($cq:expr, $c:ident => $body:expr) => {
+        match $cq {
+            AnyCq::Classic($c) => $body,
+            AnyCq::Ext($c) => $body,
+        }
+    };
+}
+
+/// Polls up to `N` completions into `out` as `WC`s; returns `(N, how many)`.
+fn poll_into<const N: usize>(
+    cq: &AnyCq,
+    out: &Bound<'_, PyList>,
+    sgid: bool,
+) -> PyResult<(usize, usize)> {
+    let mut buf = ArrayVec::<Completion, N>::new();
+    let n = with_cq!(cq, q => q.poll(&mut buf)).or_raise("ibv_poll_cq")?;
+    for c in &buf {
+        out.append(WC::from_completion(c, sgid))?;
+    }
+    Ok((N, n))
+}
+
+/// A completion event channel (`ibv_comp_channel`).
+#[pyclass(module = "efa._efa")]
+pub struct CompChannel {
+    inner: Option<SChannel>,
+    #[pyo3(get)]
+    context: Py<Context>,
+    /// The CQs made on this channel, to hand back from `get_cq_event` (weak: a CQ keeps
+    /// its channel, not the other way round).
+    cqs: Vec<(efa_typestate::CqId, PyObject)>,
+}
+
+impl CompChannel {
+    pub fn create(ctx: &Bound<'_, Context>) -> PyResult<CompChannel> {
+        let c = Arc::clone(ctx.borrow().get()?);
+        let ch = RChannel::new(c).or_raise("ibv_create_comp_channel")?;
+        Ok(CompChannel {
+            inner: Some(Arc::new(ch)),
+            context: ctx.clone().unbind(),
+            cqs: Vec::new(),
+        })
+    }
+    fn get(&self) -> PyResult<&SChannel> {
+        self.inner.as_ref().ok_or_else(|| closed("CompChannel"))
+    }
+}
+
+#[pymethods]
+impl CompChannel {
+    /// The channel's pollable file descriptor.
+    #[getter]
+    fn fd(&self) -> PyResult<i32> {
+        Ok(self.get()?.fd())
+    }
+    /// Blocks (without the GIL) until a CQ event arrives; returns that CQ. The Rust core
+    /// acknowledges each event as it reads it.
+    fn get_cq_event(&self, py: Python<'_>) -> PyResult<PyObject> {
+        let ch = Arc::clone(self.get()?);
+        let ev = py
+            .allow_threads(|| ch.get_event())
+            .or_raise("ibv_get_cq_event")?;
+        for (id, weak) in &self.cqs {
+            if *id == ev.cq() {
+                let cq = weak.call0(py)?;
+                if !cq.is_none(py) {
+                    return Ok(cq);
+                }
+            }
+        }
+        Ok(py.None())
+    }
+    fn close(slf: &Bound<'_, Self>) -> PyResult<()> {
+        slf.try_borrow_mut().map_err(|_| busy("CompChannel"))?.inner = None;
+        Ok(())
+    }
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.is_none()
+    }
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(slf: &Bound<'_, Self>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        Self::close(slf)?;
+        Ok(false)
+    }
+}
+
+/// A completion queue: classic (`ibv_create_cq`) or, as the `CQEx` subclass, extended.
+#[pyclass(module = "efa._efa", subclass, weakref)]
+pub struct CQ {
+    pub(crate) inner: Option<AnyCq>,
+    #[pyo3(get)]
+    context: Py<Context>,
+    #[pyo3(get)]
+    channel: Option<Py<CompChannel>>,
+    sgid: bool,
+    unsolicited: bool,
+}
+
+/// An extended EFA completion queue (`efadv_create_cq`): sender GIDs and unsolicited
+/// write-with-immediate metadata.
+#[pyclass(module = "efa._efa", extends = CQ)]
+pub struct CQEx {}
+
+impl CQ {
+    #[allow(clippy::too_many_arguments)]
+    pub fn create(
+        ctx: &Bound<'_, Context>,
+        cqe: u32,
+        channel: Option<Py<CompChannel>>,
+        comp_vector: u32,
+        ext: bool,
+        sgid: bool,
+        unsolicited: bool,
+    ) -> PyResult<PyObject> {
+        let py = ctx.py();
+        let c = Arc::clone(ctx.borrow().get()?);
+        let mut opts = CqOptions::new(cqe).comp_vector(comp_vector);
+        if sgid {
+            opts = opts.sender_gid();
+        }
+        if unsolicited {
+            opts = opts.unsolicited_flag();
+        }
+        let ch = match &channel {
+            Some(ch) => Some(Arc::clone(ch.borrow(py).get()?)),
+            None => None,
+        };
+        let inner = match (ext, ch) {
+            (false, None) => AnyCq::Classic(Arc::new(RCq::new(c, opts).or_raise("ibv_create_cq")?)),
+            (false, Some(ch)) => AnyCq::Classic(Arc::new(
+                RCq::with_channel(c, ch, opts).or_raise("ibv_create_cq")?,
+            )),
+            (true, None) => AnyCq::Ext(Arc::new(RExtCq::new(c, opts).or_raise("efadv_create_cq")?)),
+            (true, Some(ch)) => AnyCq::Ext(Arc::new(
+                RExtCq::with_channel(c, ch, opts).or_raise("efadv_create_cq")?,
+            )),
+        };
+        let id = with_cq!(&inner, q => q.id());
+        let base = CQ {
+            inner: Some(inner),
+            context: ctx.clone().unbind(),
+            channel: channel.as_ref().map(|c| c.clone_ref(py)),
+            sgid,
+            unsolicited,
+        };
+        let obj: PyObject = if ext {
+            Py::new(py, PyClassInitializer::from(base).add_subclass(CQEx {}))?.into_any()
+        } else {
+            Py::new(py, base)?.into_any()
+        };
+        if let Some(ch) = channel {
+            let weakref = py
+                .import("weakref")?
+                .getattr("ref")?
+                .call1((obj.bind(py),))?;
+            ch.borrow_mut(py).cqs.push((id, weakref.unbind()));
+        }
+        Ok(obj)
+    }
+    pub(crate) fn get(&self) -> PyResult<&AnyCq> {
+        self.inner.as_ref().ok_or_else(|| closed("CQ"))
+    }
+}
+
+#[pymethods]
+impl CQ {
+    /// Polls up to `num_entries` completions (never blocks); returns a list of `WC`.
+    fn poll<'py>(&self, py: Python<'py>, num_entries: usize) -> PyResult<Bound<'py, PyList>> {
+        let cq = self.get()?;
+        let out = PyList::empty(py);
+        let mut left = num_entries;
+        // One provider poll per power of two at most `left` (completions beyond
+        // `num_entries` stay in the CQ), until the CQ runs dry.
+        while left > 0 {
+            let (asked, got) = match left {
+                64.. => poll_into::<64>(cq, &out, self.sgid)?,
+                32..=63 => poll_into::<32>(cq, &out, self.sgid)?,
+                16..=31 => poll_into::<16>(cq, &out, self.sgid)?,
+                8..=15 => poll_into::<8>(cq, &out, self.sgid)?,
+                4..=7 => poll_into::<4>(cq, &out, self.sgid)?,
+                2..=3 => poll_into::<2>(cq, &out, self.sgid)?,
+                _ => poll_into::<1>(cq, &out, self.sgid)?,
+            };
+            left -= got;
+            if got < asked {
+                break;
+            }
+        }
+        Ok(out)
+    }
+    /// Arms the CQ: the next completion wakes its channel. EFA offers no solicited-only
+    /// notification.
+    #[pyo3(signature = (solicited_only=false))]
+    fn req_notify(&self, solicited_only: bool) -> PyResult<()> {
+        if solicited_only {
+            return Err(crate::errors::invalid(
+                "ibv_req_notify_cq",
+                "solicited-only notification is not offered by EFA".into(),
+            ));
+        }
+        with_cq!(self.get()?, q => q.request_notify()).or_raise("ibv_req_notify_cq")
+    }
+    /// Acknowledges events; the Rust core acknowledges each event as `get_cq_event`
+    /// reads it, so this only checks the CQ is open.
+    #[pyo3(signature = (nevents=1))]
+    fn ack_events(&self, nevents: u32) -> PyResult<()> {
+        let _ = nevents;
+        self.get().map(|_| ())
+    }
+    /// The CQ's granted depth.
+    #[getter]
+    fn cqe(&self) -> PyResult<u32> {
+        Ok(with_cq!(self.get()?, q => q.depth()))
+    }
+    /// The provider's CQ ring layout (`efadv_query_cq`).
+    fn query_efa(&self) -> PyResult<CQAttr> {
+        let l = with_cq!(self.get()?, q => q.layout()).or_raise("efadv_query_cq")?;
+        Ok(CQAttr {
+            buffer_addr: l.buffer,
+            entry_size: l.entry_size,
+            num_entries: l.num_entries,
+            doorbell_addr: l.doorbell,
+        })
+    }
+    /// Closes this handle; the CQ is destroyed once no QP uses it.
+    fn close(slf: &Bound<'_, Self>) -> PyResult<()> {
+        slf.try_borrow_mut().map_err(|_| busy("CQ"))?.inner = None;
+        Ok(())
+    }
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.is_none()
+    }
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(slf: &Bound<'_, Self>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        Self::close(slf)?;
+        Ok(false)
+    }
+}
+
+#[pymethods]
+impl CQEx {
+    /// Whether polled completions carry sender GIDs.
+    #[getter]
+    fn sgid_enabled(slf: PyRef<'_, Self>) -> bool {
+        slf.as_super().sgid
+    }
+    /// Whether unsolicited write-with-immediate completions are flagged.
+    #[getter]
+    fn unsolicited_enabled(slf: PyRef<'_, Self>) -> PyResult<bool> {
+        slf.as_super().get()?;
+        Ok(slf.as_super().unsolicited)
+    }
+}
+
+/// An EFA CQ's ring layout from `query_efa` (process-local addresses).
+#[pyclass(module = "efa._efa", frozen, get_all)]
+pub struct CQAttr {
+    buffer_addr: usize,
+    entry_size: u32,
+    num_entries: u32,
+    doorbell_addr: usize,
+}
+
+/// A work completion.
+#[pyclass(module = "efa._efa", frozen, get_all)]
+pub struct WC {
+    wr_id: u64,
+    status: u32,
+    opcode: u32,
+    vendor_err: u32,
+    byte_len: u32,
+    imm_data: u32,
+    qp_num: u32,
+    src_qp: u32,
+    wc_flags: u32,
+    slid: u16,
+    sgid: Option<Gid>,
+    unsolicited: bool,
+}
+
+impl WC {
+    fn from_completion(c: &Completion, sgid: bool) -> WC {
+        let flags = c.flags();
+        WC {
+            wr_id: c.wr_id(),
+            status: c.status().0,
+            opcode: c.opcode().0,
+            vendor_err: c.efa_status().0,
+            byte_len: c.byte_len(),
+            imm_data: c.imm().unwrap_or(0),
+            qp_num: c.qp_num(),
+            src_qp: c.src_qp(),
+            wc_flags: flags.bits() & 0xffff,
+            slid: c.slid(),
+            sgid: if sgid {
+                c.sender_gid().map(Gid::from)
+            } else {
+                None
+            },
+            unsolicited: flags.contains(CompletionFlags::UNSOLICITED),
+        }
+    }
+}
+
+#[pymethods]
+impl WC {
+    /// True if the work request completed successfully.
+    #[getter]
+    fn is_success(&self) -> bool {
+        self.status == 0
+    }
+    /// The status in words, as libibverbs' `ibv_wc_status_str` gives them.
+    #[getter]
+    fn status_str(&self) -> &'static str {
+        const WORDS: [&str; 22] = [
+            "success",
+            "local length error",
+            "local QP operation error",
+            "local EE context operation error",
+            "local protection error",
+            "Work Request Flushed Error",
+            "memory management operation error",
+            "bad response error",
+            "local access error",
+            "remote invalid request error",
+            "remote access error",
+            "remote operation error",
+            "transport retry counter exceeded",
+            "RNR retry counter exceeded",
+            "local RDD violation error",
+            "remote invalid RD request",
+            "aborted error",
+            "invalid EE context number",
+            "invalid EE context state",
+            "fatal error",
+            "response timeout error",
+            "general error",
+        ];
+        WORDS
+            .get(self.status as usize)
+            .copied()
+            .unwrap_or("unknown")
+    }
+    /// Raises `CompletionError` (an `EfaError`) if this completion failed.
+    fn raise_for_status(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let me = slf.get();
+        if me.status == 0 {
+            return Ok(());
+        }
+        let rust = efa_typestate::Error::Completion {
+            status: efa_typestate::WcStatus(me.status),
+            efa: efa_typestate::EfaStatus(me.vendor_err),
+        };
+        let msg = format!("work request {}: {rust}", me.wr_id);
+        let py = slf.py();
+        let completion_error = &crate::errors::classes(py)?.1;
+        let err = PyErr::from_type(
+            completion_error.bind(py).clone(),
+            (slf.clone().unbind(), msg),
+        );
+        Err(err)
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "WC(wr_id={}, status={}, opcode={}, byte_len={}, qp_num={})",
+            self.wr_id,
+            self.status_str(),
+            self.opcode,
+            self.byte_len,
+            self.qp_num
+        )
+    }
+}

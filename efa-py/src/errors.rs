@@ -1,0 +1,91 @@
+//! Exceptions: every Rust error becomes an `EfaError` (an `OSError`) carrying the Rust
+//! error's words, with `.errno` and `.operation` set.
+
+use efa_typestate::{Errno, Error};
+use pyo3::prelude::*;
+use pyo3::types::PyType;
+
+/// `efa._errors`' exception classes (defined in Python, as the package's constructors
+/// are), fetched once.
+static ERRORS: pyo3::sync::GILOnceCell<(Py<PyType>, Py<PyType>)> = pyo3::sync::GILOnceCell::new();
+
+/// `(EfaError, CompletionError)`.
+pub fn classes(py: Python<'_>) -> PyResult<&(Py<PyType>, Py<PyType>)> {
+    ERRORS.get_or_try_init(py, || {
+        let m = py.import("efa._errors")?;
+        Ok((
+            m.getattr("EfaError")?.downcast_into::<PyType>()?.unbind(),
+            m.getattr("CompletionError")?
+                .downcast_into::<PyType>()?
+                .unbind(),
+        ))
+    })
+}
+
+pub const EINVAL: i32 = 22;
+pub const EBADF: i32 = 9;
+const EBUSY: i32 = 16;
+const EIO: i32 = 5;
+
+/// An `EfaError` for `operation` with `errno` and `message`.
+pub fn raise(py: Python<'_>, operation: &str, errno: i32, message: String) -> PyErr {
+    match classes(py) {
+        Ok((efa_error, _)) => PyErr::from_type(
+            efa_error.bind(py).clone(),
+            (operation.to_owned(), errno, message),
+        ),
+        Err(e) => e,
+    }
+}
+
+/// The errno a Rust error stands for (EINVAL for refused input, EIO otherwise).
+fn errno_of(e: &Error) -> i32 {
+    match e {
+        Error::Verb {
+            errno: Errno(n), ..
+        } => *n,
+        Error::Invalid(_) => EINVAL,
+        _ => EIO,
+    }
+}
+
+/// The Rust error `e` of `operation` as an `EfaError` with the same words.
+pub fn efa(operation: &str, e: Error) -> PyErr {
+    Python::with_gil(|py| raise(py, operation, errno_of(&e), e.to_string()))
+}
+
+/// Maps a Rust result to a Python one, naming the operation.
+pub trait OrRaise<T> {
+    fn or_raise(self, operation: &str) -> PyResult<T>;
+}
+
+impl<T> OrRaise<T> for efa_typestate::Result<T> {
+    fn or_raise(self, operation: &str) -> PyResult<T> {
+        self.map_err(|e| efa(operation, e))
+    }
+}
+
+/// The error for a handle used after `close()`.
+pub fn closed(what: &str) -> PyErr {
+    Python::with_gil(|py| raise(py, what, EBADF, format!("{what} is closed")))
+}
+
+/// A refused argument, as the Rust core refuses its own (EINVAL).
+pub fn invalid(operation: &str, message: String) -> PyErr {
+    Python::with_gil(|py| raise(py, operation, EINVAL, message))
+}
+
+/// The error for closing a handle a call in another thread is still using (it runs
+/// without the GIL); the handle stays open.
+pub fn busy(what: &str) -> PyErr {
+    Python::with_gil(|py| {
+        raise(
+            py,
+            what,
+            EBUSY,
+            format!(
+                "{what} is in use by a call in another thread; close it after that call returns"
+            ),
+        )
+    })
+}

@@ -1,0 +1,59 @@
+//! `efa._efa`: the `efa` Python package's handles on the efa-typestate core.
+//!
+//! One module per concept: [`device`] (devices, context, attributes), [`pd`] (PD, MR,
+//! AH), [`cq`] (CQs, channels, completions), [`qp`] (queue pairs), [`wr`] (SGEs and work
+//! requests), [`post`] (posting), [`memory`] (Python buffers as registered memory),
+//! [`errors`]. The pure-Python parts (enums, endpoint exchange, tensor helpers,
+//! `efa.cuda`) are in `python/efa/`.
+
+// Class and method names are the `efa` package's API (SGE, QP, to_rts...), not Rust style.
+#![allow(clippy::upper_case_acronyms, clippy::wrong_self_convention)]
+
+use pyo3::prelude::*;
+
+mod cq;
+mod device;
+mod errors;
+mod gpu;
+mod memory;
+mod pd;
+mod post;
+mod qp;
+mod wr;
+
+#[pymodule]
+fn _efa(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    let (efa_error, completion_error) = errors::classes(py)?;
+    m.add("EfaError", efa_error.clone_ref(py))?;
+    m.add("CompletionError", completion_error.clone_ref(py))?;
+    m.add_function(wrap_pyfunction!(device::get_device_list, m)?)?;
+    m.add_function(wrap_pyfunction!(device::get_efa_device_list, m)?)?;
+    m.add_function(wrap_pyfunction!(gpu::_register_cuda, m)?)?;
+    m.add_function(wrap_pyfunction!(gpu::_flush_gpudirect_writes, m)?)?;
+    m.add_class::<device::Device>()?;
+    m.add_class::<device::Context>()?;
+    m.add_class::<device::Gid>()?;
+    m.add_class::<device::DeviceAttr>()?;
+    m.add_class::<device::EfaDeviceAttr>()?;
+    m.add_class::<device::PortAttr>()?;
+    m.add_class::<device::AsyncEvent>()?;
+    m.add_class::<pd::PD>()?;
+    m.add_class::<pd::MR>()?;
+    m.add_class::<pd::MRAttr>()?;
+    m.add_class::<pd::AH>()?;
+    m.add_class::<cq::CQ>()?;
+    m.add_class::<cq::CQEx>()?;
+    m.add_class::<cq::CQAttr>()?;
+    m.add_class::<cq::WC>()?;
+    m.add_class::<cq::CompChannel>()?;
+    m.add_class::<qp::QP>()?;
+    m.add_class::<qp::QPCap>()?;
+    m.add_class::<qp::QPInitAttr>()?;
+    m.add_class::<qp::AHAttr>()?;
+    m.add_class::<qp::WQAttr>()?;
+    m.add_class::<wr::SGE>()?;
+    m.add_class::<wr::SendWR>()?;
+    m.add_class::<wr::RecvWR>()?;
+    Ok(())
+}

@@ -1,0 +1,64 @@
+//! The memory behind a host registration: a Python object's buffer, kept alive (and
+//! pinned, through the memoryview the Python side took) for as long as it is registered.
+//! The crate's other `unsafe` code: the posts and their hand-off to a GIL-free thread
+//! (`post.rs`), a zeroed `ibv_qp_attr` (`qp.rs`) and borrowing a caller's dma-buf fd to
+//! duplicate it (`pd.rs`); each block states why it holds.
+
+use core::ptr::NonNull;
+
+use efa_typestate::{RawRegion, RegionMemory};
+use pyo3::prelude::*;
+
+/// `len` bytes at `ptr`, owned by `owner` (a memoryview, tensor, or `None` for the
+/// package's integer-address form, where the caller vouches for the memory).
+pub struct PyMemory {
+    ptr: NonNull<u8>,
+    len: usize,
+    owner: Py<PyAny>,
+}
+
+impl PyMemory {
+    /// # Safety
+    /// `[ptr, ptr + len)` must be host memory that stays allocated while `owner` is
+    /// alive (or, with `owner` = `None`, for as long as the caller keeps the
+    /// registration: the integer-address form of `PD.reg_mr`, unchecked as in verbs).
+    pub unsafe fn new(ptr: NonNull<u8>, len: usize, owner: Py<PyAny>) -> PyMemory {
+        PyMemory { ptr, len, owner }
+    }
+}
+
+// SAFETY: `PyMemory` is an address and a reference count; no Rust code of this crate
+// forms references to the bytes (registrations are read and written by copies only),
+// and `Py` is `Send + Sync`.
+unsafe impl Send for PyMemory {}
+// SAFETY: as above.
+unsafe impl Sync for PyMemory {}
+
+// SAFETY: `into_raw` hands out the pointer and length given to `PyMemory::new` (valid
+// for reads and writes while the owner lives, by its contract) and moves the owner's
+// reference into `extra`, so a leaked registration leaks the owner too: the buffer
+// stays allocated (STAYS_ALLOCATED_IF_LEAKED). Python code may still touch the bytes,
+// as with the `efa` package; this crate never makes `&`/`&mut` of them. `from_raw`
+// rebuilds the owner from exactly that reference.
+unsafe impl RegionMemory for PyMemory {
+    type Elem = u8;
+    const STAYS_ALLOCATED_IF_LEAKED: bool = true;
+    fn into_raw(self) -> RawRegion<u8> {
+        RawRegion {
+            ptr: self.ptr,
+            len: self.len,
+            extra: self.owner.into_ptr() as usize,
+        }
+    }
+    unsafe fn from_raw(raw: RawRegion<u8>) -> Self {
+        let owner = Python::with_gil(|py| {
+            // SAFETY: `extra` is the owned reference `into_raw` took out of a `Py`, used once.
+            unsafe { Py::from_owned_ptr(py, raw.extra as *mut pyo3::ffi::PyObject) }
+        });
+        PyMemory {
+            ptr: raw.ptr,
+            len: raw.len,
+            owner,
+        }
+    }
+}

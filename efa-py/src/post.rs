@@ -1,0 +1,429 @@
+//! Posting: Python work requests checked and handed to the Rust core, one doorbell per
+//! list, without the GIL and without heap allocation (everything staged on the stack).
+//!
+//! A list is read in two passes: the first borrows every MR and AH it names (one borrow
+//! per run of requests naming the same ones) and copies the scalars out, the second
+//! builds the Rust work requests borrowing those MRs and AHs; both hold the GIL, the
+//! post itself runs without it. Lists of the common shape (one SGE made from an MR per
+//! request, nothing inline) take a leaner path than gather lists, inline sends and SGEs
+//! given by address and lkey.
+
+use efa_typestate::{
+    ArrayVec, Payload, RecvBatch, RecvBufs, RemoteBuffer, SendBatch, SendOp, SendWr, Sge, SgeList,
+};
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+
+use crate::errors::{invalid, OrRaise};
+use crate::pd::{MrKind, AH, MR};
+use crate::qp::QP;
+use crate::wr::{RecvWR, SendWR, SGE};
+
+/// Work requests per doorbell; longer lists go out in several (each all or nothing).
+const CHUNK: usize = 64;
+/// SGEs per work request (EFA devices offer 1 or 2).
+const MAX_SGE: usize = 4;
+/// Largest inline payload staged (EFA's inline buffers are 32 bytes).
+const INLINE_MAX: usize = 64;
+const SIGNALED: u32 = 1 << 1;
+const INLINE: u32 = 1 << 3;
+
+/// The MR an SGE addresses: the one it was made from, or the MR of its lkey in the QP's PD.
+fn mr_of<'py>(qp: &QP, py: Python<'py>, sge: &SGE) -> PyResult<PyRef<'py, MR>> {
+    if let Some(mr) = &sge.mr {
+        return Ok(mr.bind(py).borrow());
+    }
+    let pd = qp.pd.borrow(py);
+    match pd
+        .mrs
+        .bind(py)
+        .call_method1("get", (sge.lkey,))?
+        .downcast_into::<MR>()
+    {
+        Ok(mr) => Ok(mr.borrow()),
+        Err(_) => Err(invalid(
+            "post",
+            format!(
+                "SGE lkey 0x{:x} names no open memory region of this QP's protection domain",
+                sge.lkey
+            ),
+        )),
+    }
+}
+
+/// The work requests of a post: a list, or one object (no list is made for it).
+enum Items<'a, 'py> {
+    List(&'a Bound<'py, PyList>),
+    One(&'a Bound<'py, PyAny>),
+}
+
+impl<'py> Items<'_, 'py> {
+    fn of<'a>(wrs: &'a Bound<'py, PyAny>) -> Items<'a, 'py> {
+        match wrs.downcast::<PyList>() {
+            Ok(l) => Items::List(l),
+            Err(_) => Items::One(wrs),
+        }
+    }
+    fn len(&self) -> usize {
+        match self {
+            Items::List(l) => l.len(),
+            Items::One(_) => 1,
+        }
+    }
+    fn get_item(&self, i: usize) -> PyResult<Bound<'py, PyAny>> {
+        match self {
+            Items::List(l) => l.get_item(i),
+            Items::One(o) => Ok((*o).clone()),
+        }
+    }
+}
+
+/// One SGE of a plan: which borrowed MR, and the range.
+#[derive(Clone, Copy)]
+struct PlannedSge {
+    mr: usize,
+    addr: u64,
+    len: u32,
+}
+
+/// Reads a WR's SGE list, borrowing each SGE's MR into `mrs`.
+fn plan_sges<'py>(
+    qp: &QP,
+    py: Python<'py>,
+    sg_list: &Py<PyList>,
+    mrs: &mut ArrayVec<PyRef<'py, MR>, { CHUNK * MAX_SGE }>,
+) -> PyResult<ArrayVec<PlannedSge, MAX_SGE>> {
+    let l = sg_list.bind(py);
+    if l.len() > MAX_SGE {
+        return Err(invalid(
+            "post",
+            format!("{} SGEs in one work request: at most {MAX_SGE}", l.len()),
+        ));
+    }
+    let mut out = ArrayVec::new();
+    for item in l.iter() {
+        let s = item.downcast::<SGE>()?.get();
+        mrs.push(mr_of(qp, py, s)?);
+        out.push(PlannedSge {
+            mr: mrs.len() - 1,
+            addr: s.addr,
+            len: s.length,
+        });
+    }
+    Ok(out)
+}
+
+fn sge_of<'a>(mrs: &'a [PyRef<'_, MR>], p: PlannedSge) -> PyResult<Sge<'a>> {
+    let mr = &mrs[p.mr];
+    let kind: &MrKind = mr.get()?;
+    kind.sge_at(p.addr, u64::from(p.len), mr.base)
+        .or_raise("post")
+}
+
+/// Copies the bytes of `sges` into `out` (inline sends); host registrations only.
+fn copy_inline(
+    mrs: &[PyRef<'_, MR>],
+    sges: &[PlannedSge],
+    out: &mut ArrayVec<u8, INLINE_MAX>,
+) -> PyResult<()> {
+    for p in sges {
+        let mr = &mrs[p.mr];
+        let start = out.len();
+        let end = start + p.len as usize;
+        if end > INLINE_MAX {
+            return Err(invalid(
+                "post_send",
+                format!("inline payload of more than {INLINE_MAX} bytes (EFA inlines at most 32)"),
+            ));
+        }
+        out.extend(core::iter::repeat(0).take(p.len as usize));
+        let offset = p.addr.checked_sub(mr.base).unwrap_or(u64::MAX) as usize;
+        mr.copy_out(offset, &mut out[start..end])?;
+    }
+    Ok(())
+}
+
+struct Plan {
+    wr_id: u64,
+    op: u32,
+    remote_addr: u64,
+    rkey: u32,
+    imm: u32,
+    qpn: u32,
+    qkey: u32,
+    inline: bool,
+    sges: ArrayVec<PlannedSge, MAX_SGE>,
+}
+
+pub fn post_send(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()> {
+    let list = Items::of(wrs);
+    let n = list.len();
+    let mut start = 0;
+    while start < n {
+        let end = (start + CHUNK).min(n);
+        if !post_simple_chunk(qp, py, &list, start, end)? {
+            post_send_chunk(qp, py, &list, start, end)?;
+        }
+        start = end;
+    }
+    Ok(())
+}
+
+fn post_send_chunk(
+    qp: &QP,
+    py: Python<'_>,
+    list: &Items<'_, '_>,
+    start: usize,
+    end: usize,
+) -> PyResult<()> {
+    // Pass 1: borrows of the MRs and AHs named, held until the post returned.
+    let mut mrs: ArrayVec<PyRef<'_, MR>, { CHUNK * MAX_SGE }> = ArrayVec::new();
+    let mut ahs: ArrayVec<PyRef<'_, AH>, CHUNK> = ArrayVec::new();
+    let mut plans: ArrayVec<Plan, CHUNK> = ArrayVec::new();
+    for i in start..end {
+        let item = list.get_item(i)?;
+        let wr = item.downcast::<SendWR>()?.borrow();
+        if wr.send_flags & SIGNALED == 0 && !qp.sq_sig_all {
+            return Err(not_signaled(wr.wr_id));
+        }
+        let ah = wr.ah.as_ref().ok_or_else(|| no_destination(wr.wr_id))?;
+        ahs.push(ah.bind(py).borrow());
+        plans.push(Plan {
+            wr_id: wr.wr_id,
+            op: wr.opcode,
+            remote_addr: wr.remote_addr,
+            rkey: wr.rkey,
+            imm: wr.imm_data,
+            qpn: wr.remote_qpn,
+            qkey: wr.remote_qkey,
+            inline: wr.send_flags & INLINE != 0,
+            sges: plan_sges(qp, py, &wr.sg_list, &mut mrs)?,
+        });
+    }
+    // Pass 2: SGE lists and inline bytes staged on the stack, then the work requests.
+    let mut lists: ArrayVec<Option<SgeList<'_, MAX_SGE>>, CHUNK> = ArrayVec::new();
+    let mut inlines: ArrayVec<ArrayVec<u8, INLINE_MAX>, CHUNK> = ArrayVec::new();
+    for p in &plans {
+        let mut bytes = ArrayVec::new();
+        let mut list = None;
+        if p.inline {
+            copy_inline(&mrs, &p.sges, &mut bytes)?;
+        } else if p.sges.len() != 1 {
+            let mut sges: ArrayVec<Sge<'_>, MAX_SGE> = ArrayVec::new();
+            for s in &p.sges {
+                sges.push(sge_of(&mrs, *s)?);
+            }
+            list = Some(SgeList::new(&sges).or_raise("post_send")?);
+        }
+        lists.push(list);
+        inlines.push(bytes);
+    }
+    let q = qp.get()?;
+    let mut batch = SendBatch::<'_, CHUNK>::new(q);
+    for (i, p) in plans.iter().enumerate() {
+        let payload = if p.inline {
+            Payload::Inline(&inlines[i])
+        } else if let Some(l) = &lists[i] {
+            Payload::Sges(l.as_sges())
+        } else {
+            Payload::Sge(sge_of(&mrs, p.sges[0])?)
+        };
+        let remote = RemoteBuffer::new(p.remote_addr, payload.len(), p.rkey);
+        let op = send_op(p.op, remote, p.imm)?;
+        let wr = SendWr::to_ah(p.wr_id, op, ahs[i].get()?, p.qpn, p.qkey, payload)
+            .or_raise("post_send")?;
+        batch.push(wr).or_raise("post_send")?;
+    }
+    let batch = Staged(&batch);
+    py.allow_threads(move || {
+        let batch = batch;
+        // SAFETY: every SGE names memory of an open MR, whose buffer its Python owner
+        // keeps allocated while the MR lives; as in the `efa` package, the program must
+        // not close an MR or reuse its bytes before the request's completion is polled
+        // (a closed MR's key is invalid, so such a request fails at the device).
+        unsafe { q.post_send(batch.0) }
+    })
+    .or_raise("post_send")
+}
+
+/// A staged batch handed to the GIL-free post (`allow_threads` wants `Send`).
+struct Staged<'b, T>(&'b T);
+// SAFETY: `allow_threads` runs the closure on this same thread; `Send` is asked only
+// because the GIL is released meanwhile. The batch is only read, and the MRs and AHs it
+// points into stay borrowed (so open: `close` is refused) until the call returns.
+unsafe impl<T> Send for Staged<'_, T> {}
+
+pub fn post_recv(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()> {
+    let list = Items::of(wrs);
+    let n = list.len();
+    let mut start = 0;
+    while start < n {
+        let end = (start + CHUNK).min(n);
+        let mut mrs: ArrayVec<PyRef<'_, MR>, { CHUNK * MAX_SGE }> = ArrayVec::new();
+        let mut plans: ArrayVec<(u64, ArrayVec<PlannedSge, MAX_SGE>), CHUNK> = ArrayVec::new();
+        for i in start..end {
+            let item = list.get_item(i)?;
+            let wr = item.downcast::<RecvWR>()?.borrow();
+            plans.push((wr.wr_id, plan_sges(qp, py, &wr.sg_list, &mut mrs)?));
+        }
+        let mut lists: ArrayVec<Option<SgeList<'_, MAX_SGE>>, CHUNK> = ArrayVec::new();
+        for (_, sges) in &plans {
+            let mut list = None;
+            if sges.len() != 1 {
+                let mut v: ArrayVec<Sge<'_>, MAX_SGE> = ArrayVec::new();
+                for s in sges {
+                    v.push(sge_of(&mrs, *s)?);
+                }
+                list = Some(SgeList::new(&v).or_raise("post_recv")?);
+            }
+            lists.push(list);
+        }
+        let q = qp.get()?;
+        let mut batch = RecvBatch::<'_, CHUNK>::new(q);
+        for (i, (wr_id, sges)) in plans.iter().enumerate() {
+            let bufs = match &lists[i] {
+                Some(l) => RecvBufs::Sges(l.as_sges()),
+                None => RecvBufs::Sge(sge_of(&mrs, sges[0])?),
+            };
+            batch.push(*wr_id, bufs).or_raise("post_recv")?;
+        }
+        let staged = Staged(&batch);
+        py.allow_threads(move || {
+            let staged = staged;
+            // SAFETY: as for sends (see `post_send_chunk`): the receive buffers are kept
+            // allocated by their MRs' owners.
+            unsafe { q.post_recv(staged.0) }
+        })
+        .or_raise("post_recv")?;
+        start = end;
+    }
+    Ok(())
+}
+
+fn not_signaled(wr_id: u64) -> PyErr {
+    invalid(
+        "post_send",
+        format!(
+            "work request {wr_id} is not SIGNALED: EFA completes every send (set SendFlags.SIGNALED or sq_sig_all=True)"
+        ),
+    )
+}
+
+fn no_destination(wr_id: u64) -> PyErr {
+    invalid(
+        "post_send",
+        format!("work request {wr_id} names no destination (dest= or ah=)"),
+    )
+}
+
+fn send_op(op: u32, remote: RemoteBuffer, imm: u32) -> PyResult<SendOp> {
+    Ok(match op {
+        0 => SendOp::Write(remote),
+        1 => SendOp::WriteImm(remote, imm),
+        2 => SendOp::Send,
+        3 => SendOp::SendImm(imm),
+        4 => SendOp::Read(remote),
+        o => {
+            return Err(invalid(
+                "post_send",
+                format!("opcode {o} is not one EFA posts"),
+            ))
+        }
+    })
+}
+
+/// The common shape in one pass: every request has one SGE whose owner is its MR, and
+/// none is inline. Returns false (nothing posted, nothing checked) for any other list.
+fn post_simple_chunk(
+    qp: &QP,
+    py: Python<'_>,
+    list: &Items<'_, '_>,
+    start: usize,
+    end: usize,
+) -> PyResult<bool> {
+    struct Rec {
+        ah: usize,
+        mr: usize,
+        wr_id: u64,
+        remote_addr: u64,
+        addr: u64,
+        op: u32,
+        rkey: u32,
+        imm: u32,
+        qpn: u32,
+        qkey: u32,
+        len: u32,
+    }
+    let mut mrs: ArrayVec<PyRef<'_, MR>, CHUNK> = ArrayVec::new();
+    let mut ahs: ArrayVec<PyRef<'_, AH>, CHUNK> = ArrayVec::new();
+    let mut recs: ArrayVec<Rec, CHUNK> = ArrayVec::new();
+    for i in start..end {
+        let item = list.get_item(i)?;
+        let wr = item.downcast::<SendWR>()?.borrow();
+        if wr.send_flags & INLINE != 0 {
+            return Ok(false);
+        }
+        let sgl = wr.sg_list.bind(py);
+        if sgl.len() != 1 {
+            return Ok(false);
+        }
+        let sge_obj = sgl.get_item(0)?;
+        let sge = sge_obj.downcast::<SGE>()?.get();
+        let Some(mr) = &sge.mr else {
+            return Ok(false);
+        };
+        if wr.send_flags & SIGNALED == 0 && !qp.sq_sig_all {
+            return Err(not_signaled(wr.wr_id));
+        }
+        let ah = wr.ah.as_ref().ok_or_else(|| no_destination(wr.wr_id))?;
+        // Consecutive requests usually name the same AH and MR: one borrow serves them.
+        if !ahs.last().is_some_and(|last| last.as_ptr() == ah.as_ptr()) {
+            ahs.push(ah.bind(py).borrow());
+        }
+        if !mrs.last().is_some_and(|last| last.as_ptr() == mr.as_ptr()) {
+            mrs.push(mr.bind(py).borrow());
+        }
+        recs.push(Rec {
+            ah: ahs.len() - 1,
+            mr: mrs.len() - 1,
+            wr_id: wr.wr_id,
+            remote_addr: wr.remote_addr,
+            addr: sge.addr,
+            op: wr.opcode,
+            rkey: wr.rkey,
+            imm: wr.imm_data,
+            qpn: wr.remote_qpn,
+            qkey: wr.remote_qkey,
+            len: sge.length,
+        });
+    }
+    let q = qp.get()?;
+    let mut batch = SendBatch::<'_, CHUNK>::new(q);
+    for r in &recs {
+        let mr = &mrs[r.mr];
+        let sge = mr
+            .get()?
+            .sge_at(r.addr, u64::from(r.len), mr.base)
+            .or_raise("post_send")?;
+        let remote = RemoteBuffer::new(r.remote_addr, u64::from(r.len), r.rkey);
+        let op = send_op(r.op, remote, r.imm)?;
+        let wr = SendWr::to_ah(
+            r.wr_id,
+            op,
+            ahs[r.ah].get()?,
+            r.qpn,
+            r.qkey,
+            Payload::Sge(sge),
+        )
+        .or_raise("post_send")?;
+        batch.push(wr).or_raise("post_send")?;
+    }
+    let batch = Staged(&batch);
+    py.allow_threads(move || {
+        let batch = batch;
+        // SAFETY: as in `post_send_chunk`: the MRs and AHs are borrowed for the call.
+        unsafe { q.post_send(batch.0) }
+    })
+    .or_raise("post_send")?;
+    Ok(true)
+}

@@ -1,0 +1,470 @@
+//! Queue pairs (a run-time-state `DynQp` of the Rust core) and their attribute classes.
+
+use std::sync::Arc;
+
+use efa_typestate::{DynQp, Qp, QpConfig, QpStateKind, SendOps};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+use crate::cq::{AnyCq, CQ};
+use crate::errors::{busy, closed, invalid, OrRaise};
+use crate::pd::{SPd, PD};
+
+pub const QPT_UD: u32 = 4;
+pub const QPT_SRD: u32 = 0xff;
+
+/// Queue-pair capacities.
+#[pyclass(module = "efa._efa", get_all, set_all)]
+#[derive(Clone)]
+pub struct QPCap {
+    max_send_wr: u32,
+    max_recv_wr: u32,
+    max_send_sge: u32,
+    max_recv_sge: u32,
+    max_inline_data: u32,
+}
+
+#[pymethods]
+impl QPCap {
+    #[new]
+    #[pyo3(signature = (max_send_wr=128, max_recv_wr=128, max_send_sge=1, max_recv_sge=1, max_inline_data=0))]
+    fn new(
+        max_send_wr: u32,
+        max_recv_wr: u32,
+        max_send_sge: u32,
+        max_recv_sge: u32,
+        max_inline_data: u32,
+    ) -> Self {
+        QPCap {
+            max_send_wr,
+            max_recv_wr,
+            max_send_sge,
+            max_recv_sge,
+            max_inline_data,
+        }
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "QPCap(max_send_wr={}, max_recv_wr={}, max_send_sge={}, max_recv_sge={}, max_inline_data={})",
+            self.max_send_wr, self.max_recv_wr, self.max_send_sge, self.max_recv_sge, self.max_inline_data
+        )
+    }
+}
+
+/// Parameters for `PD.create_qp`.
+#[pyclass(module = "efa._efa", get_all, set_all)]
+pub struct QPInitAttr {
+    send_cq: Py<CQ>,
+    recv_cq: Py<CQ>,
+    qp_type: u32,
+    max_send_wr: u32,
+    max_recv_wr: u32,
+    max_send_sge: u32,
+    max_recv_sge: u32,
+    max_inline_data: u32,
+    sq_sig_all: bool,
+    send_ops_flags: Option<u32>,
+    sl: u8,
+    unsolicited_write_recv: bool,
+}
+
+#[pymethods]
+impl QPInitAttr {
+    #[new]
+    #[pyo3(signature = (send_cq, recv_cq, qp_type=None, max_send_wr=128, max_recv_wr=128, max_send_sge=1,
+                        max_recv_sge=1, max_inline_data=0, sq_sig_all=false, send_ops_flags=None, sl=0,
+                        unsolicited_write_recv=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        send_cq: Py<CQ>,
+        recv_cq: Py<CQ>,
+        qp_type: Option<u32>,
+        max_send_wr: u32,
+        max_recv_wr: u32,
+        max_send_sge: u32,
+        max_recv_sge: u32,
+        max_inline_data: u32,
+        sq_sig_all: bool,
+        send_ops_flags: Option<u32>,
+        sl: u8,
+        unsolicited_write_recv: bool,
+    ) -> Self {
+        QPInitAttr {
+            send_cq,
+            recv_cq,
+            qp_type: qp_type.unwrap_or(QPT_SRD),
+            max_send_wr,
+            max_recv_wr,
+            max_send_sge,
+            max_recv_sge,
+            max_inline_data,
+            sq_sig_all,
+            send_ops_flags,
+            sl,
+            unsolicited_write_recv,
+        }
+    }
+}
+
+/// Address-handle attributes: on EFA only `dgid` matters.
+#[pyclass(module = "efa._efa", get_all, set_all)]
+pub struct AHAttr {
+    dgid: Option<Vec<u8>>,
+    sgid_index: u8,
+    port_num: u8,
+    hop_limit: u8,
+    traffic_class: u8,
+    flow_label: u32,
+    is_global: u8,
+}
+
+impl AHAttr {
+    pub fn gid(&self) -> PyResult<[u8; 16]> {
+        match &self.dgid {
+            None => Ok([0; 16]),
+            Some(g) => g.as_slice().try_into().map_err(|_| {
+                invalid(
+                    "ibv_create_ah",
+                    format!("a GID is 16 bytes, not {}", g.len()),
+                )
+            }),
+        }
+    }
+}
+
+#[pymethods]
+impl AHAttr {
+    #[new]
+    #[pyo3(signature = (dgid=None, sgid_index=0, port_num=1, hop_limit=1, traffic_class=0, flow_label=0, is_global=1))]
+    fn new(
+        dgid: Option<&Bound<'_, PyAny>>,
+        sgid_index: u8,
+        port_num: u8,
+        hop_limit: u8,
+        traffic_class: u8,
+        flow_label: u32,
+        is_global: u8,
+    ) -> PyResult<Self> {
+        let dgid = match dgid {
+            None => None,
+            Some(g) => Some(match g.downcast::<crate::device::Gid>() {
+                Ok(g) => g.get().0.to_vec(),
+                Err(_) => g.extract::<Vec<u8>>()?,
+            }),
+        };
+        Ok(AHAttr {
+            dgid,
+            sgid_index,
+            port_num,
+            hop_limit,
+            traffic_class,
+            flow_label,
+            is_global,
+        })
+    }
+}
+
+/// A work queue's ring layout from `QP.query_wqs` (process-local addresses).
+#[pyclass(module = "efa._efa", frozen, get_all)]
+pub struct WQAttr {
+    buffer_addr: usize,
+    entry_size: u32,
+    num_entries: u32,
+    doorbell_addr: usize,
+    max_batch: u32,
+}
+
+/// An EFA queue pair (SRD or UD).
+#[pyclass(module = "efa._efa")]
+pub struct QP {
+    pub(crate) inner: Option<DynQp<SPd>>,
+    #[pyo3(get)]
+    pub(crate) pd: Py<PD>,
+    #[pyo3(get)]
+    send_cq: Py<CQ>,
+    #[pyo3(get)]
+    recv_cq: Py<CQ>,
+    #[pyo3(get)]
+    qp_type: u32,
+    #[pyo3(get)]
+    send_ops_flags: u32,
+    pub(crate) sq_sig_all: bool,
+    qp_num: u32,
+}
+
+pub fn state_num(s: QpStateKind) -> u32 {
+    match s {
+        QpStateKind::Reset => 0,
+        QpStateKind::Init => 1,
+        QpStateKind::Rtr => 2,
+        QpStateKind::Rts => 3,
+        QpStateKind::Sqd => 4,
+        QpStateKind::Sqe => 5,
+        QpStateKind::Err => 6,
+        QpStateKind::Unknown(_) => 7,
+    }
+}
+
+fn state_kind(n: u32) -> QpStateKind {
+    match n {
+        0 => QpStateKind::Reset,
+        1 => QpStateKind::Init,
+        2 => QpStateKind::Rtr,
+        3 => QpStateKind::Rts,
+        4 => QpStateKind::Sqd,
+        5 => QpStateKind::Sqe,
+        6 => QpStateKind::Err,
+        n => QpStateKind::Unknown(n.min(255) as u8),
+    }
+}
+
+impl QP {
+    pub fn create(pd: &Bound<'_, PD>, a: &QPInitAttr) -> PyResult<QP> {
+        let py = pd.py();
+        let mut cfg = match a.qp_type {
+            QPT_SRD => QpConfig::srd(),
+            QPT_UD => QpConfig::ud(),
+            t => {
+                return Err(invalid(
+                    "create_qp",
+                    format!("QP type {t} is neither SRD (255) nor UD (4)"),
+                ))
+            }
+        }
+        .depth(a.max_send_wr, a.max_recv_wr)
+        .sges(a.max_send_sge, a.max_recv_sge)
+        .max_inline(a.max_inline_data)
+        .service_level(a.sl);
+        let all = SendOps::SEND.bits()
+            | SendOps::SEND_WITH_IMM.bits()
+            | SendOps::RDMA_WRITE.bits()
+            | SendOps::RDMA_WRITE_WITH_IMM.bits()
+            | SendOps::RDMA_READ.bits();
+        if let Some(ops) = a.send_ops_flags {
+            cfg = cfg.send_ops(SendOps::from_bits_retain(ops));
+        }
+        if a.unsolicited_write_recv {
+            cfg = cfg.unsolicited_write_recv();
+        }
+        let p = Arc::clone(pd.borrow().get()?);
+        let s = a.send_cq.borrow(py).get()?.clone();
+        let r = a.recv_cq.borrow(py).get()?.clone();
+        let reset = match (s, r) {
+            (AnyCq::Classic(s), AnyCq::Classic(r)) => Qp::new(p, s, r, &cfg),
+            (AnyCq::Classic(s), AnyCq::Ext(r)) => Qp::new(p, s, r, &cfg),
+            (AnyCq::Ext(s), AnyCq::Classic(r)) => Qp::new(p, s, r, &cfg),
+            (AnyCq::Ext(s), AnyCq::Ext(r)) => Qp::new(p, s, r, &cfg),
+        }
+        .or_raise("create_qp")?;
+        let dynq = reset.into_dyn();
+        Ok(QP {
+            qp_num: dynq.qpn(),
+            inner: Some(dynq),
+            pd: pd.clone().unbind(),
+            send_cq: a.send_cq.clone_ref(py),
+            recv_cq: a.recv_cq.clone_ref(py),
+            qp_type: a.qp_type,
+            send_ops_flags: a.send_ops_flags.unwrap_or(all),
+            sq_sig_all: a.sq_sig_all,
+        })
+    }
+    pub(crate) fn get(&self) -> PyResult<&DynQp<SPd>> {
+        self.inner.as_ref().ok_or_else(|| closed("QP"))
+    }
+    pub(crate) fn get_mut(&mut self) -> PyResult<&mut DynQp<SPd>> {
+        self.inner.as_mut().ok_or_else(|| closed("QP"))
+    }
+    fn rts(&mut self, psn: u32, rnr_retry: Option<u8>) -> PyResult<()> {
+        let q = self.get_mut()?;
+        if psn == 0 && rnr_retry.is_none() {
+            return q.modify_state(QpStateKind::Rts).or_raise("modify_qp(RTS)");
+        }
+        let mut attr = zeroed_attr();
+        attr.qp_state = QpStateKind::Rts.to_raw_state();
+        attr.sq_psn = psn;
+        let mut mask = MASK_STATE | MASK_SQ_PSN;
+        if let Some(r) = rnr_retry {
+            attr.rnr_retry = r;
+            mask |= MASK_RNR_RETRY;
+        }
+        q.modify(&mut attr, mask).or_raise("modify_qp(RTS)")
+    }
+}
+
+const MASK_STATE: u32 = 1;
+const MASK_CUR_STATE: u32 = 1 << 1;
+const MASK_PKEY_INDEX: u32 = 1 << 4;
+const MASK_PORT: u32 = 1 << 5;
+const MASK_QKEY: u32 = 1 << 6;
+const MASK_RNR_RETRY: u32 = 1 << 11;
+const MASK_SQ_PSN: u32 = 1 << 16;
+
+#[pymethods]
+impl QP {
+    #[getter]
+    fn qp_num(&self) -> PyResult<u32> {
+        self.get().map(|_| self.qp_num)
+    }
+    /// The current state (re-read from the device).
+    #[getter]
+    fn state(&mut self) -> PyResult<u32> {
+        Ok(state_num(
+            self.get_mut()?.refresh_state().or_raise("ibv_query_qp")?,
+        ))
+    }
+    /// RESET -> INIT.
+    #[pyo3(signature = (qkey, port=1, pkey_index=0))]
+    fn to_init(&mut self, qkey: u32, port: u8, pkey_index: u16) -> PyResult<()> {
+        let _ = (port, pkey_index); // one port, one P_Key on EFA
+        self.get_mut()?.init(qkey).or_raise("modify_qp(INIT)")
+    }
+    /// INIT -> RTR.
+    fn to_rtr(&mut self) -> PyResult<()> {
+        self.get_mut()?
+            .modify_state(QpStateKind::Rtr)
+            .or_raise("modify_qp(RTR)")
+    }
+    /// RTR -> RTS (`rnr_retry` 0-7, 7 = forever; default: the Rust core's finite retry).
+    #[pyo3(signature = (psn=0, rnr_retry=None))]
+    fn to_rts(&mut self, psn: u32, rnr_retry: Option<u8>) -> PyResult<()> {
+        self.rts(psn, rnr_retry)
+    }
+    /// RESET -> INIT -> RTR -> RTS in one call; returns this QP.
+    #[pyo3(signature = (qkey, port=1, psn=0, rnr_retry=None))]
+    fn prepare(
+        mut slf: PyRefMut<'_, Self>,
+        qkey: u32,
+        port: u8,
+        psn: u32,
+        rnr_retry: Option<u8>,
+    ) -> PyResult<PyRefMut<'_, Self>> {
+        slf.to_init(qkey, port, 0)?;
+        slf.to_rtr()?;
+        slf.rts(psn, rnr_retry)?;
+        Ok(slf)
+    }
+    /// Low-level `ibv_modify_qp`: `attr_mask` (QPAttrMask) and the fields as keywords.
+    #[pyo3(signature = (attr_mask, **fields))]
+    fn modify(&mut self, attr_mask: u32, fields: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
+        let mut attr = zeroed_attr();
+        if let Some(f) = fields {
+            for (k, v) in f.iter() {
+                let k: String = k.extract()?;
+                match k.as_str() {
+                    "qp_state" => attr.qp_state = state_kind(v.extract()?).to_raw_state(),
+                    "cur_qp_state" => attr.cur_qp_state = state_kind(v.extract()?).to_raw_state(),
+                    "qkey" => attr.qkey = v.extract()?,
+                    "port_num" => attr.port_num = v.extract()?,
+                    "pkey_index" => attr.pkey_index = v.extract()?,
+                    "sq_psn" => attr.sq_psn = v.extract()?,
+                    "rq_psn" => attr.rq_psn = v.extract()?,
+                    "rnr_retry" => attr.rnr_retry = v.extract()?,
+                    other => {
+                        return Err(invalid(
+                            "ibv_modify_qp",
+                            format!("unknown QP attribute {other:?}"),
+                        ))
+                    }
+                }
+            }
+        }
+        let allowed = MASK_STATE
+            | MASK_CUR_STATE
+            | MASK_PKEY_INDEX
+            | MASK_PORT
+            | MASK_QKEY
+            | MASK_RNR_RETRY
+            | MASK_SQ_PSN
+            | (1 << 12);
+        if attr_mask & !allowed != 0 {
+            return Err(invalid(
+                "ibv_modify_qp",
+                format!("attribute mask 0x{attr_mask:x} has bits EFA QPs do not take"),
+            ));
+        }
+        self.get_mut()?
+            .modify(&mut attr, attr_mask)
+            .or_raise("ibv_modify_qp")
+    }
+    /// `(attrs, cap)`: the QP's attributes as a dict and its capacities.
+    fn query<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyDict>, QPCap)> {
+        let a = self.get()?.query().or_raise("ibv_query_qp")?;
+        let d = PyDict::new(py);
+        d.set_item("qp_state", state_num(a.state))?;
+        d.set_item("qkey", a.qkey)?;
+        d.set_item("sq_psn", a.sq_psn)?;
+        d.set_item("rnr_retry", a.rnr_retry)?;
+        d.set_item("qp_num", self.qp_num)?;
+        let c = a.caps;
+        Ok((
+            d,
+            QPCap::new(
+                c.max_send_wr,
+                c.max_recv_wr,
+                c.max_send_sge,
+                c.max_recv_sge,
+                c.max_inline_data,
+            ),
+        ))
+    }
+    /// The send and receive rings' layouts (`efadv_query_qp_wqs`).
+    fn query_wqs(&self) -> PyResult<(WQAttr, WQAttr)> {
+        let (s, r) = self.get()?.wq_layout().or_raise("efadv_query_qp_wqs")?;
+        let w = |l: efa_typestate::WqLayout| WQAttr {
+            buffer_addr: l.buffer,
+            entry_size: l.entry_size,
+            num_entries: l.num_entries,
+            doorbell_addr: l.doorbell,
+            max_batch: l.max_batch,
+        };
+        Ok((w(s), w(r)))
+    }
+    /// Posts one `SendWR` or a list of them with one doorbell (all or nothing).
+    fn post_send(&self, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()> {
+        crate::post::post_send(self, py, wrs)
+    }
+    /// Posts one `RecvWR` or a list of them.
+    fn post_recv(&self, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()> {
+        crate::post::post_recv(self, py, wrs)
+    }
+    /// Destroys the QP (its posted work requests are flushed).
+    fn close(slf: &Bound<'_, Self>) -> PyResult<()> {
+        slf.try_borrow_mut().map_err(|_| busy("QP"))?.inner = None;
+        Ok(())
+    }
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.is_none()
+    }
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(slf: &Bound<'_, Self>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        Self::close(slf)?;
+        Ok(false)
+    }
+    fn __repr__(&self) -> String {
+        match &self.inner {
+            None => "QP(closed=True)".into(),
+            Some(q) => format!("QP(qp_num={}, state={:?})", self.qp_num, q.state()),
+        }
+    }
+}
+
+trait RawState {
+    fn to_raw_state(self) -> u32;
+}
+impl RawState for QpStateKind {
+    fn to_raw_state(self) -> u32 {
+        state_num(self)
+    }
+}
+
+type QpAttrRaw = efa_typestate::sys::verbs::ibv_qp_attr;
+
+fn zeroed_attr() -> QpAttrRaw {
+    // SAFETY: `ibv_qp_attr` is plain C data (integers and structs of integers): all zero
+    // bytes is a valid value of it.
+    unsafe { core::mem::zeroed() }
+}

@@ -1,0 +1,199 @@
+//! Scatter/gather entries and work requests, as the `efa` package spells them.
+
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+
+use crate::pd::{AH, MR};
+
+/// A scatter/gather entry: `SGE(target, length, lkey=0, offset=0)`, `target` an `MR`
+/// (address and lkey from it) or an integer address (then its MR is found by `lkey` in
+/// the posting QP's PD). Immutable, so posting reads it without a borrow.
+#[pyclass(module = "efa._efa", frozen)]
+pub struct SGE {
+    #[pyo3(get)]
+    pub(crate) addr: u64,
+    #[pyo3(get)]
+    pub(crate) length: u32,
+    #[pyo3(get)]
+    pub(crate) lkey: u32,
+    /// The MR addressed, when the SGE was made from one.
+    pub(crate) mr: Option<Py<MR>>,
+    /// What `_keepalive` retains besides.
+    keep: PyObject,
+}
+
+impl SGE {
+    pub fn of_mr(mr: &Bound<'_, MR>, addr: u64, length: u32, lkey: u32) -> SGE {
+        SGE {
+            addr,
+            length,
+            lkey,
+            mr: Some(mr.clone().unbind()),
+            keep: mr.py().None(),
+        }
+    }
+}
+
+#[pymethods]
+impl SGE {
+    #[new]
+    #[pyo3(signature = (target, length, lkey=0, offset=0))]
+    fn new(target: &Bound<'_, PyAny>, length: u32, lkey: u32, offset: u64) -> PyResult<SGE> {
+        let py = target.py();
+        if let Ok(mr) = target.downcast::<MR>() {
+            let m = mr.borrow();
+            return Ok(SGE {
+                addr: m.base + offset,
+                length,
+                lkey: m.lkey_raw(),
+                mr: Some(mr.clone().unbind()),
+                keep: py.None(),
+            });
+        }
+        let addr: u64 = target.extract()?;
+        Ok(SGE {
+            addr: addr + offset,
+            length,
+            lkey,
+            mr: None,
+            keep: py.None(),
+        })
+    }
+    /// The object this SGE retains: what `_keepalive` was given, else its MR (or None).
+    #[getter]
+    fn owner(&self, py: Python<'_>) -> PyObject {
+        match &self.mr {
+            Some(mr) if self.keep.is_none(py) => mr.clone_ref(py).into_any(),
+            _ => self.keep.clone_ref(py),
+        }
+    }
+    /// An SGE like this one that also retains `owner` (for as long as it is retained).
+    fn _keepalive(&self, py: Python<'_>, owner: PyObject) -> SGE {
+        SGE {
+            addr: self.addr,
+            length: self.length,
+            lkey: self.lkey,
+            mr: self.mr.as_ref().map(|m| m.clone_ref(py)),
+            keep: owner,
+        }
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "SGE(addr=0x{:x}, length={}, lkey=0x{:x})",
+            self.addr, self.length, self.lkey
+        )
+    }
+}
+
+/// A send work request. Name the destination with `dest=` (anything with `.ah`,
+/// `.qp_num` and `.qkey`) or the `ah`/`remote_qpn`/`remote_qkey` trio.
+#[pyclass(module = "efa._efa")]
+pub struct SendWR {
+    #[pyo3(get, set)]
+    pub(crate) wr_id: u64,
+    #[pyo3(get, set)]
+    pub(crate) sg_list: Py<PyList>,
+    #[pyo3(get, set)]
+    pub(crate) opcode: u32,
+    #[pyo3(get, set)]
+    pub(crate) send_flags: u32,
+    #[pyo3(get, set)]
+    pub(crate) remote_addr: u64,
+    #[pyo3(get, set)]
+    pub(crate) rkey: u32,
+    #[pyo3(get, set)]
+    pub(crate) imm_data: u32,
+    #[pyo3(get, set)]
+    pub(crate) ah: Option<Py<AH>>,
+    #[pyo3(get, set)]
+    pub(crate) remote_qpn: u32,
+    #[pyo3(get, set)]
+    pub(crate) remote_qkey: u32,
+    dest: PyObject,
+}
+
+fn list_of(py: Python<'_>, sg_list: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyList>> {
+    match sg_list {
+        None => Ok(PyList::empty(py).unbind()),
+        Some(l) => match l.downcast::<PyList>() {
+            Ok(l) => Ok(l.clone().unbind()),
+            Err(_) => Ok(PyList::new(py, l.try_iter()?.collect::<PyResult<Vec<_>>>()?)?.unbind()),
+        },
+    }
+}
+
+#[pymethods]
+impl SendWR {
+    #[new]
+    #[pyo3(signature = (wr_id=0, sg_list=None, opcode=2, send_flags=0, remote_addr=0, rkey=0,
+                        imm_data=0, ah=None, remote_qpn=0, remote_qkey=0, dest=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        wr_id: u64,
+        sg_list: Option<&Bound<'_, PyAny>>,
+        opcode: u32,
+        send_flags: u32,
+        remote_addr: u64,
+        rkey: u32,
+        imm_data: u32,
+        ah: Option<Py<AH>>,
+        remote_qpn: u32,
+        remote_qkey: u32,
+        dest: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<SendWR> {
+        let mut wr = SendWR {
+            wr_id,
+            sg_list: list_of(py, sg_list)?,
+            opcode,
+            send_flags,
+            remote_addr,
+            rkey,
+            imm_data,
+            ah,
+            remote_qpn,
+            remote_qkey,
+            dest: py.None(),
+        };
+        if let Some(d) = dest {
+            wr.set_dest(d)?;
+        }
+        Ok(wr)
+    }
+    /// The destination (`Peer`-like): setting it sets `ah`, `remote_qpn` and `remote_qkey`.
+    #[getter]
+    fn get_dest(&self, py: Python<'_>) -> PyObject {
+        self.dest.clone_ref(py)
+    }
+    #[setter]
+    fn set_dest(&mut self, dest: &Bound<'_, PyAny>) -> PyResult<()> {
+        if !dest.is_none() {
+            self.ah = Some(dest.getattr("ah")?.extract()?);
+            self.remote_qpn = dest.getattr("qp_num")?.extract()?;
+            self.remote_qkey = dest.getattr("qkey")?.extract()?;
+        }
+        self.dest = dest.clone().unbind();
+        Ok(())
+    }
+}
+
+/// A receive work request.
+#[pyclass(module = "efa._efa")]
+pub struct RecvWR {
+    #[pyo3(get, set)]
+    pub(crate) wr_id: u64,
+    #[pyo3(get, set)]
+    pub(crate) sg_list: Py<PyList>,
+}
+
+#[pymethods]
+impl RecvWR {
+    #[new]
+    #[pyo3(signature = (wr_id=0, sg_list=None))]
+    fn new(py: Python<'_>, wr_id: u64, sg_list: Option<&Bound<'_, PyAny>>) -> PyResult<RecvWR> {
+        Ok(RecvWR {
+            wr_id,
+            sg_list: list_of(py, sg_list)?,
+        })
+    }
+}
