@@ -19,7 +19,7 @@ pub const MAX_SIZE: usize = 1 << 30;
 
 /// The usage text (`--help`).
 pub const USAGE: &str = "\
-usage: efa-perf server [-p PORT] [--bind ADDR] [--forever] [-d DEV] [--timeout SECS]
+usage: efa-perf server [-p PORT] [--bind ADDR] [--forever] [-d DEV] [--backend B] [--timeout SECS]
        efa-perf client HOST[:PORT] [TESTS...] [OPTIONS]
        efa-perf local [TESTS...] [OPTIONS]      (both ends on this machine, two processes)
 
@@ -40,6 +40,9 @@ options:
   -I, --inline-size N    largest SEND sent inline (default: the QP's inline size; 0: never)
   -c, --connection TYPE  transport: SRD (the only one)
   -d, --ib-dev NAME      EFA device to use (default: the first)
+      --backend B        data path: auto (direct where the device hands out its
+                         queues, else the provider; the default), direct, or provider
+                         (libefa's); each end chooses its own
   -p, --port PORT        TCP port of the server (default 18515)
       --timeout SECS     longest any single wait may take (default 10)
       --json             one JSON object per line (device, then one per test and size)
@@ -62,6 +65,8 @@ pub struct Common {
     pub json: bool,
     /// Not `--no-progress`.
     pub progress: bool,
+    /// `--backend`.
+    pub backend: efa::Backend,
 }
 
 impl Default for Common {
@@ -71,6 +76,7 @@ impl Default for Common {
             timeout: DEFAULT_TIMEOUT,
             json: false,
             progress: true,
+            backend: efa::Backend::Auto,
         }
     }
 }
@@ -273,6 +279,7 @@ pub fn parse(argv: Vec<String>) -> Result<Command, String> {
             "--timeout" => common.timeout = parse_secs(&args.value(&name, inline)?, &name)?,
             "--json" => common.json = true,
             "--no-progress" => common.progress = false,
+            "--backend" => common.backend = parse_backend(&args.value(&name, inline)?)?,
             "--bind" if server => bind = args.value(&name, inline)?,
             "--forever" if server => forever = true,
             "--announce" if server => announce = true,
@@ -491,5 +498,24 @@ mod tests {
         assert!(e("server -s 8").contains("not of server"));
         assert!(e("local --timeout -1").contains("seconds"));
         assert!(e("local --bogus").contains("unknown option"));
+    }
+}
+
+/// `--backend`'s value.
+pub fn parse_backend(v: &str) -> Result<efa::Backend, String> {
+    match v {
+        "auto" => Ok(efa::Backend::Auto),
+        "direct" => Ok(efa::Backend::Direct),
+        "provider" => Ok(efa::Backend::Provider),
+        _ => Err(format!("--backend {v:?}: must be auto, direct or provider")),
+    }
+}
+
+/// `--backend`'s name for `b`.
+pub fn backend_name(b: efa::Backend) -> &'static str {
+    match b {
+        efa::Backend::Auto => "auto",
+        efa::Backend::Direct => "direct",
+        efa::Backend::Provider => "provider",
     }
 }

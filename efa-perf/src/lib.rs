@@ -65,7 +65,7 @@ pub fn main_with(argv: Vec<String>) -> ExitCode {
         Command::Client { host, run } => {
             let mut out = output::Output::new(run.common.json, run.common.progress);
             let addr = wire::with_port(&host, run.port);
-            let r = res::Device::open(run.common.device.as_deref())
+            let r = res::Device::open(run.common.device.as_deref(), run.common.backend)
                 .and_then(|dev| session::run_client(&addr, &run, &mut out, dev));
             out.finish();
             r.and_then(|()| out.write_error().map_or(Ok(()), Err))

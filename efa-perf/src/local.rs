@@ -74,7 +74,11 @@ fn start(opts: &RunOpts) -> Result<(Server, String), String> {
         "--announce",
         "--no-progress",
     ])
-    .arg(format!("--timeout={}", timeout.as_secs_f64()));
+    .arg(format!("--timeout={}", timeout.as_secs_f64()))
+    .arg(format!(
+        "--backend={}",
+        crate::cli::backend_name(opts.common.backend)
+    ));
     if let Some(d) = &opts.common.device {
         cmd.arg(format!("--ib-dev={d}"));
     }
@@ -127,7 +131,7 @@ fn start(opts: &RunOpts) -> Result<(Server, String), String> {
 /// Runs the client against a server child on this machine.
 pub fn run_local(opts: &RunOpts, out: &mut Output) -> Result<(), String> {
     // This end's device first: without one, say so before starting anything.
-    let dev = Device::open(opts.common.device.as_deref())?;
+    let dev = Device::open(opts.common.device.as_deref(), opts.common.backend)?;
     let (mut server, addr) = start(opts)?;
     match session::run_client(&addr, opts, out, dev) {
         Ok(()) => server.wait(opts.common.timeout),

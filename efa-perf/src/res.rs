@@ -41,11 +41,13 @@ pub struct Device {
     pub max_cqe: u32,
     /// PCI device id.
     pub part: u32,
+    /// The data path this end's QPs and CQs use (`--backend`, `auto` resolved).
+    pub backend: Backend,
 }
 
 impl Device {
-    /// Opens `name`, or the first EFA device.
-    pub fn open(name: Option<&str>) -> Result<Device, String> {
+    /// Opens `name`, or the first EFA device, for the data path `backend`.
+    pub fn open(name: Option<&str>, backend: Backend) -> Result<Device, String> {
         const HINT: &str = "on a machine without EFA, run it on the software device: `efa-sim run -- efa-perf ...` (./scripts/demo.sh does)";
         let list = DeviceList::new().map_err(|e| format!("no EFA device found ({e}); {HINT}"))?;
         let names: Vec<String> = list.efa().map(|d| d.name().to_string()).collect();
@@ -71,7 +73,19 @@ impl Device {
         let efa = ctx.query_efa().map_err(|e| format!("{name}: {e}"))?;
         let port = ctx.query_port(1).map_err(|e| format!("{name}: {e}"))?;
         let fw = attr.fw_ver().to_string();
+        // What `backend` resolves to on this device: a CQ made as the tests make theirs
+        // tells (and `direct` where it cannot be had fails here, naming why).
+        let backend = ctx
+            .create_ext_cq(CqOptions::new(64).backend(backend))
+            .map_err(|e| {
+                format!(
+                    "{name}: --backend {}: {e}",
+                    crate::cli::backend_name(backend)
+                )
+            })?
+            .backend();
         Ok(Device {
+            backend,
             software: fw.starts_with(SIM_FW_PREFIX),
             caps: ctx.caps(),
             max_msg: port.max_msg_sz,
@@ -90,13 +104,16 @@ impl Device {
         let v = env!("CARGO_PKG_VERSION");
         if self.software {
             format!(
-                "efa-perf {v} on {}: the software EFA device ({}), not EFA hardware: the numbers measure the simulator",
-                self.name, self.fw
+                "efa-perf {v} on {}: the software EFA device ({}), not EFA hardware: the numbers measure the simulator; {} data path",
+                self.name, self.fw, crate::cli::backend_name(self.backend)
             )
         } else {
             format!(
-                "efa-perf {v} on {} (EFA hardware, fw {}, device id 0x{:04x})",
-                self.name, self.fw, self.part
+                "efa-perf {v} on {} (EFA hardware, fw {}, device id 0x{:04x}); {} data path",
+                self.name,
+                self.fw,
+                self.part,
+                crate::cli::backend_name(self.backend)
             )
         }
     }
@@ -111,6 +128,7 @@ impl Device {
             "rdma_read": self.caps.contains(DeviceCaps::RDMA_READ),
             "max_msg": self.max_msg,
             "max_rdma": self.max_rdma,
+            "backend": crate::cli::backend_name(self.backend),
         })
     }
 }
@@ -238,12 +256,16 @@ impl Res {
         // the shared CQ, or QP creation refuses it (CqTooSmall): it could overflow.
         let per_qp = send_depth.next_power_of_two() + slots.max(16).next_power_of_two();
         let cqe = (s.qps * per_qp + 64).min(dev.max_cqe);
-        let cq =
-            Arc::new(ExtCq::new(Arc::clone(ctx), CqOptions::new(cqe)).map_err(|x| e("CQ", x))?);
+        let cq = Arc::new(
+            ExtCq::new(Arc::clone(ctx), CqOptions::new(cqe).backend(dev.backend))
+                .map_err(|x| e("CQ", x))?,
+        );
         // RNR: SEND tests retry until the receiver reposts (as perftest sets rnr_retry 7);
         // every wait of efa-perf still has its own timeout.
         let rnr = s.test.uses_send().then_some(RnrRetry::Forever);
-        let cfg = QpConfig::srd().depth(send_depth, slots.max(16));
+        let cfg = QpConfig::srd()
+            .depth(send_depth, slots.max(16))
+            .backend(dev.backend);
         let mut qps = Vec::new();
         for i in 0..s.qps {
             let qp = Qp::new(Arc::clone(&pd), Arc::clone(&cq), Arc::clone(&cq), &cfg)

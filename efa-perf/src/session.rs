@@ -201,7 +201,7 @@ fn run_test(
 
 /// Listens, and serves one client (or, with `--forever`, one client after another).
 pub fn run_server(opts: &ServerOpts) -> Result<(), String> {
-    let dev = Device::open(opts.common.device.as_deref())?;
+    let dev = Device::open(opts.common.device.as_deref(), opts.common.backend)?;
     let listener = TcpListener::bind((opts.bind.as_str(), opts.port))
         .map_err(|e| format!("cannot listen on {}:{}: {e}", opts.bind, opts.port))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;

@@ -1,0 +1,117 @@
+//! `--backend`: each data path runs every transfer verified and is named in the header
+//! and the JSON; `auto` resolves to what the device can do; a refused choice is one line.
+
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+const EXE: &str = env!("CARGO_BIN_EXE_efa-perf");
+
+fn perf(args: &[&str], profile: Option<&str>) -> Output {
+    let mut c = Command::new(EXE);
+    c.args(args).stdin(Stdio::null());
+    if let Some(p) = profile {
+        c.env("EFA_SIM_PROFILE", p);
+    }
+    c.output().expect("run efa-perf")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The device line's `backend` and the number of verified results of a short run.
+fn run_json(backend: &str, profile: Option<&str>) -> (String, usize) {
+    let args = [
+        "local",
+        "--json",
+        "--backend",
+        backend,
+        "-n",
+        "20",
+        "-s",
+        "256",
+        "send_lat",
+        "write_bw",
+        "read_bw",
+    ];
+    let o = perf(&args, profile);
+    assert!(o.status.success(), "{backend}: {}", text(&o.stderr));
+    let lines: Vec<Value> = text(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["type"], "device");
+    let verified = lines
+        .iter()
+        .filter(|v| v["type"] == "result" && v["verified"] == true)
+        .count();
+    (lines[0]["backend"].as_str().unwrap().to_string(), verified)
+}
+
+#[test]
+fn every_backend_runs_verified_and_is_named() {
+    // efa-sim hands out its rings, so `auto` is the direct path there.
+    assert!(
+        efa_sim_select::SOFTWARE_DEVICE,
+        "these expectations are efa-sim's"
+    );
+    for (asked, used) in [
+        ("auto", "direct"),
+        ("direct", "direct"),
+        ("provider", "provider"),
+    ] {
+        assert_eq!(
+            run_json(asked, None),
+            (used.to_string(), 3),
+            "--backend {asked}"
+        );
+    }
+    let o = perf(
+        &[
+            "local",
+            "--backend",
+            "provider",
+            "-n",
+            "10",
+            "-s",
+            "64",
+            "write_lat",
+        ],
+        None,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let first = text(&o.stdout).lines().next().unwrap_or("").to_string();
+    assert!(first.ends_with("; provider data path"), "{first}");
+}
+
+#[test]
+fn auto_is_the_provider_where_the_device_refuses_its_rings() {
+    assert!(efa_sim_select::SOFTWARE_DEVICE, "the profile is efa-sim's");
+    assert_eq!(
+        run_json("auto", Some("ring_query=0")),
+        ("provider".into(), 3)
+    );
+    let o = perf(
+        &["local", "--backend", "direct", "-s", "64"],
+        Some("ring_query=0"),
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stdout));
+    let err = text(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("--backend direct") && err.contains("efadv_query_cq"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_unknown_backend_is_a_usage_error() {
+    let o = perf(&["local", "--backend", "fast"], None);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("--backend \"fast\": must be auto, direct or provider"),
+        "{}",
+        text(&o.stderr)
+    );
+}
