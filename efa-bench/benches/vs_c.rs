@@ -113,14 +113,19 @@
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::time::{Duration, Instant};
 
+use efa::Backend;
 use efa_bench::{report, run, Case, Rig, Side};
 
 /// Untimed time each side runs, alternately, before a case is measured.
 const SETTLE: Duration = Duration::from_millis(300);
 
 fn benches(c: &mut Criterion) {
-    let mut rig = Rig::new().unwrap_or_else(|e| panic!("vs_c needs an EFA device (efa-sim): {e}"));
-    let fw = rig.fw_ver();
+    let rig = |b: Backend| {
+        Rig::new(b).unwrap_or_else(|e| panic!("vs_c needs an EFA device (efa-sim), {b:?}: {e}"))
+    };
+    // The C side and ours post through libefa on a provider rig; direct on its own rig.
+    let (mut provider, mut direct) = (rig(Backend::Provider), rig(Backend::Direct));
+    let fw = provider.fw_ver();
     assert!(
         efa_sim_select::fw_matches_selection(&fw),
         "vs_c runs on an unexpected device: {fw}"
@@ -128,21 +133,29 @@ fn benches(c: &mut Criterion) {
     for case in Case::ALL {
         let fail = |side: Side, e| panic!("{} ({}): {e}", case.name(), side.name());
         // The side measured first after a change of case came out up to 35% slower with
-        // the same instructions (device thread, caches): both sides run alternately
-        // first, untimed, and are then measured four times each in the balanced
+        // the same instructions (device thread, caches): every side runs alternately
+        // first, untimed, and is then measured four times in the balanced
         // `report::ORDER`; the report compares each side's fastest pass.
         let start = Instant::now();
         while start.elapsed() < SETTLE {
-            for side in Side::BOTH {
-                run(&mut rig, case, side, case.group()).unwrap_or_else(|e| fail(side, e));
+            for side in Side::ALL {
+                let r = if side == Side::Direct {
+                    &mut direct
+                } else {
+                    &mut provider
+                };
+                run(r, case, side, case.group()).unwrap_or_else(|e| fail(side, e));
             }
         }
         let mut g = c.benchmark_group(case.name());
         for (side, n) in report::ORDER {
+            let r = if side == Side::Direct {
+                &mut direct
+            } else {
+                &mut provider
+            };
             g.bench_function(report::pass_id(side, n), |b| {
-                b.iter_custom(|units| {
-                    run(&mut rig, case, side, units).unwrap_or_else(|e| fail(side, e))
-                })
+                b.iter_custom(|units| run(r, case, side, units).unwrap_or_else(|e| fail(side, e)))
             });
         }
         g.finish();

@@ -1,4 +1,4 @@
-//! Instructions per unit of every vs_c case, both sides, counted by callgrind: a number
+//! Instructions per unit of every vs_c case, every side, counted by callgrind: a number
 //! that does not depend on what else the machine runs (unlike criterion's times).
 //!
 //! ```text
@@ -11,6 +11,15 @@
 //! the calling thread, are counted), with `n` and `3n` units, and reports
 //! `(count(3n) - count(n)) / 2n`: one-time costs (lazy binding, first-touch) cancel.
 //! Needs `valgrind` on the PATH.
+//!
+//! Only the posting thread is counted. On efa-sim the C and provider sides run the
+//! software device's work on it too (libefa's doorbell hands the WQEs to the device
+//! model within the post), while the direct side's doorbell is a store that efa-sim's
+//! watcher thread acts on, elsewhere. So both ways are reported: as counted, and with the
+//! device's work taken out of the C and provider counts (the inclusive cost of the calls
+//! to efa-sim's `DeviceSq::process`, the device consuming the send queue, within the
+//! counted function, read from callgrind's call records). `dev` is the device's share of
+//! the C side's count.
 use std::path::Path;
 use std::process::{Command, ExitCode};
 
@@ -30,27 +39,50 @@ fn child(case: &str, side: &str, n: &str) -> Result<(), String> {
     let case = Case::from_name(case).ok_or(format!("unknown case {case:?}"))?;
     let side = Side::from_name(side).ok_or(format!("unknown side {side:?}"))?;
     let n: u64 = n.parse().map_err(|_| format!("bad unit count {n:?}"))?;
-    let mut rig = Rig::new().map_err(|e| format!("no EFA device (efa-sim): {e}"))?;
+    let mut rig = Rig::new(side.backend()).map_err(|e| format!("no EFA device (efa-sim): {e}"))?;
     run(&mut rig, case, side, n).map_err(|e| format!("{} ({}): {e}", case.name(), side.name()))?;
     Ok(())
 }
 
-/// The instructions callgrind collected, from its `summary:` line.
-fn collected(out: &Path) -> Result<u64, String> {
+/// The instructions callgrind collected (its `summary:` line), and the inclusive cost of
+/// the calls to the device's entry point among them (the cost line after each `calls=`
+/// line of a `cfn=` naming [`DEVICE`]; the output is written with uncompressed names).
+fn collected(out: &Path) -> Result<(u64, u64), String> {
     let text = std::fs::read_to_string(out).map_err(|e| format!("{}: {e}", out.display()))?;
-    text.lines()
+    let total = text
+        .lines()
         .find_map(|l| l.strip_prefix("summary:"))
         .and_then(|v| v.trim().parse().ok())
-        .ok_or_else(|| format!("{}: no summary line", out.display()))
+        .ok_or_else(|| format!("{}: no summary line", out.display()))?;
+    let (mut device, mut callee_is_device, mut cost_next) = (0u64, false, false);
+    for l in text.lines() {
+        if cost_next {
+            device += l
+                .split_whitespace()
+                .last()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+            cost_next = false;
+        } else if let Some(name) = l.strip_prefix("cfn=") {
+            callee_is_device = name.contains(DEVICE);
+        } else if l.starts_with("calls=") {
+            cost_next = callee_is_device;
+        }
+    }
+    Ok((total, device))
 }
 
-fn count(dir: &Path, case: Case, side: Side, n: u64) -> Result<u64, String> {
+/// The device's entry point in efa-sim (consuming a send queue).
+const DEVICE: &str = "DeviceSq::process";
+
+fn count(dir: &Path, case: Case, side: Side, n: u64) -> Result<(u64, u64), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let out = dir.join(format!("{}.{}.{n}", case.name(), side.name()));
     let status = Command::new("valgrind")
         .arg("--tool=callgrind")
         .arg(format!("--callgrind-out-file={}", out.display()))
         .arg("--collect-atstart=no")
+        .arg("--compress-strings=no")
         .arg(format!("--toggle-collect={}", case.symbol(side)))
         .arg("-q")
         .arg(&exe)
@@ -67,10 +99,22 @@ fn count(dir: &Path, case: Case, side: Side, n: u64) -> Result<u64, String> {
     collected(&out)
 }
 
-fn per_unit(dir: &Path, case: Case, side: Side) -> Result<f64, String> {
+/// Instructions per unit of `side`, and the device's share of them.
+fn per_unit(dir: &Path, case: Case, side: Side) -> Result<(f64, f64), String> {
     let n = units(case);
-    let (one, three) = (count(dir, case, side, n)?, count(dir, case, side, 3 * n)?);
-    Ok(three.saturating_sub(one) as f64 / (2 * n) as f64)
+    let (one, dev_one) = count(dir, case, side, n)?;
+    let (three, dev_three) = count(dir, case, side, 3 * n)?;
+    let per = |a: u64, b: u64| b.saturating_sub(a) as f64 / (2 * n) as f64;
+    Ok((per(one, three), per(dev_one, dev_three)))
+}
+
+/// One case's counts: C, ours and direct as counted, and the device's share of C's and
+/// ours'.
+fn row(dir: &Path, case: Case) -> Result<[f64; 5], String> {
+    let (c, c_dev) = per_unit(dir, case, Side::C)?;
+    let (o, o_dev) = per_unit(dir, case, Side::Ours)?;
+    let (d, _) = per_unit(dir, case, Side::Direct)?;
+    Ok([c, o, d, c - c_dev, o - o_dev])
 }
 
 fn main() -> ExitCode {
@@ -109,26 +153,27 @@ fn main() -> ExitCode {
         eprintln!("callgrind: {}: {e}", dir.display());
         return ExitCode::FAILURE;
     }
+    println!("instructions per unit, posting thread; \"-dev\": without efa-sim's device work");
     println!(
-        "{:<20} {:<32} {:>11} {:>11} {:>9} {:>7}",
-        "case", "unit", "ours Ir", "C Ir", "ours-C", "ours/C"
+        "{:<20} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9} {:>11} {:>11}",
+        "case", "C", "ours", "direct", "dev", "C-dev", "ours-dev", "direct/C-d", "direct/o-d"
     );
     let mut failed = false;
     for case in cases {
-        match (
-            per_unit(&dir, case, Side::Ours),
-            per_unit(&dir, case, Side::C),
-        ) {
-            (Ok(o), Ok(c)) => println!(
-                "{:<20} {:<32} {:>11.1} {:>11.1} {:>9.1} {:>7.3}",
+        match row(&dir, case) {
+            Ok([c, o, d, c_nodev, o_nodev]) => println!(
+                "{:<20} {:>9.1} {:>9.1} {:>9.1} {:>8.1} {:>9.1} {:>9.1} {:>11.3} {:>11.3}",
                 case.name(),
-                case.describe(),
-                o,
                 c,
-                o - c,
-                o / c
+                o,
+                d,
+                c - c_nodev,
+                c_nodev,
+                o_nodev,
+                d / c_nodev,
+                d / o_nodev
             ),
-            (Err(e), _) | (_, Err(e)) => {
+            Err(e) => {
                 eprintln!("callgrind: {e}");
                 failed = true;
             }

@@ -13,29 +13,42 @@ use crate::rig::{drain, Rig, BATCH, MSG, ROUND_TRIP, SLOTS};
 /// Which side of a case runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Side {
-    /// The safe API (src/ours.rs).
+    /// The safe API (src/ours.rs) through libefa's post and poll functions
+    /// ([`Backend::Provider`]).
     Ours,
-    /// The C baseline (csrc/vs_c.c).
+    /// The same safe-API code on the direct data path ([`Backend::Direct`]): WQEs written
+    /// into the rings by efa-typestate itself (issue 26).
+    Direct,
+    /// The C baseline (csrc/vs_c.c), through libefa's `ibv_wr_*` helpers.
     C,
 }
 
 impl Side {
-    /// Both sides, ours first.
-    pub const BOTH: [Side; 2] = [Side::Ours, Side::C];
-    /// `"ours"` or `"c"` (criterion's function id, the counter's argument).
+    /// Every side, in table order.
+    pub const ALL: [Side; 3] = [Side::Ours, Side::Direct, Side::C];
+    /// `"ours"`, `"direct"` or `"c"` (criterion's function id, the counter's argument).
     pub fn name(self) -> &'static str {
         match self {
             Side::Ours => "ours",
+            Side::Direct => "direct",
             Side::C => "c",
         }
     }
     /// The side called `name`.
     pub fn from_name(name: &str) -> Option<Side> {
-        Side::BOTH.into_iter().find(|s| s.name() == name)
+        Side::ALL.into_iter().find(|s| s.name() == name)
+    }
+    /// The backend of the rig this side runs on (the C side posts through libefa, so
+    /// its rig's QPs and CQs must be the provider's).
+    pub fn backend(self) -> Backend {
+        match self {
+            Side::Direct => Backend::Direct,
+            Side::Ours | Side::C => Backend::Provider,
+        }
     }
 }
 
-/// One data-path operation measured on both sides. A *unit* is what one timed call
+/// One data-path operation measured on every side. A *unit* is what one timed call
 /// does once: one post for the single-WR cases, one doorbell of 32 for the batch, one
 /// poll for the empty polls, 32 completions for the drains, one 32-WR build, one
 /// encode + decode.
@@ -142,7 +155,7 @@ impl Case {
             Case::Endpoint => ("vs_ours_endpoint", "vs_c_endpoint"),
         };
         match side {
-            Side::Ours => ours,
+            Side::Ours | Side::Direct => ours,
             Side::C => c,
         }
     }
@@ -173,7 +186,16 @@ fn c_result(rc: i64) -> Result<()> {
 /// Runs `units` units of `case` on `side` and returns the time spent in that side's
 /// functions only (set-up and clean-up are untimed). Fails on any error of either side,
 /// or when a completion carries an unexpected status.
+///
+/// # Panics
+/// When `rig` is not of the side's backend ([`Side::backend`]): a harness bug.
 pub fn run(rig: &mut Rig, case: Case, side: Side, units: u64) -> Result<Duration> {
+    assert_eq!(
+        rig.backend(),
+        side.backend(),
+        "{} on the wrong rig",
+        side.name()
+    );
     let mut total = Duration::ZERO;
     let mut done = 0u64;
     while done < units {
@@ -196,7 +218,7 @@ fn section(rig: &mut Rig, case: Case, side: Side, k: u32, base: u64) -> Result<D
         Case::Send | Case::SendInline | Case::Send2Sge => {
             rig.post_recvs(&rig.b, &rig.inbox_b, k)?;
             let t = timed(&mut || match side {
-                Side::Ours => match case {
+                Side::Ours | Side::Direct => match case {
                     Case::Send => ours::vs_ours_send(rig, MSG, base, k),
                     Case::SendInline => ours::vs_ours_send_inline(rig, base, k),
                     _ => ours::vs_ours_send_2sge(rig, MSG / 2, base, k),
@@ -234,7 +256,7 @@ fn section(rig: &mut Rig, case: Case, side: Side, k: u32, base: u64) -> Result<D
         }
         Case::Write => {
             let t = timed(&mut || match side {
-                Side::Ours => ours::vs_ours_write(rig, MSG, base, k),
+                Side::Ours | Side::Direct => ours::vs_ours_write(rig, MSG, base, k),
                 // SAFETY: raw views of live rig objects; src and target hold SLOTS x MSG.
                 Side::C => c_result(unsafe {
                     ffi::vs_c_write(r.qpx_a, &r.to_b, &r.src, &r.target, MSG, SLOTS - 1, base, k)
@@ -248,7 +270,7 @@ fn section(rig: &mut Rig, case: Case, side: Side, k: u32, base: u64) -> Result<D
                 for j in 0..k as u64 {
                     let id = (base + j) * BATCH as u64;
                     match side {
-                        Side::Ours => ours::vs_ours_write_batch(
+                        Side::Ours | Side::Direct => ours::vs_ours_write_batch(
                             &mut rig.a,
                             &rig.to_b,
                             &rig.src,
@@ -278,7 +300,7 @@ fn section(rig: &mut Rig, case: Case, side: Side, k: u32, base: u64) -> Result<D
                 for j in 0..k as u64 {
                     let id = (base + j) * ROUND_TRIP as u64;
                     match side {
-                        Side::Ours => {
+                        Side::Ours | Side::Direct => {
                             let out = &mut *o.ours;
                             out.clear();
                             let parts = ours::RoundTripRig {
@@ -320,7 +342,7 @@ fn section(rig: &mut Rig, case: Case, side: Side, k: u32, base: u64) -> Result<D
         Case::PollEmptyExt | Case::PollEmptyClassic => {
             let ext = case == Case::PollEmptyExt;
             timed(&mut || match side {
-                Side::Ours => {
+                Side::Ours | Side::Direct => {
                     let found = if ext {
                         ours::vs_ours_poll_empty_ex(rig, k)?
                     } else {
@@ -343,7 +365,7 @@ fn section(rig: &mut Rig, case: Case, side: Side, k: u32, base: u64) -> Result<D
             for j in 0..k as u64 {
                 let id = j * BATCH as u64;
                 match side {
-                    Side::Ours => {
+                    Side::Ours | Side::Direct => {
                         black_box(ours::vs_ours_build_writes(rig, MSG, BATCH, id)?);
                     }
                     Side::C => {
@@ -376,7 +398,7 @@ fn section(rig: &mut Rig, case: Case, side: Side, k: u32, base: u64) -> Result<D
             let (gid, qpn, qkey) = (ep.gid(), ep.qpn(), ep.qkey());
             timed(&mut || {
                 let sum = match side {
-                    Side::Ours => ours::vs_ours_endpoint(&gid, qpn, qkey, k)?,
+                    Side::Ours | Side::Direct => ours::vs_ours_endpoint(&gid, qpn, qkey, k)?,
                     // SAFETY: `gid` is 16 readable bytes.
                     Side::C => unsafe { ffi::vs_c_endpoint(gid.as_bytes().as_ptr(), qpn, qkey, k) },
                 };
@@ -416,7 +438,7 @@ fn drain_section(rig: &Rig, case: Case, side: Side, k: u32, base: u64) -> Result
     for _ in 0..k {
         let t = Instant::now();
         match side {
-            Side::Ours if ext => {
+            Side::Ours | Side::Direct if ext => {
                 let out = &mut *o.ours_half;
                 out.clear();
                 let res = ours::vs_ours_drain_ex(rig, out);
@@ -424,7 +446,7 @@ fn drain_section(rig: &Rig, case: Case, side: Side, k: u32, base: u64) -> Result
                 res?;
                 check_ours(out, BATCH)?;
             }
-            Side::Ours => {
+            Side::Ours | Side::Direct => {
                 let out = &mut *o.ours_wc;
                 out.clear();
                 let res = ours::vs_ours_drain(rig, out);

@@ -1,30 +1,34 @@
 //! The vs-C table: reads criterion's estimates of the last `vs_c` run
 //! (`target/criterion/<case>/<pass>/new/estimates.json`, four passes per side) and prints
-//! case, ours ns, C ns and their ratio (of each side's fastest pass), and the ratio of
-//! the passes' means.
+//! case, ours ns (provider), direct ns, C ns, and ours/C and direct/C (of each side's
+//! fastest pass, and of the passes' means).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::cases::{Case, Side};
 
-/// The order in which the bench measures the passes of a case: ours, C, C, ours, C,
-/// ours, ours, C. Each side's mean position is the same, so a drift of the machine's
-/// speed during a case (seen here: up to 35% across one case's passes) weighs on both
-/// sides alike.
-pub const ORDER: [(Side, usize); 8] = [
+/// The order in which the bench measures the passes of a case: ours, direct, C, C,
+/// direct, ours, direct, C, ours, ours, C, direct. Each side's mean position is the
+/// same, so a drift of the machine's speed during a case (seen here: up to 35% across
+/// one case's passes) weighs on every side alike.
+pub const ORDER: [(Side, usize); 12] = [
     (Side::Ours, 1),
+    (Side::Direct, 1),
     (Side::C, 1),
     (Side::C, 2),
+    (Side::Direct, 2),
     (Side::Ours, 2),
+    (Side::Direct, 3),
     (Side::C, 3),
     (Side::Ours, 3),
     (Side::Ours, 4),
     (Side::C, 4),
+    (Side::Direct, 4),
 ];
 
 /// Passes per side in [`ORDER`].
-pub const PASSES: usize = ORDER.len() / 2;
+pub const PASSES: usize = ORDER.len() / Side::ALL.len();
 
 /// The criterion id of a side's `n`th pass (from 1): `ours`, `ours_2`, … .
 pub fn pass_id(side: Side, n: usize) -> String {
@@ -58,8 +62,10 @@ impl Passes {
 pub struct Row {
     /// The case.
     pub case: Case,
-    /// The safe API's passes.
+    /// The safe API's passes (provider).
     pub ours: Passes,
+    /// The safe API's passes on the direct data path.
+    pub direct: Passes,
     /// The C baseline's passes.
     pub c: Passes,
 }
@@ -73,6 +79,11 @@ impl Row {
     /// ours / C of the passes' means.
     pub fn mean_ratio(&self) -> Option<f64> {
         quotient(self.ours.mean(), self.c.mean())
+    }
+
+    /// direct / C of the best passes, when both were measured.
+    pub fn direct_ratio(&self) -> Option<f64> {
+        quotient(self.direct.best(), self.c.best())
     }
 }
 
@@ -130,6 +141,7 @@ pub fn rows(dir: &Path) -> Result<Vec<Row>, String> {
             Ok(Row {
                 case,
                 ours: side_passes(dir, case, Side::Ours)?,
+                direct: side_passes(dir, case, Side::Direct)?,
                 c: side_passes(dir, case, Side::C)?,
             })
         })
@@ -140,24 +152,27 @@ fn ns(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |v| format!("{v:.1}"))
 }
 
-/// The table, one line per case.
+/// The table, one line per case: each side's fastest pass, ours/C and direct/C of the
+/// fastest passes, and ours/C of the passes' means.
 pub fn table(rows: &[Row]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<20} {:<32} {:>11} {:>11} {:>7} {:>7}",
-        "case", "unit", "ours ns", "C ns", "ours/C", "of mean"
+        "{:<20} {:<32} {:>11} {:>11} {:>11} {:>7} {:>8} {:>7}",
+        "case", "unit", "ours ns", "direct ns", "C ns", "ours/C", "direct/C", "of mean"
     );
     let ratio = |x: Option<f64>| x.map_or_else(|| "-".into(), |x| format!("{x:.3}"));
     for r in rows {
         let _ = writeln!(
             out,
-            "{:<20} {:<32} {:>11} {:>11} {:>7} {:>7}",
+            "{:<20} {:<32} {:>11} {:>11} {:>11} {:>7} {:>8} {:>7}",
             r.case.name(),
             r.case.describe(),
             ns(r.ours.best()),
+            ns(r.direct.best()),
             ns(r.c.best()),
             ratio(r.ratio()),
+            ratio(r.direct_ratio()),
             ratio(r.mean_ratio())
         );
     }
@@ -186,7 +201,8 @@ mod tests {
             p.iter().sum::<usize>()
         };
         assert_eq!(mean_pos(Side::Ours), mean_pos(Side::C));
-        for side in Side::BOTH {
+        assert_eq!(mean_pos(Side::Direct), mean_pos(Side::C));
+        for side in Side::ALL {
             let mut n: Vec<usize> = ORDER.iter().filter(|o| o.0 == side).map(|o| o.1).collect();
             n.sort_unstable();
             assert_eq!(n, (1..=PASSES).collect::<Vec<_>>());
@@ -200,6 +216,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("efa-bench-report-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         write(&dir, Case::Send, "ours", &est(105.0));
+        write(&dir, Case::Send, "direct", &est(80.0));
         write(&dir, Case::Send, "c", &est(100.0));
         write(&dir, Case::Write, "c", &est(50.0));
         // Four passes per side: the fastest counts, and the means are shown too.
@@ -231,12 +248,12 @@ mod tests {
         let t = table(&rows);
         let send = t.lines().find(|l| l.starts_with("send_sge ")).unwrap();
         assert!(
-            send.ends_with("105.0       100.0   1.050   1.050"),
+            send.ends_with("105.0        80.0       100.0   1.050    0.800   1.050"),
             "{send:?}"
         );
         let inline = t.lines().find(|l| l.starts_with("send_inline ")).unwrap();
         assert!(
-            inline.ends_with("10.0         9.0   1.111   1.182"),
+            inline.ends_with("10.0           -         9.0   1.111        -   1.182"),
             "{inline:?}"
         );
         write(&dir, Case::Endpoint, "c_2", "{\"median\":{}}");

@@ -84,8 +84,9 @@ pub struct Rig {
     pub remote: RemoteBuffer,
     /// Inline payload.
     pub inline: [u8; INLINE as usize],
-    /// The raw views the C side gets.
+    /// The raw views the C side gets (only used on a provider rig).
     pub raw: RawRig,
+    backend: Backend,
 }
 
 /// Raw pointers and descriptors of the rig's objects, for the C side. Every pointer
@@ -136,15 +137,21 @@ fn local<M: MemoryRegion>(m: &M) -> ffi::VsLocal {
 }
 
 impl Rig {
-    /// Opens the first EFA device and makes every object; `Err` says what failed.
-    pub fn new() -> Result<Rig> {
+    /// Opens the first EFA device and makes every object with `backend`; `Err` says what
+    /// failed. The C side's raw views are only valid on a [`Backend::Provider`] rig.
+    ///
+    /// # Panics
+    /// For [`Backend::Auto`]: a rig is of one known data path.
+    pub fn new(backend: Backend) -> Result<Rig> {
+        assert_ne!(backend, Backend::Auto, "a rig is of one known data path");
         let ctx = Arc::new(Context::open_first_efa()?);
         let pd: SharedPd = Arc::new(Pd::new(Arc::clone(&ctx))?);
-        let ext = || ExtCq::new(Arc::clone(&ctx), CqOptions::new(2048)).map(Arc::new);
-        let classic = || Cq::new(Arc::clone(&ctx), CqOptions::new(2048)).map(Arc::new);
+        let opts = CqOptions::new(2048).backend(backend);
+        let ext = || ExtCq::new(Arc::clone(&ctx), opts).map(Arc::new);
+        let classic = || Cq::new(Arc::clone(&ctx), opts).map(Arc::new);
         let (cq_a, cq_b, cq_idle) = (ext()?, ext()?, ext()?);
         let (cq_c, cq_idle_classic) = (classic()?, classic()?);
-        let cfg = QpConfig::srd().depth(DEPTH, DEPTH);
+        let cfg = QpConfig::srd().depth(DEPTH, DEPTH).backend(backend);
         let qp = |send: &SharedExtCq, recv: RecvCq<'_>, qkey: u32| -> Result<RigQp> {
             let send = Arc::clone(send);
             let q = match recv {
@@ -232,7 +239,13 @@ impl Rig {
             remote,
             inline: *b"sixteen bytes!!!",
             raw,
+            backend,
         })
+    }
+
+    /// The rig's data path.
+    pub fn backend(&self) -> Backend {
+        self.backend
     }
 
     /// The device's firmware string (efa-sim's starts with `efa-sim`).

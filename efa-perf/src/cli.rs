@@ -385,6 +385,25 @@ pub fn parse(argv: Vec<String>) -> Result<Command, String> {
     })
 }
 
+/// `--backend`'s value.
+pub fn parse_backend(v: &str) -> Result<efa::Backend, String> {
+    match v {
+        "auto" => Ok(efa::Backend::Auto),
+        "direct" => Ok(efa::Backend::Direct),
+        "provider" => Ok(efa::Backend::Provider),
+        _ => Err(format!("--backend {v:?}: must be auto, direct or provider")),
+    }
+}
+
+/// `--backend`'s name for `b`.
+pub fn backend_name(b: efa::Backend) -> &'static str {
+    match b {
+        efa::Backend::Auto => "auto",
+        efa::Backend::Direct => "direct",
+        efa::Backend::Provider => "provider",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -498,24 +517,5 @@ mod tests {
         assert!(e("server -s 8").contains("not of server"));
         assert!(e("local --timeout -1").contains("seconds"));
         assert!(e("local --bogus").contains("unknown option"));
-    }
-}
-
-/// `--backend`'s value.
-pub fn parse_backend(v: &str) -> Result<efa::Backend, String> {
-    match v {
-        "auto" => Ok(efa::Backend::Auto),
-        "direct" => Ok(efa::Backend::Direct),
-        "provider" => Ok(efa::Backend::Provider),
-        _ => Err(format!("--backend {v:?}: must be auto, direct or provider")),
-    }
-}
-
-/// `--backend`'s name for `b`.
-pub fn backend_name(b: efa::Backend) -> &'static str {
-    match b {
-        efa::Backend::Auto => "auto",
-        efa::Backend::Direct => "direct",
-        efa::Backend::Provider => "provider",
     }
 }

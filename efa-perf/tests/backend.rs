@@ -51,11 +51,8 @@ fn run_json(backend: &str, profile: Option<&str>) -> (String, usize) {
 
 #[test]
 fn every_backend_runs_verified_and_is_named() {
-    // efa-sim hands out its rings, so `auto` is the direct path there.
-    assert!(
-        efa_sim_select::SOFTWARE_DEVICE,
-        "these expectations are efa-sim's"
-    );
+    // efa-sim hands out its rings (as libefa does since rdma-core 59), so `auto` is the
+    // direct path.
     for (asked, used) in [
         ("auto", "direct"),
         ("direct", "direct"),
@@ -87,7 +84,11 @@ fn every_backend_runs_verified_and_is_named() {
 
 #[test]
 fn auto_is_the_provider_where_the_device_refuses_its_rings() {
-    assert!(efa_sim_select::SOFTWARE_DEVICE, "the profile is efa-sim's");
+    // The profile is efa-sim's: on hardware this test fails here, it does not skip.
+    assert!(
+        std::hint::black_box(efa_sim_select::SOFTWARE_DEVICE),
+        "needs efa-sim"
+    );
     assert_eq!(
         run_json("auto", Some("ring_query=0")),
         ("provider".into(), 3)
