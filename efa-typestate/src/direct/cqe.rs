@@ -145,6 +145,73 @@ pub fn decode_cqe(entry: &[u8], reports_sender_gid: bool) -> Option<Cqe> {
     })
 }
 
+// The word layout of [`decode_cqe_words`], checked against the bindings: word 0 holds
+// req_id, status, flags, qp_num and (receive) length; word 1 the AH, the source QP and
+// the immediate; words 2 and 3 the extension (the high length bits, or the GID).
+const _: () = assert!(REQ_ID == 0 && STATUS == 2 && FLAGS == 3 && QP_NUM == 4 && LENGTH == 6);
+const _: () = assert!(AH == 8 && SRC_QP == 10 && IMM == 12 && EXT == 16);
+const _: () = assert!(LENGTH_HI / 8 == 2);
+
+/// The `u16` at byte `at` of a little-endian word list.
+#[inline(always)]
+fn word_u16(w: u64, at: usize) -> u16 {
+    (w >> ((at % 8) * 8)) as u16
+}
+
+/// [`decode_cqe`] of an entry of `entry_size` bytes read as little-endian 8-byte words:
+/// `head` is word 0 (the one that holds the phase), `word(i)` reads word `i` (only the
+/// words the entry's kind needs are read: word 1 for receives, words 2 and 3 for an
+/// extended receive's high length bits or sender GID). None as `decode_cqe`.
+#[inline(always)]
+pub fn decode_cqe_words(
+    entry_size: usize,
+    head: u64,
+    mut word: impl FnMut(usize) -> u64,
+    reports_sender_gid: bool,
+) -> Option<Cqe> {
+    if entry_size < CQE_SIZE {
+        return None;
+    }
+    let flags = (head >> (FLAGS * 8)) as u8;
+    let common = CqeCommon {
+        req_id: word_u16(head, REQ_ID),
+        status: (head >> (STATUS * 8)) as u8,
+        phase: flags & CDESC_COMMON_PHASE_MASK != 0,
+        queue_type: get8(CDESC_COMMON_Q_TYPE_MASK, flags),
+        op_type: get8(CDESC_COMMON_OP_TYPE_MASK, flags),
+        has_imm: flags & CDESC_COMMON_HAS_IMM_MASK != 0,
+        unsolicited: flags & CDESC_COMMON_UNSOLICITED_MASK != 0,
+        qp_num: word_u16(head, QP_NUM),
+    };
+    if common.queue_type != queue_type::RECV {
+        return Some(Cqe { common, recv: None });
+    }
+    let w1 = word(1);
+    let extended = entry_size >= CQE_SIZE_EX;
+    let is_write = common.op_type == send_op_type::RDMA_WRITE;
+    let mut length = u32::from(word_u16(head, LENGTH));
+    let ah = word_u16(w1, AH);
+    let mut sender_gid = None;
+    if extended && is_write {
+        length |= u32::from(word_u16(word(LENGTH_HI / 8), LENGTH_HI)) << 16;
+    } else if extended && reports_sender_gid && ah == AH_UNKNOWN {
+        let mut g = [0u8; GID_LEN];
+        g[..8].copy_from_slice(&word(EXT / 8).to_le_bytes());
+        g[8..].copy_from_slice(&word(EXT / 8 + 1).to_le_bytes());
+        sender_gid = Some(g);
+    }
+    Some(Cqe {
+        common,
+        recv: Some(RecvFields {
+            length,
+            ah,
+            src_qp: word_u16(w1, SRC_QP),
+            imm: common.has_imm.then_some((w1 >> ((IMM % 8) * 8)) as u32),
+            sender_gid,
+        }),
+    })
+}
+
 /// The CQ doorbell word (`EFA_IO_REGS_CQ_DB_*`): written to acknowledge consumed entries
 /// and, with `arm`, to ask for one completion event.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -21,6 +21,7 @@ pub mod backend;
 pub mod barrier;
 mod bits;
 pub mod cqe;
+pub mod fast;
 pub mod rx;
 pub mod wqe;
 

@@ -4,8 +4,8 @@
 use super::*;
 
 struct CqState {
+    /// Entries consumed (modulo 2^32); the phase of the current lap follows from it.
     cc: u32,
-    phase: bool,
     /// CQ events delivered so far (libefa's `cmd_sn`), sent in every doorbell write.
     cmd_sn: u8,
     /// Armed and no event delivered since: doorbell writes keep the arm bit (the device
@@ -21,7 +21,10 @@ pub struct DirectCq {
     ring: Ring,
     sender_gid: bool,
     unsolicited: bool,
-    st: Mutex<CqState>,
+    st: SpinLock<CqState>,
+    /// `cc` as of the last poll that consumed entries, read without the lock by the
+    /// empty-poll check ([`Self::poll`]).
+    peek: AtomicU32,
 }
 
 impl Drop for DirectCq {
@@ -36,6 +39,14 @@ impl core::fmt::Debug for DirectCq {
             .field("ring", &self.ring)
             .finish()
     }
+}
+
+/// The phase of the lap entry `cc` lies in: libefa's sub-CQs start in phase 1 (the ring
+/// starts zeroed) and it flips every lap (`entries` is a power of two, so the laps'
+/// parity survives the count's wrap).
+#[inline(always)]
+fn phase_of(cc: u32, entries: u32) -> bool {
+    cc & entries == 0
 }
 
 impl DirectCq {
@@ -55,7 +66,7 @@ impl DirectCq {
         }
         let e = layout.entry_size as usize;
         let ok = (CQE_SIZE..=MAX_CQE).contains(&e)
-            && e % 8 == 0
+            && e.is_power_of_two()
             && layout.num_entries.is_power_of_two()
             && layout.buffer != 0
             && layout.buffer % 8 == 0
@@ -64,23 +75,22 @@ impl DirectCq {
             return Err(unsupported(RingKind::Completion));
         }
         let cq = Arc::new(DirectCq {
-            ring: Ring {
-                buffer: layout.buffer,
-                entry_size: layout.entry_size,
-                entries: layout.num_entries,
-                doorbell: layout.doorbell,
-            },
+            ring: Ring::new(
+                layout.buffer,
+                layout.entry_size,
+                layout.num_entries,
+                layout.doorbell,
+            ),
             sender_gid,
             unsolicited,
-            // libefa's sub-CQs start in phase 1 (the ring starts zeroed).
-            st: Mutex::new(CqState {
+            st: SpinLock::new(CqState {
                 cc: 0,
-                phase: true,
                 cmd_sn: 0,
                 armed: false,
                 qps: Vec::new(),
                 last: 0,
             }),
+            peek: AtomicU32::new(0),
         });
         if let Some(raw) = channel {
             events::watch(raw, &cq);
@@ -90,13 +100,13 @@ impl DirectCq {
 
     /// Serves `qp` from now on (QP creation).
     pub(crate) fn register(&self, qp: &Arc<DirectQp>) {
-        lock(&self.st).qps.push(Arc::clone(qp));
+        self.st.lock().qps.push(Arc::clone(qp));
     }
 
     /// Stops serving `qp` (QP destruction, after the device forgot it): its completions
     /// still in the ring are dropped when polled.
     pub(crate) fn unregister(&self, qp: &Arc<DirectQp>) {
-        let mut st = lock(&self.st);
+        let mut st = self.st.lock();
         st.qps.retain(|q| !Arc::ptr_eq(q, qp));
         st.last = 0;
     }
@@ -107,7 +117,7 @@ impl DirectCq {
         if self.ring.doorbell == 0 {
             return;
         }
-        let mut st = lock(&self.st);
+        let mut st = self.st.lock();
         st.armed = true;
         self.ring_doorbell(&st);
     }
@@ -115,7 +125,7 @@ impl DirectCq {
     /// A CQ event for this CQ was delivered (`ibv_get_cq_event`): the next arm is a new
     /// request (libefa's `efa_cq_event`).
     pub(crate) fn event_delivered(&self) {
-        let mut st = lock(&self.st);
+        let mut st = self.st.lock();
         st.cmd_sn = st.cmd_sn.wrapping_add(1);
         st.armed = false;
     }
@@ -137,17 +147,36 @@ impl DirectCq {
     /// generations, of slots not taken and of QPs this CQ does not serve are consumed and
     /// dropped. Writes the consumer index to the CQ doorbell (when the CQ has one) after
     /// consuming entries, as libefa's `efa_poll_cq` / `efa_end_poll` do.
+    #[inline]
     pub(crate) fn poll<const N: usize>(&self, out: &mut ArrayVec<Completion, N>) -> Result<usize> {
         if out.is_full() {
             return Err(crate::cq::no_room(N));
         }
+        if !self.maybe_pending() {
+            return Ok(0);
+        }
         Ok(self.poll_each(out.remaining_capacity(), |c| out.push(c)))
+    }
+
+    /// Whether the entry at the last published consumer index is pending, read without
+    /// the lock: an empty poll costs a few loads, as libefa's inlined `efa_start_poll`.
+    /// A concurrent poll may have moved on meanwhile; then this either says "maybe"
+    /// (the locked poll looks again) or reports the CQ empty as of a moment when that
+    /// other poll had taken what was there, which a poll racing it may also see.
+    #[inline(always)]
+    pub(crate) fn maybe_pending(&self) -> bool {
+        let cc = self.peek.load(Ordering::Relaxed);
+        let at = self.ring.slot(cc);
+        // SAFETY: an 8-aligned entry of the live CQ ring (checked at creation); only
+        // atomic loads read it here.
+        let head = unsafe { AtomicU64::from_ptr(at as *mut u64) }.load(Ordering::Acquire);
+        is_pending(head.to_le_bytes()[FLAGS], phase_of(cc, self.ring.entries))
     }
 
     /// Hands up to `max` completions to `f`, oldest first; returns how many (see
     /// [`poll`](Self::poll)).
     pub(crate) fn poll_each(&self, max: usize, mut f: impl FnMut(Completion)) -> usize {
-        let mut st = lock(&self.st);
+        let mut st = self.st.lock();
         let size = self.ring.entry_size as usize;
         let mut n = 0;
         let mut consumed = 0u32;
@@ -157,23 +186,23 @@ impl DirectCq {
             // creation); the device publishes an entry's first 8 bytes (with the phase
             // bit) with one store, last, so the load sees all of it or none.
             let head = unsafe { AtomicU64::from_ptr(at as *mut u64) }.load(Ordering::Acquire);
-            if !is_pending(head.to_le_bytes()[FLAGS], st.phase) {
+            if !is_pending(
+                head.to_le_bytes()[FLAGS],
+                phase_of(st.cc, self.ring.entries),
+            ) {
                 break;
             }
             from_device_barrier();
-            let mut raw = [0u8; MAX_CQE];
-            for (i, w) in raw[..size].chunks_exact_mut(8).enumerate() {
-                // SAFETY: word `i` of the entry, within the ring; the device finished
-                // writing the entry before publishing its phase (ordered by the barrier).
-                let v = unsafe { (at as *const u64).add(i).read_volatile() };
-                w.copy_from_slice(&v.to_ne_bytes());
-            }
             st.cc = st.cc.wrapping_add(1);
-            if st.cc % self.ring.entries == 0 {
-                st.phase = !st.phase;
-            }
             consumed += 1;
-            let Some(cqe) = decode_cqe(&raw[..size], self.sender_gid) else {
+            let word = |i: usize| {
+                // SAFETY: word `i` of the entry (`i < entry_size / 8`, as the decoder
+                // reads only words its entry size has), within the live ring; the device
+                // finished writing the entry before publishing its phase (ordered by the
+                // barrier).
+                unsafe { (at as *const u64).add(i).read_volatile() }.to_le()
+            };
+            let Some(cqe) = decode_cqe_words(size, head.to_le(), word, self.sender_gid) else {
                 continue;
             };
             let k = &cqe.common;
@@ -231,8 +260,11 @@ impl DirectCq {
             f(c);
             n += 1;
         }
-        if consumed > 0 && self.ring.doorbell != 0 {
-            self.ring_doorbell(&st);
+        if consumed > 0 {
+            self.peek.store(st.cc, Ordering::Relaxed);
+            if self.ring.doorbell != 0 {
+                self.ring_doorbell(&st);
+            }
         }
         n
     }

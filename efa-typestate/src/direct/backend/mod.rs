@@ -7,12 +7,12 @@
 //!
 //! A [`DirectQp`] is shared (`Arc`) by its QP and by the table of each CQ it completes on.
 //! Each queue's mutable state (producer count, phase, slots) sits behind its own
-//! [`Mutex`], taken for a whole post: posts to one queue are serialised as libefa's SQ/RQ
-//! locks serialise them, so `Qp::post_send(&self)` stays callable from several threads.
-//! A [`DirectCq`]'s consumer count, phase and QP table sit behind the CQ's mutex, taken for a
+//! [`SpinLock`], taken for a whole post: posts to one queue are serialised as libefa's SQ/RQ
+//! spin locks serialise them, so `Qp::post_send(&self)` stays callable from several threads.
+//! A [`DirectCq`]'s consumer count, phase and QP table sit behind the CQ's lock, taken for a
 //! whole poll (as libefa's CQ lock). A poll frees a request-id slot by taking the queue's
-//! mutex inside the CQ's: the only nesting is CQ → queue, so no lock-order cycle exists.
-//! Every `wr_id` is written and read under its queue's mutex.
+//! lock inside the CQ's: the only nesting is CQ → queue, so no lock-order cycle exists.
+//! Every `wr_id` is written and read under its queue's lock.
 //!
 //! # Stale completions
 //!
@@ -44,8 +44,10 @@
 //! No allocation happens after creation: the slot tables and the session staging area are
 //! allocated with the QP, and the CQ's table grows only when a QP is created.
 
-use core::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+
+use spin::{SpinGuard, SpinLock};
 
 use arrayvec::ArrayVec;
 
@@ -53,7 +55,8 @@ use super::barrier::{
     copy_to_llq, flush_wc_writes, from_device_barrier, to_device_barrier, wc_start, write_doorbell,
     DEVICE_BARRIERS_PROVEN,
 };
-use super::cqe::{decode_cqe, is_pending, CqDoorbell, CQE_SIZE, FLAGS};
+use super::cqe::{decode_cqe_words, is_pending, CqDoorbell, CQE_SIZE, FLAGS};
+use super::fast::{one_buf_wqe, OneBufOp, WqeWords};
 use super::rx::{encode_rx_wqe, RX_DESC_SIZE};
 use super::wqe::{
     encode_tx_wqe, encode_tx_wqe_128, Destination, RemoteAddr, TxControl, TxData, TxOp,
@@ -72,6 +75,7 @@ pub(crate) mod events;
 mod recv;
 mod session;
 mod slots;
+mod spin;
 pub use cq::DirectCq;
 use session::write_words;
 pub(crate) use session::DirectSession;
@@ -85,9 +89,8 @@ const MAX_CQE: usize = 64;
 /// Generations handed to new direct QPs.
 static NEXT_GEN: AtomicU16 = AtomicU16::new(0);
 
+/// Takes a std mutex (the list of CQs with channels); a poisoned one is taken over.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while posting or polling leaves the state consistent at every step where
-    // it could unwind (no encoder panics), so a poisoned lock is taken over.
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -96,7 +99,8 @@ struct SqState {
     slots: Slots,
     /// Host copies of the WQEs of an open session (`post_with`), one SQ entry each, by
     /// ring slot: libefa's `local_queue`. They reach the SQ when the session commits.
-    staged: Box<[u8]>,
+    /// As 8-byte words, `entry_size / 8` per entry.
+    staged: Box<[u64]>,
 }
 
 struct RqState {
@@ -104,18 +108,37 @@ struct RqState {
     slots: Slots,
 }
 
-/// One ring as the direct path drives it.
+/// One ring as the direct path drives it. Its entry count and entry size are powers of
+/// two (checked at creation), so a slot is a mask and a shift away.
 #[derive(Clone, Copy, Debug)]
 struct Ring {
     buffer: usize,
     entry_size: u32,
     entries: u32,
     doorbell: usize,
+    /// `entries - 1`.
+    mask: u32,
+    /// `log2(entry_size)`.
+    shift: u32,
 }
 
 impl Ring {
+    /// A ring of `entries` entries of `entry_size` bytes (both powers of two).
+    fn new(buffer: usize, entry_size: u32, entries: u32, doorbell: usize) -> Ring {
+        debug_assert!(entries.is_power_of_two() && entry_size.is_power_of_two());
+        Ring {
+            buffer,
+            entry_size,
+            entries,
+            doorbell,
+            mask: entries.wrapping_sub(1),
+            shift: entry_size.trailing_zeros(),
+        }
+    }
+
+    #[inline(always)]
     fn slot(&self, count: u32) -> usize {
-        self.buffer + ((count % self.entries) * self.entry_size) as usize
+        self.buffer + (((count & self.mask) as usize) << self.shift)
     }
 }
 
@@ -125,8 +148,8 @@ pub struct DirectQp {
     sq: Ring,
     max_batch: u32,
     rq: Ring,
-    sq_state: Mutex<SqState>,
-    rq_state: Mutex<RqState>,
+    sq_state: SpinLock<SqState>,
+    rq_state: SpinLock<RqState>,
 }
 
 impl core::fmt::Debug for DirectQp {
@@ -141,6 +164,19 @@ impl core::fmt::Debug for DirectQp {
 
 fn unsupported(r: RingKind) -> Error {
     DirectError::UnsupportedRing(r).into()
+}
+
+/// Stores a WQE's words into its SQ slot, in order (write-combined into whole 64-byte
+/// units on hardware; flushed by `flush_wc_writes` before the doorbell).
+///
+/// # Safety
+/// `at` is a 64-byte, 8-aligned SQ slot nobody else reads or writes meanwhile.
+#[inline(always)]
+unsafe fn store_wqe(at: usize, words: &WqeWords) {
+    for (i, w) in words.iter().enumerate() {
+        // SAFETY: word `i` lies within the caller's slot.
+        unsafe { (at as *mut u64).add(i).write_volatile(*w) };
+    }
 }
 
 /// Checks the architecture before any ring is touched.
@@ -184,11 +220,10 @@ impl DirectQp {
         }
         let recv_wrs = if rq.num_entries == 0 { 0 } else { recv_wrs };
         let gen = NEXT_GEN.fetch_add(1, Ordering::Relaxed);
-        let ring = |w: WqLayout| Ring {
-            buffer: w.buffer,
-            entry_size: w.entry_size,
-            entries: w.num_entries.max(1),
-            doorbell: w.doorbell,
+        let ring = |w: WqLayout| {
+            // An RQ without entries (checked above) gets a one-entry ring it never uses.
+            let size = if w.num_entries == 0 { 1 } else { w.entry_size };
+            Ring::new(w.buffer, size, w.num_entries.max(1), w.doorbell)
         };
         Ok(Arc::new(DirectQp {
             qpn,
@@ -200,15 +235,15 @@ impl DirectQp {
             },
             rq: ring(rq),
             // libefa's SQ starts in phase 0, its pool has one slot per SQ entry.
-            sq_state: Mutex::new(SqState {
+            sq_state: SpinLock::new(SqState {
                 pc: Producer {
                     count: 0,
                     phase: false,
                 },
                 slots: Slots::new(sq.num_entries, gen),
-                staged: vec![0; (sq.num_entries * sq.entry_size) as usize].into_boxed_slice(),
+                staged: vec![0; (sq.num_entries * sq.entry_size / 8) as usize].into_boxed_slice(),
             }),
-            rq_state: Mutex::new(RqState {
+            rq_state: SpinLock::new(RqState {
                 pc: Producer {
                     count: 0,
                     phase: false,
@@ -227,11 +262,11 @@ impl DirectQp {
     /// again (the phase carries on, as libefa's and the device's do), with a new
     /// generation of request ids.
     pub(crate) fn reset(&self) {
-        let mut sq = lock(&self.sq_state);
+        let mut sq = self.sq_state.lock();
         sq.pc.count = 0;
         sq.slots.reset();
         drop(sq);
-        let mut rq = lock(&self.rq_state);
+        let mut rq = self.rq_state.lock();
         rq.pc.count = 0;
         rq.slots.reset();
     }
@@ -251,19 +286,20 @@ impl DirectQp {
         if wrs.is_empty() {
             return Ok(());
         }
-        let mut st = lock(&self.sq_state);
+        let mut st = self.sq_state.lock();
         let n = u32::try_from(wrs.len()).map_err(|_| Error::SendQueueFull)?;
         if st.slots.outstanding() + n > st.slots.capacity() {
             return Err(Error::SendQueueFull);
         }
-        let mut w = [0u8; TX_DESC_SIZE_128];
         if n > self.max_batch {
+            let mut w = [0u8; TX_DESC_SIZE_128];
             let ctl = TxControl {
                 req_id: 0,
                 phase: false,
                 completion: true,
             };
-            for wr in wrs {
+            // Requests of the fast shape always fit; the others are encoded once first.
+            for wr in wrs.iter().filter(|wr| self.fast_wqe(ctl, wr).is_none()) {
                 // SAFETY: forwarded: `wr`'s borrows are live for the call.
                 unsafe { self.encode_wqe(&mut w, ctl, wr) }?;
             }
@@ -278,19 +314,28 @@ impl DirectQp {
                 phase: st.pc.phase,
                 completion: true,
             };
-            // SAFETY: forwarded: `wr`'s borrows are live for the call.
-            if let Err(e) = unsafe { self.encode_wqe(&mut w, ctl, wr) } {
-                // Only reached before any doorbell of this batch (a batch that rings
-                // earlier was encoded beforehand): the WQEs written lie beyond the doorbell.
-                st.slots.untake(pending + 1);
-                st.pc.count = rung;
-                st.pc.phase = rung_phase;
-                return Err(e);
-            }
             let at = self.sq.slot(st.pc.count);
-            // SAFETY: `at` is the SQ slot at the producer position, of the live ring,
-            // beyond the doorbell (the device does not read it); the SQ lock is held.
-            unsafe { self.copy_wqe(at, &w) };
+            if let Some(words) = self.fast_wqe(ctl, wr) {
+                // SAFETY: `at` is the 64-byte, 64-aligned SQ slot at the producer
+                // position of the live ring, beyond the doorbell; the SQ lock is held.
+                unsafe { store_wqe(at, &words) };
+            } else {
+                let mut w = [0u8; TX_DESC_SIZE_128];
+                // SAFETY: forwarded: `wr`'s borrows are live for the call.
+                if let Err(e) = unsafe { self.encode_wqe(&mut w, ctl, wr) } {
+                    // Only reached before any doorbell of this batch (a batch that rings
+                    // earlier was encoded beforehand): the WQEs written lie beyond the
+                    // doorbell.
+                    st.slots.untake(pending + 1);
+                    st.pc.count = rung;
+                    st.pc.phase = rung_phase;
+                    return Err(e);
+                }
+                // SAFETY: `at` is the SQ slot at the producer position, of the live
+                // ring, beyond the doorbell (the device does not read it); the SQ lock is
+                // held.
+                unsafe { self.copy_wqe(at, &w) };
+            }
             st.pc.advance(self.sq.entries);
             pending += 1;
             if pending == self.max_batch {
@@ -320,9 +365,41 @@ impl DirectQp {
         Ok(())
     }
 
+    /// The words of `wr`'s WQE when it has the common shape (one SGE, a 64-byte SQ, a
+    /// little-endian CPU), else None (the general encoder takes it).
+    #[inline(always)]
+    fn fast_wqe(&self, ctl: TxControl, wr: &StagedSend<'_>) -> Option<WqeWords> {
+        if !cfg!(target_endian = "little")
+            || self.sq.entry_size as usize != TX_DESC_SIZE_64
+            || !matches!(wr.local, LocalKind::Sge)
+        {
+            return None;
+        }
+        let (raddr, rkey) = (wr.raddr, wr.rkey());
+        let (op, imm) = match wr.kind {
+            OpKind::Send => (OneBufOp::Send, None),
+            OpKind::SendImm => (OneBufOp::Send, Some(wr.imm())),
+            OpKind::Write => (OneBufOp::Write { raddr, rkey }, None),
+            OpKind::WriteImm => (OneBufOp::Write { raddr, rkey }, Some(wr.imm())),
+            OpKind::Read => (OneBufOp::Read { raddr, rkey }, None),
+        };
+        let dest = Destination {
+            // EFA QP numbers fit 16 bits (libefa stores the low 16 bits too).
+            qpn: wr.qpn as u16,
+            ah: wr.ahn,
+            qkey: wr.qkey,
+        };
+        let buf = LocalBuf {
+            addr: wr.addr(),
+            lkey: wr.lkey(),
+            length: wr.len(),
+        };
+        Some(one_buf_wqe(ctl, dest, op, buf, imm))
+    }
+
     /// Opens a posting session ([`DirectSession`]): holds the SQ lock until it ends.
     pub(crate) fn begin(&self) -> DirectSession<'_> {
-        let st = lock(&self.sq_state);
+        let st = self.sq_state.lock();
         DirectSession {
             qp: self,
             start: st.pc.count,
@@ -449,9 +526,9 @@ impl DirectQp {
     /// The `wr_id` of a completion of this QP, freeing its slot (None: stale).
     fn complete(&self, recv: bool, req_id: u16) -> Option<u64> {
         if recv {
-            lock(&self.rq_state).slots.complete(req_id)
+            self.rq_state.lock().slots.complete(req_id)
         } else {
-            lock(&self.sq_state).slots.complete(req_id)
+            self.sq_state.lock().slots.complete(req_id)
         }
     }
 }

@@ -22,7 +22,7 @@ impl DirectQp {
                 return Err(DirectError::WqeFormat.into());
             }
         }
-        let mut st = lock(&self.rq_state);
+        let mut st = self.rq_state.lock();
         let mut posted = 0;
         let mut result = Ok(());
         for wr in wrs {

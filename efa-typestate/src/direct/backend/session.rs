@@ -10,7 +10,7 @@ use super::*;
 /// device sees nothing before the commit, so a session is all or nothing.
 pub(crate) struct DirectSession<'q> {
     pub(super) qp: &'q DirectQp,
-    pub(super) st: MutexGuard<'q, SqState>,
+    pub(super) st: SpinGuard<'q, SqState>,
     pub(super) start: u32,
     pub(super) start_phase: bool,
     pub(super) pending: u32,
@@ -40,15 +40,28 @@ impl DirectSession<'_> {
             phase: st.pc.phase,
             completion: true,
         };
-        let mut w = [0u8; TX_DESC_SIZE_128];
-        // SAFETY: forwarded.
-        if let Err(e) = unsafe { self.qp.encode_wqe(&mut w, ctl, wr) } {
+        let words = (self.qp.sq.entry_size / 8) as usize;
+        let at = (st.pc.count & self.qp.sq.mask) as usize * words;
+        let Some(slot) = st.staged.get_mut(at..at + words) else {
             st.slots.untake(1);
-            return Err(e);
+            return Err(DirectError::WqeFormat.into());
+        };
+        if let Some(w) = self.qp.fast_wqe(ctl, wr) {
+            // A fast WQE is 64 bytes: the SQ's entries are (`fast_wqe` checks).
+            slot.copy_from_slice(&w);
+        } else {
+            let mut w = [0u8; TX_DESC_SIZE_128];
+            // SAFETY: forwarded.
+            if let Err(e) = unsafe { self.qp.encode_wqe(&mut w, ctl, wr) } {
+                st.slots.untake(1);
+                return Err(e);
+            }
+            for (d, c) in slot.iter_mut().zip(w.chunks_exact(8)) {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(c);
+                *d = u64::from_le_bytes(b);
+            }
         }
-        let size = self.qp.sq.entry_size as usize;
-        let at = (st.pc.count % self.qp.sq.entries) as usize * size;
-        st.staged[at..at + size].copy_from_slice(&w[..size]);
         st.pc.advance(self.qp.sq.entries);
         self.pending += 1;
         Ok(())
@@ -63,17 +76,19 @@ impl DirectSession<'_> {
         self.open = false;
         let qp = self.qp;
         let st = &mut *self.st;
-        let size = qp.sq.entry_size as usize;
+        let words = (qp.sq.entry_size / 8) as usize;
         let mut since = 0u32;
         wc_start();
         for i in 0..self.pending {
             let count = self.start.wrapping_add(i);
-            let from = (count % qp.sq.entries) as usize * size;
-            let mut w = [0u8; TX_DESC_SIZE_128];
-            w[..size].copy_from_slice(&st.staged[from..from + size]);
-            // SAFETY: the SQ slot of producer count `count`, written by nobody else (the
-            // SQ lock is held) and beyond the doorbell.
-            unsafe { qp.copy_wqe(qp.sq.slot(count), &w) };
+            let from = (count & qp.sq.mask) as usize * words;
+            let at = qp.sq.slot(count) as *mut u64;
+            for (k, w) in st.staged[from..from + words].iter().enumerate() {
+                // SAFETY: word `k` of the SQ slot of producer count `count` (`words` words
+                // long), written by nobody else (the SQ lock is held) and beyond the
+                // doorbell.
+                unsafe { at.add(k).write_volatile(w.to_le()) };
+            }
             since += 1;
             if since == qp.max_batch || i + 1 == self.pending {
                 flush_wc_writes();
