@@ -26,6 +26,7 @@
 //! On efa-sim, the software device, the first line says so: numbers measured there
 //! describe the simulator, not EFA.
 
+pub mod backend;
 pub mod bw;
 pub mod cli;
 pub mod lat;
