@@ -7,7 +7,7 @@
 //!
 //! A [`DirectQp`] is shared (`Arc`) by its QP and by the table of each CQ it completes on.
 //! Each queue's mutable state (producer count, phase, slots) sits behind its own
-//! [`SpinLock`], taken for a whole post: posts to one queue are serialised as libefa's SQ/RQ
+//! `SpinLock` (`spin.rs`), taken for a whole post: posts to one queue are serialised as libefa's SQ/RQ
 //! spin locks serialise them, so `Qp::post_send(&self)` stays callable from several threads.
 //! A [`DirectCq`]'s consumer count, phase and QP table sit behind the CQ's lock, taken for a
 //! whole poll (as libefa's CQ lock). A poll frees a request-id slot by taking the queue's
