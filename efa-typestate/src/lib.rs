@@ -311,6 +311,8 @@ pub mod pd;
 #[cfg(feature = "std")]
 pub mod pool;
 pub mod qp;
+#[cfg(feature = "std")]
+pub mod rail;
 pub mod rules;
 #[cfg(feature = "std")]
 pub mod topology;
@@ -351,6 +353,10 @@ pub use qp::{
     Backend, DynQp, Init, Qp, QpAttr, QpCaps, QpConfig, QpState, QpStateKind, QpType, RecvReady,
     Reset, RnrRetry, Rtr, Rts, RtsOptions, SendSession, TransitionError, WqLayout,
     DEFAULT_RNR_RETRY,
+};
+#[cfg(feature = "std")]
+pub use rail::{
+    Landed, Notice, RailError, RailNotices, RailReport, RailTally, RailTransfer, Rails,
 };
 #[cfg(feature = "std")]
 pub use topology::{

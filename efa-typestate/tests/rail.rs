@@ -1,0 +1,363 @@
+//! Multi-rail transfers (`Rails::write_all`, `RailNotices`) on efa-sim with 4 devices (in
+//! a child process with `EFA_SIM_DEVICES=4`): every byte checked, the target told once,
+//! each rail's queue depth respected, a rail killed mid-transfer named in the error,
+//! both backends, between two processes, with loss and reordering on.
+
+mod common;
+use std::time::{Duration, Instant};
+
+use common::*;
+use efa_typestate::*;
+
+const RAILS: usize = 4;
+const DEVICES: (&str, &str) = ("EFA_SIM_DEVICES", "4");
+
+/// Host memory shared by the registrations of every rail: a leaked allocation named by
+/// its address, which the tests read only after the transfers that write it returned.
+#[derive(Clone, Copy, Debug)]
+struct SharedHost {
+    addr: u64,
+    len: usize,
+}
+
+impl SharedHost {
+    fn new(bytes: Vec<u8>) -> SharedHost {
+        let leaked: &'static mut [u8] = Box::leak(bytes.into_boxed_slice());
+        SharedHost {
+            addr: leaked.as_mut_ptr() as u64,
+            len: leaked.len(),
+        }
+    }
+    fn read(&self) -> Vec<u8> {
+        let mut out = vec![0u8; self.len];
+        // SAFETY: the leaked allocation is never freed; the tests read it only after the
+        // transfers writing it returned (no write in flight), and never through a reference.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.addr as *const u8, out.as_mut_ptr(), self.len)
+        };
+        out
+    }
+}
+
+// SAFETY: a leaked allocation stays at its address forever (also if a registration is
+// leaked) and no reference to it exists: the tests copy from it by raw pointer only.
+unsafe impl DeviceAddressMemory for SharedHost {
+    const STAYS_ALLOCATED_IF_LEAKED: bool = true;
+    fn device_addr(&self) -> u64 {
+        self.addr
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ (i >> 9) as u8 ^ seed)
+        .collect()
+}
+
+/// `RAILS` devices, each with an initiator QP (`qa`) and a target QP (`qb`) connected
+/// both ways, the source and target buffers registered on every PD, the initiator's
+/// `rails` and the target's `notices`.
+macro_rules! rails {
+    ($backend:expr, $cfg:expr, $len:expr => $qa:ident, $qb:ident, $cqb:ident, $notice_mrs:ident,
+     $src:ident, $dst:ident, $dst_mrs:ident, $rails:ident, $srcs:ident, $remotes:ident) => {
+        let ctxs: Vec<Context> = (0..RAILS).map(open).collect();
+        let pds: Vec<_> = ctxs.iter().map(|c| c.alloc_pd().unwrap()).collect();
+        let cq_opts = CqOptions::new(1024).backend($backend);
+        let cqa: Vec<_> = ctxs.iter().map(|c| c.create_ext_cq(cq_opts).unwrap()).collect();
+        let $cqb: Vec<_> = ctxs.iter().map(|c| c.create_ext_cq(cq_opts).unwrap()).collect();
+        let cfg: QpConfig = $cfg.backend($backend);
+        let $qa: Vec<_> = (0..RAILS).map(|i| rts_qp(&pds[i], &cqa[i], &cfg, QKEY_A)).collect();
+        #[allow(unused_mut)]
+        let mut $qb: Vec<_> = (0..RAILS).map(|i| rts_qp(&pds[i], &$cqb[i], &cfg, QKEY_B)).collect();
+        let to_b: Vec<_> = (0..RAILS).map(|i| pds[i].connect(&$qb[i].endpoint()).unwrap()).collect();
+        // SRD: the target needs an AH for the initiator's RDMA.
+        let _to_a: Vec<_> = (0..RAILS).map(|i| pds[i].connect(&$qa[i].endpoint()).unwrap()).collect();
+        let $src = SharedHost::new(pattern($len, 0x5a));
+        let $dst = SharedHost::new(vec![0u8; $len]);
+        let src_mrs: Vec<_> = pds
+            .iter()
+            .map(|pd| pd.register_device_address($src, AccessFlags::empty()).unwrap())
+            .collect();
+        let $dst_mrs: Vec<_> = pds
+            .iter()
+            .map(|pd| pd.register_device_address($dst, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE).unwrap())
+            .collect();
+        let $notice_mrs: Vec<_> = pds
+            .iter()
+            .map(|pd| pd.register(vec![0u8; 8], AccessFlags::LOCAL_WRITE).unwrap())
+            .collect();
+        let mut $rails = Rails::new();
+        for i in 0..RAILS {
+            $rails.push(&$qa[i], &cqa[i], &to_b[i]).unwrap();
+        }
+        let $srcs: Vec<&dyn MemoryRegion> = src_mrs.iter().map(|m| m as &dyn MemoryRegion).collect();
+        let $remotes: Vec<RemoteBuffer> = $dst_mrs.iter().map(|m| m.remote()).collect();
+    };
+}
+
+/// The target's notice counter over the rails' target QPs (4 receives each).
+macro_rules! notices {
+    ($qb:ident, $cqb:ident, $notice_mrs:ident => $notices:ident) => {
+        let mut $notices = RailNotices::new();
+        for i in 0..RAILS {
+            $notices
+                .push(&$qb[i], &$cqb[i], $notice_mrs[i].sge(0, 0).unwrap(), 4)
+                .unwrap();
+        }
+    };
+}
+
+fn four_rails_move_every_byte(backend: Backend) {
+    const LEN: usize = 4 * 1024 * 1024 + 12345; // 65 chunks of 64 KiB, the last one short
+    rails!(backend, QpConfig::srd().depth(8, 8), LEN => qa, qb, cqb, nmrs, src, dst, dst_mrs, rails, srcs, remotes);
+    notices!(qb, cqb, nmrs => notices);
+    assert!(qa[0].limits().max_send_wr() < 65 / 4, "queues shallower than each rail's share");
+    let opts = RailTransfer::new(7, Duration::from_secs(20)).chunk_size(64 << 10);
+    let report = rails
+        .write_all(&srcs, &remotes, opts, |r, c| panic!("rail {r}: unexpected {c:?}"))
+        .unwrap();
+    assert_eq!((report.id, report.chunks, report.bytes), (7, 65, LEN as u64));
+    assert_eq!(report.notices, RAILS as u32);
+    let sum: u64 = report.rails.iter().map(|t| t.bytes).sum();
+    assert_eq!(sum, LEN as u64, "{report:?}");
+    assert!(report.rails.iter().all(|t| t.chunks >= 1), "each rail carried its notice");
+    assert_eq!(dst.read(), src.read(), "every byte arrived");
+
+    // The target learns it once, from the four notices.
+    let landed = notices.wait(7, Duration::from_secs(10), |r, c| panic!("rail {r}: {c:?}")).unwrap();
+    assert_eq!(landed, Landed { id: 7, notices: 4 });
+    let again = notices.wait(7, Duration::from_millis(50), |_, _| {}).unwrap_err();
+    assert_eq!(again.error, Error::Timeout);
+
+    // A second transfer over the same rails (the receives were reposted), short: fewer
+    // chunks than rails, so fewer notices.
+    let opts = RailTransfer::new(8, Duration::from_secs(20)).chunk_size(1 << 20);
+    let short: Vec<RemoteBuffer> = remotes.iter().map(|r| r.slice(0, 2 << 20).unwrap()).collect();
+    let report = rails.write_all(&srcs, &short, opts, |_, _| {}).unwrap();
+    assert_eq!((report.chunks, report.notices), (2, 2));
+    let landed = notices.wait(8, Duration::from_secs(10), |_, _| {}).unwrap();
+    assert_eq!(landed.notices, 2);
+    drop(dst_mrs);
+}
+
+#[test]
+fn four_rails_move_every_byte_and_the_target_learns_once() {
+    in_child(
+        "four_rails_move_every_byte_and_the_target_learns_once",
+        &[DEVICES],
+        || four_rails_move_every_byte(Backend::Auto),
+    );
+}
+
+#[test]
+fn four_rails_through_the_provider_backend() {
+    in_child(
+        "four_rails_through_the_provider_backend",
+        &[DEVICES],
+        || four_rails_move_every_byte(Backend::Provider),
+    );
+}
+
+#[test]
+fn a_rail_killed_mid_transfer_is_named_with_what_landed() {
+    in_child(
+        "a_rail_killed_mid_transfer_is_named_with_what_landed",
+        &[DEVICES],
+        || {
+            const LEN: usize = 64 << 20;
+            rails!(Backend::Auto, QpConfig::srd(), LEN => qa, qb, cqb, nmrs, src, dst, dst_mrs, rails, srcs, remotes);
+            let _ = (&qa, &cqb, &nmrs);
+            // The target's QP of rail 2 goes away once the first bytes landed.
+            let victim = qb.remove(2);
+            let watched = dst;
+            let timeout = Duration::from_secs(20);
+            let started = Instant::now();
+            let err = std::thread::scope(|s| {
+                s.spawn(move || {
+                    while Instant::now() - started < timeout {
+                        // SAFETY: a racy probe of one byte of leaked memory the device
+                        // writes; read_volatile, never through a reference.
+                        let first = unsafe { std::ptr::read_volatile(watched.addr as *const u8) };
+                        if first != 0 {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                    drop(victim);
+                });
+                let opts = RailTransfer::new(9, timeout).chunk_size(64 << 10);
+                rails.write_all(&srcs, &remotes, opts, |_, _| {}).unwrap_err()
+            });
+            assert!(started.elapsed() < timeout, "returned within the timeout");
+            assert_eq!(err.rail, Some(2), "{err}");
+            assert_eq!(err.device.as_str(), "efa_2");
+            assert!(
+                matches!(err.error, Error::Completion { .. }),
+                "a failed completion: {err}"
+            );
+            let landed = err.landed_bytes();
+            assert!(landed > 0 && landed < LEN as u64, "{err}");
+            assert_eq!(err.landed.len(), RAILS);
+            // The bytes that landed are the source's; the rest is untouched.
+            let (got, want) = (dst.read(), src.read());
+            let right = got.iter().zip(&want).filter(|(g, w)| g == w).count();
+            assert!(right as u64 >= landed, "{right} correct bytes, {landed} reported landed");
+            drop(dst_mrs);
+        },
+    );
+}
+
+#[test]
+fn bad_rail_lists_are_refused_before_anything_is_posted() {
+    in_child(
+        "bad_rail_lists_are_refused_before_anything_is_posted",
+        &[DEVICES],
+        || {
+            rails!(Backend::Auto, QpConfig::srd(), 1 << 20 => qa, qb, cqb, nmrs, src, dst, dst_mrs, rails, srcs, remotes);
+            let _ = (&qb, &cqb, &nmrs, src);
+            let opts = RailTransfer::new(1, Duration::from_secs(5));
+            let err = rails.write_all(&srcs[..3], &remotes, opts, |_, _| {}).unwrap_err();
+            assert_eq!(
+                err.error,
+                Error::Invalid(InvalidInput::RailListLength { got: 3, rails: 4 })
+            );
+            let mut short = remotes.clone();
+            short[1] = short[1].slice(0, 100).unwrap();
+            let err = rails.write_all(&srcs, &short, opts, |_, _| {}).unwrap_err();
+            assert_eq!(err.rail, Some(1));
+            assert_eq!(err.device.as_str(), "efa_1");
+            assert!(matches!(
+                err.error,
+                Error::Invalid(InvalidInput::RailMismatch { len: 100, rail: 1 })
+            ));
+            let big = RailTransfer::new(1 << 24, Duration::from_secs(5));
+            let err = rails.write_all(&srcs, &remotes, big, |_, _| {}).unwrap_err();
+            assert_eq!(
+                err.error,
+                Error::Invalid(InvalidInput::TransferIdTooLarge(1 << 24))
+            );
+            assert!(dst.read().iter().all(|&b| b == 0), "nothing was written");
+            // A CQ that is not the QP's send CQ is refused when the rail is added.
+            let ctx = open(0);
+            let other_cq = ctx.create_ext_cq(CqOptions::new(64)).unwrap();
+            let pd = ctx.alloc_pd().unwrap();
+            let qp = rts_qp(&pd, &other_cq, &QpConfig::srd().depth(16, 16), QKEY_A);
+            let peer = pd.connect(&qa[0].endpoint()).unwrap();
+            let foreign = ctx.create_ext_cq(CqOptions::new(64)).unwrap();
+            let mut more = Rails::new();
+            assert_eq!(
+                more.push(&qp, &foreign, &peer),
+                Err(Error::Invalid(InvalidInput::NotSendCq))
+            );
+            drop(dst_mrs);
+        },
+    );
+}
+
+// ---- two processes ----
+
+const ENV_RAILS: &str = "EFA_TS_RAILS";
+const TWO_PROC_LEN: usize = 16 << 20;
+
+fn two_processes(test: &str) {
+    rails!(Backend::Auto, QpConfig::srd(), TWO_PROC_LEN => qa, qb, cqb, nmrs, src, dst, dst_mrs, rails, srcs, remotes);
+    notices!(qb, cqb, nmrs => notices);
+    let _ = (&rails, src, &srcs);
+    // The child's RDMA needs an AH for its GID on each device: on one host, ours.
+    let wire: Vec<String> = (0..RAILS)
+        .map(|i| format!("{}:{}", hex(&qb[i].endpoint().to_bytes()), hex(&remotes[i].to_bytes())))
+        .collect();
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["initiator_process", "--exact", "--nocapture", "--test-threads=1"])
+        .env("EFA_TS_CHILD", "initiator_process")
+        .env(ENV_RAILS, wire.join(","))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn the initiator");
+    let landed = notices.wait(42, Duration::from_secs(60), |r, c| panic!("rail {r}: {c:?}"));
+    // Read before the initiator has finished: the notices alone say the bytes are there.
+    let got = dst.read();
+    let out = child.wait_with_output().unwrap();
+    let text = format!(
+        "{test}: initiator {}\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 passed"), "{text}");
+    assert_eq!(landed.unwrap(), Landed { id: 42, notices: 4 });
+    let want = pattern(TWO_PROC_LEN, 0x5a);
+    let wrong = got.iter().zip(&want).filter(|(g, w)| g != w).count();
+    assert_eq!(wrong, 0, "bytes not there when the notices said so");
+    drop(dst_mrs);
+    let _ = &qa;
+}
+
+#[test]
+fn two_processes_over_four_rails() {
+    in_child("two_processes_over_four_rails", &[DEVICES], || {
+        two_processes("two_processes_over_four_rails")
+    });
+}
+
+#[test]
+fn two_processes_over_four_rails_with_loss_and_reordering() {
+    in_child(
+        "two_processes_over_four_rails_with_loss_and_reordering",
+        &[DEVICES, ("EFA_SIM_FAULTS", "seed=11,loss=0.02,reorder=0.3,dup=0.01")],
+        || two_processes("two_processes_over_four_rails_with_loss_and_reordering"),
+    );
+}
+
+#[test]
+fn initiator_process() {
+    if std::env::var("EFA_TS_CHILD").as_deref() != Ok("initiator_process") {
+        return; // only meaningful when started by the two-process tests
+    }
+    let wire = std::env::var(ENV_RAILS).unwrap();
+    let targets: Vec<(EndpointInfo, RemoteBuffer)> = wire
+        .split(',')
+        .map(|r| {
+            let (ep, rb) = r.split_once(':').unwrap();
+            (
+                EndpointInfo::parse(&unhex(ep)).unwrap(),
+                RemoteBuffer::parse(&unhex(rb)).unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(targets.len(), RAILS);
+    let ctxs: Vec<Context> = (0..RAILS).map(open).collect();
+    let pds: Vec<_> = ctxs.iter().map(|c| c.alloc_pd().unwrap()).collect();
+    let cqs: Vec<_> = ctxs
+        .iter()
+        .map(|c| c.create_ext_cq(CqOptions::new(1024)).unwrap())
+        .collect();
+    let qps: Vec<_> = (0..RAILS)
+        .map(|i| rts_qp(&pds[i], &cqs[i], &QpConfig::srd(), QKEY_A))
+        .collect();
+    let peers: Vec<_> = (0..RAILS)
+        .map(|i| pds[i].connect(&targets[i].0).unwrap())
+        .collect();
+    let src = SharedHost::new(pattern(TWO_PROC_LEN, 0x5a));
+    let mrs: Vec<_> = pds
+        .iter()
+        .map(|pd| pd.register_device_address(src, AccessFlags::empty()).unwrap())
+        .collect();
+    let srcs: Vec<&dyn MemoryRegion> = mrs.iter().map(|m| m as &dyn MemoryRegion).collect();
+    let remotes: Vec<RemoteBuffer> = targets.iter().map(|t| t.1).collect();
+    let mut rails = Rails::new();
+    for i in 0..RAILS {
+        rails.push(&qps[i], &cqs[i], &peers[i]).unwrap();
+    }
+    let opts = RailTransfer::new(42, Duration::from_secs(50)).chunk_size(256 << 10);
+    let report = rails
+        .write_all(&srcs, &remotes, opts, |r, c| panic!("rail {r}: {c:?}"))
+        .unwrap_or_else(|e| panic!("transfer failed: {e}"));
+    assert_eq!(report.bytes, TWO_PROC_LEN as u64);
+    assert_eq!(report.notices, 4);
+}
