@@ -84,4 +84,11 @@ fn the_pattern_is_the_same_whatever_the_pieces() {
     multi_rail::fill_pattern(&mut tail, 40);
     assert_eq!(&whole[40..], &tail[..]);
     assert_ne!(whole[..8], whole[8..16]);
+    // The base repeats every 16 MiB; the block stamps tell the copies apart.
+    let (mut a, mut b) = (vec![0u8; 8192], vec![0u8; 8192]);
+    multi_rail::fill_pattern(&mut a, 0);
+    multi_rail::fill_pattern(&mut b, 16 << 20);
+    assert_eq!(a[8..4096], b[8..4096]);
+    assert_ne!(a[..8], b[..8]);
+    assert_eq!(b[4096..4104], ((16u64 << 20) + 4096).to_le_bytes());
 }
