@@ -15,6 +15,13 @@ cargo test --workspace --locked "$@"
 # the example itself, between two processes on efa-sim and the software GPU.
 cargo test -p efa --features cuda --locked --test gpu_rdma
 cargo run -p efa --features cuda --locked --example gpu_rdma -- --bytes 1000001
+# Multi-rail: 1 GiB GPU->GPU between two processes over the 4 rails nearest GPU 1 of a p5
+# shape (efa-sim run places the software GPUs in the shape's topology), every byte verified.
+cargo test -p efa --features cuda --locked --test multi_rail
+cargo build -p efa --features cuda --locked --example multi_rail
+target_dir="${CARGO_TARGET_DIR:-target}"
+EFA_SIM_SHAPE=p5.48xlarge "$target_dir/debug/efa-sim" run --gpus 8 -- \
+  "$target_dir/debug/examples/multi_rail" --bytes 1073741824 --device 1
 # The Python package (efa-py/, `import efa`): its wheel built with maturin, installed into
 # a fresh venv, its pytest suite run there on efa-sim and the software GPU.
 bash scripts/test-python.sh

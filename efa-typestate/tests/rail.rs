@@ -9,6 +9,40 @@ use std::time::{Duration, Instant};
 use common::*;
 use efa_typestate::*;
 
+/// Counts the allocations of the thread that sets `COUNTING_HERE` (the transfers').
+struct Counting;
+static ALLOCS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+thread_local! {
+    static COUNTING_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+// SAFETY: forwards to the system allocator; only counts.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
+        if COUNTING_HERE.with(|c| c.get()) {
+            ALLOCS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        // SAFETY: forwarded contract.
+        unsafe { std::alloc::System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
+        // SAFETY: forwarded contract.
+        unsafe { std::alloc::System.dealloc(p, l) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Runs `f` and returns its result with the allocations this thread made meanwhile.
+fn allocations<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    let before = ALLOCS.load(std::sync::atomic::Ordering::Relaxed);
+    COUNTING_HERE.with(|c| c.set(true));
+    let out = f();
+    COUNTING_HERE.with(|c| c.set(false));
+    (out, ALLOCS.load(std::sync::atomic::Ordering::Relaxed) - before)
+}
+
 const RAILS: usize = 4;
 const DEVICES: (&str, &str) = ("EFA_SIM_DEVICES", "4");
 
@@ -116,9 +150,11 @@ fn four_rails_move_every_byte(backend: Backend) {
     notices!(qb, cqb, nmrs => notices);
     assert!(qa[0].limits().max_send_wr() < 65 / 4, "queues shallower than each rail's share");
     let opts = RailTransfer::new(7, Duration::from_secs(20)).chunk_size(64 << 10);
-    let report = rails
-        .write_all(&srcs, &remotes, opts, |r, c| panic!("rail {r}: unexpected {c:?}"))
-        .unwrap();
+    let (report, allocated) = allocations(|| {
+        rails.write_all(&srcs, &remotes, opts, |r, c| panic!("rail {r}: unexpected {c:?}"))
+    });
+    assert_eq!(allocated, 0, "the transfer allocates nothing");
+    let report = report.unwrap();
     assert_eq!((report.id, report.chunks, report.bytes), (7, 65, LEN as u64));
     assert_eq!(report.notices, RAILS as u32);
     let sum: u64 = report.rails.iter().map(|t| t.bytes).sum();
@@ -127,7 +163,11 @@ fn four_rails_move_every_byte(backend: Backend) {
     assert_eq!(dst.read(), src.read(), "every byte arrived");
 
     // The target learns it once, from the four notices.
-    let landed = notices.wait(7, Duration::from_secs(10), |r, c| panic!("rail {r}: {c:?}")).unwrap();
+    let (landed, allocated) = allocations(|| {
+        notices.wait(7, Duration::from_secs(10), |r, c| panic!("rail {r}: {c:?}"))
+    });
+    assert_eq!(allocated, 0, "counting notices allocates nothing");
+    let landed = landed.unwrap();
     assert_eq!(landed, Landed { id: 7, notices: 4 });
     let again = notices.wait(7, Duration::from_millis(50), |_, _| {}).unwrap_err();
     assert_eq!(again.error, Error::Timeout);
