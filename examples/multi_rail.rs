@@ -84,7 +84,9 @@ pub fn parse_args(argv: impl IntoIterator<Item = String>) -> std::result::Result
         };
         match a.as_str() {
             "--bytes" => args.bytes = num("--bytes")?,
-            "--device" => args.device = i32::try_from(num("--device")?).map_err(|e| e.to_string())?,
+            "--device" => {
+                args.device = i32::try_from(num("--device")?).map_err(|e| e.to_string())?
+            }
             "--rails" => args.rails = num("--rails")? as usize,
             "--chunk" => args.chunk = u32::try_from(num("--chunk")?).map_err(|e| e.to_string())?,
             "-h" | "--help" => {
@@ -143,7 +145,12 @@ pub fn pick_rails(ordinal: i32, want: usize) -> DemoResult<Vec<String>> {
         .map(|t| t.nearest_devices(ordinal).to_vec())
         .unwrap_or_default();
     let mut picked: Vec<String> = nearest.into_iter().filter(|n| all.contains(n)).collect();
-    picked.extend(all.iter().filter(|n| !picked.contains(n)).cloned().collect::<Vec<_>>());
+    picked.extend(
+        all.iter()
+            .filter(|n| !picked.contains(n))
+            .cloned()
+            .collect::<Vec<_>>(),
+    );
     picked.truncate(want);
     if picked.len() < want {
         return Err(format!("{want} rails wanted, {} EFA devices found", all.len()).into());
@@ -182,13 +189,20 @@ pub fn run_target(
         .map(|n| Context::open_by_name(n))
         .collect::<Result<Vec<_>>>()?;
     let fw_ver = ctxs[0].query_device()?.fw_ver().to_owned();
-    let pds = ctxs.iter().map(|c| c.alloc_pd()).collect::<Result<Vec<_>>>()?;
+    let pds = ctxs
+        .iter()
+        .map(|c| c.alloc_pd())
+        .collect::<Result<Vec<_>>>()?;
     let cqs = ctxs
         .iter()
         .map(|c| c.create_ext_cq(CqOptions::new(1024)))
         .collect::<Result<Vec<_>>>()?;
     let qps = (0..names.len())
-        .map(|i| pds[i].create_qp(&cqs[i], &cqs[i], &QpConfig::srd())?.prepare(QKEY_TARGET, None))
+        .map(|i| {
+            pds[i]
+                .create_qp(&cqs[i], &cqs[i], &QpConfig::srd())?
+                .prepare(QKEY_TARGET, None)
+        })
         .collect::<Result<Vec<_>>>()?;
     // RDMA from the initiator needs an AH for its GID on each device (one host: ours).
     let _ahs = (0..names.len())
@@ -214,7 +228,13 @@ pub fn run_target(
     }
 
     let targets: Vec<String> = (0..names.len())
-        .map(|i| format!("{}:{}", hex(&qps[i].endpoint().to_bytes()), hex(&dsts[i].remote().to_bytes())))
+        .map(|i| {
+            format!(
+                "{}:{}",
+                hex(&qps[i].endpoint().to_bytes()),
+                hex(&dsts[i].remote().to_bytes())
+            )
+        })
         .collect();
     let started = Instant::now();
     let mut child = spawn(&[
@@ -284,7 +304,10 @@ pub fn run_initiator_from_env() -> DemoResult<()> {
         .split(',')
         .map(|t| {
             let (ep, rb) = t.split_once(':').ok_or("a target is endpoint:remote")?;
-            Ok((EndpointInfo::parse(&unhex(ep)?)?, RemoteBuffer::parse(&unhex(rb)?)?))
+            Ok((
+                EndpointInfo::parse(&unhex(ep)?)?,
+                RemoteBuffer::parse(&unhex(rb)?)?,
+            ))
         })
         .collect::<DemoResult<Vec<_>>>()?;
     let gpu = Device::get(env(ENV_DEVICE)?.parse()?)?;
@@ -293,13 +316,20 @@ pub fn run_initiator_from_env() -> DemoResult<()> {
         .iter()
         .map(|n| Context::open_by_name(n))
         .collect::<Result<Vec<_>>>()?;
-    let pds = ctxs.iter().map(|c| c.alloc_pd()).collect::<Result<Vec<_>>>()?;
+    let pds = ctxs
+        .iter()
+        .map(|c| c.alloc_pd())
+        .collect::<Result<Vec<_>>>()?;
     let cqs = ctxs
         .iter()
         .map(|c| c.create_ext_cq(CqOptions::new(1024)))
         .collect::<Result<Vec<_>>>()?;
     let qps = (0..names.len())
-        .map(|i| pds[i].create_qp(&cqs[i], &cqs[i], &QpConfig::srd())?.prepare(QKEY_INITIATOR, None))
+        .map(|i| {
+            pds[i]
+                .create_qp(&cqs[i], &cqs[i], &QpConfig::srd())?
+                .prepare(QKEY_INITIATOR, None)
+        })
         .collect::<Result<Vec<_>>>()?;
     let peers = (0..names.len())
         .map(|i| pds[i].connect(&targets[i].0))

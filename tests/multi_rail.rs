@@ -40,10 +40,16 @@ fn gpu_to_gpu_over_four_rails_of_a_p5_between_two_processes() {
     }
     // Several chunks per rail at 1 MiB, and a short last one.
     let bytes = 24 * (1 << 20) + 4099;
-    let a = multi_rail::parse_args(args(&["--bytes", &bytes.to_string(), "--device", "1"])).unwrap();
+    let a =
+        multi_rail::parse_args(args(&["--bytes", &bytes.to_string(), "--device", "1"])).unwrap();
     let report = multi_rail::run_target(&a, |env| {
         Command::new(std::env::current_exe()?)
-            .args(["initiator_side", "--exact", "--nocapture", "--test-threads=1"])
+            .args([
+                "initiator_side",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env("EFA_MULTI_RAIL_CHILD", "1")
             .envs(env.iter().map(|(k, v)| (*k, v)))
             .spawn()

@@ -2,6 +2,8 @@
 //! a child process with `EFA_SIM_DEVICES=4`): every byte checked, the target told once,
 //! each rail's queue depth respected, a rail killed mid-transfer named in the error,
 //! both backends, between two processes, with loss and reordering on.
+// RailError carries the per-rail tallies inline (no allocation on any path).
+#![allow(clippy::result_large_err)]
 
 mod common;
 use std::time::{Duration, Instant};
@@ -40,7 +42,10 @@ fn allocations<T>(f: impl FnOnce() -> T) -> (T, usize) {
     COUNTING_HERE.with(|c| c.set(true));
     let out = f();
     COUNTING_HERE.with(|c| c.set(false));
-    (out, ALLOCS.load(std::sync::atomic::Ordering::Relaxed) - before)
+    (
+        out,
+        ALLOCS.load(std::sync::atomic::Ordering::Relaxed) - before,
+    )
 }
 
 const RAILS: usize = 4;
@@ -100,24 +105,47 @@ macro_rules! rails {
         let ctxs: Vec<Context> = (0..RAILS).map(open).collect();
         let pds: Vec<_> = ctxs.iter().map(|c| c.alloc_pd().unwrap()).collect();
         let cq_opts = CqOptions::new(1024).backend($backend);
-        let cqa: Vec<_> = ctxs.iter().map(|c| c.create_ext_cq(cq_opts).unwrap()).collect();
-        let $cqb: Vec<_> = ctxs.iter().map(|c| c.create_ext_cq(cq_opts).unwrap()).collect();
+        let cqa: Vec<_> = ctxs
+            .iter()
+            .map(|c| c.create_ext_cq(cq_opts).unwrap())
+            .collect();
+        let $cqb: Vec<_> = ctxs
+            .iter()
+            .map(|c| c.create_ext_cq(cq_opts).unwrap())
+            .collect();
         let cfg: QpConfig = $cfg.backend($backend);
-        let $qa: Vec<_> = (0..RAILS).map(|i| rts_qp(&pds[i], &cqa[i], &cfg, QKEY_A)).collect();
+        let $qa: Vec<_> = (0..RAILS)
+            .map(|i| rts_qp(&pds[i], &cqa[i], &cfg, QKEY_A))
+            .collect();
         #[allow(unused_mut)]
-        let mut $qb: Vec<_> = (0..RAILS).map(|i| rts_qp(&pds[i], &$cqb[i], &cfg, QKEY_B)).collect();
-        let to_b: Vec<_> = (0..RAILS).map(|i| pds[i].connect(&$qb[i].endpoint()).unwrap()).collect();
+        let mut $qb: Vec<_> = (0..RAILS)
+            .map(|i| rts_qp(&pds[i], &$cqb[i], &cfg, QKEY_B))
+            .collect();
+        let to_b: Vec<_> = (0..RAILS)
+            .map(|i| pds[i].connect(&$qb[i].endpoint()).unwrap())
+            .collect();
         // SRD: the target needs an AH for the initiator's RDMA.
-        let _to_a: Vec<_> = (0..RAILS).map(|i| pds[i].connect(&$qa[i].endpoint()).unwrap()).collect();
+        let _to_a: Vec<_> = (0..RAILS)
+            .map(|i| pds[i].connect(&$qa[i].endpoint()).unwrap())
+            .collect();
         let $src = SharedHost::new(pattern($len, 0x5a));
         let $dst = SharedHost::new(vec![0u8; $len]);
         let src_mrs: Vec<_> = pds
             .iter()
-            .map(|pd| pd.register_device_address($src, AccessFlags::empty()).unwrap())
+            .map(|pd| {
+                pd.register_device_address($src, AccessFlags::empty())
+                    .unwrap()
+            })
             .collect();
         let $dst_mrs: Vec<_> = pds
             .iter()
-            .map(|pd| pd.register_device_address($dst, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE).unwrap())
+            .map(|pd| {
+                pd.register_device_address(
+                    $dst,
+                    AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+                )
+                .unwrap()
+            })
             .collect();
         let $notice_mrs: Vec<_> = pds
             .iter()
@@ -127,7 +155,8 @@ macro_rules! rails {
         for i in 0..RAILS {
             $rails.push(&$qa[i], &cqa[i], &to_b[i]).unwrap();
         }
-        let $srcs: Vec<&dyn MemoryRegion> = src_mrs.iter().map(|m| m as &dyn MemoryRegion).collect();
+        let $srcs: Vec<&dyn MemoryRegion> =
+            src_mrs.iter().map(|m| m as &dyn MemoryRegion).collect();
         let $remotes: Vec<RemoteBuffer> = $dst_mrs.iter().map(|m| m.remote()).collect();
     };
 }
@@ -148,34 +177,49 @@ fn four_rails_move_every_byte(backend: Backend) {
     const LEN: usize = 4 * 1024 * 1024 + 12345; // 65 chunks of 64 KiB, the last one short
     rails!(backend, QpConfig::srd().depth(8, 8), LEN => qa, qb, cqb, nmrs, src, dst, dst_mrs, rails, srcs, remotes);
     notices!(qb, cqb, nmrs => notices);
-    assert!(qa[0].limits().max_send_wr() < 65 / 4, "queues shallower than each rail's share");
+    assert!(
+        qa[0].limits().max_send_wr() < 65 / 4,
+        "queues shallower than each rail's share"
+    );
     let opts = RailTransfer::new(7, Duration::from_secs(20)).chunk_size(64 << 10);
     let (report, allocated) = allocations(|| {
-        rails.write_all(&srcs, &remotes, opts, |r, c| panic!("rail {r}: unexpected {c:?}"))
+        rails.write_all(&srcs, &remotes, opts, |r, c| {
+            panic!("rail {r}: unexpected {c:?}")
+        })
     });
     assert_eq!(allocated, 0, "the transfer allocates nothing");
     let report = report.unwrap();
-    assert_eq!((report.id, report.chunks, report.bytes), (7, 65, LEN as u64));
+    assert_eq!(
+        (report.id, report.chunks, report.bytes),
+        (7, 65, LEN as u64)
+    );
     assert_eq!(report.notices, RAILS as u32);
     let sum: u64 = report.rails.iter().map(|t| t.bytes).sum();
     assert_eq!(sum, LEN as u64, "{report:?}");
-    assert!(report.rails.iter().all(|t| t.chunks >= 1), "each rail carried its notice");
+    assert!(
+        report.rails.iter().all(|t| t.chunks >= 1),
+        "each rail carried its notice"
+    );
     assert_eq!(dst.read(), src.read(), "every byte arrived");
 
     // The target learns it once, from the four notices.
-    let (landed, allocated) = allocations(|| {
-        notices.wait(7, Duration::from_secs(10), |r, c| panic!("rail {r}: {c:?}"))
-    });
+    let (landed, allocated) =
+        allocations(|| notices.wait(7, Duration::from_secs(10), |r, c| panic!("rail {r}: {c:?}")));
     assert_eq!(allocated, 0, "counting notices allocates nothing");
     let landed = landed.unwrap();
     assert_eq!(landed, Landed { id: 7, notices: 4 });
-    let again = notices.wait(7, Duration::from_millis(50), |_, _| {}).unwrap_err();
+    let again = notices
+        .wait(7, Duration::from_millis(50), |_, _| {})
+        .unwrap_err();
     assert_eq!(again.error, Error::Timeout);
 
     // A second transfer over the same rails (the receives were reposted), short: fewer
     // chunks than rails, so fewer notices.
     let opts = RailTransfer::new(8, Duration::from_secs(20)).chunk_size(1 << 20);
-    let short: Vec<RemoteBuffer> = remotes.iter().map(|r| r.slice(0, 2 << 20).unwrap()).collect();
+    let short: Vec<RemoteBuffer> = remotes
+        .iter()
+        .map(|r| r.slice(0, 2 << 20).unwrap())
+        .collect();
     let report = rails.write_all(&srcs, &short, opts, |_, _| {}).unwrap();
     assert_eq!((report.chunks, report.notices), (2, 2));
     let landed = notices.wait(8, Duration::from_secs(10), |_, _| {}).unwrap();
@@ -229,7 +273,9 @@ fn a_rail_killed_mid_transfer_is_named_with_what_landed() {
                     drop(victim);
                 });
                 let opts = RailTransfer::new(9, timeout).chunk_size(64 << 10);
-                rails.write_all(&srcs, &remotes, opts, |_, _| {}).unwrap_err()
+                rails
+                    .write_all(&srcs, &remotes, opts, |_, _| {})
+                    .unwrap_err()
             });
             assert!(started.elapsed() < timeout, "returned within the timeout");
             assert_eq!(err.rail, Some(2), "{err}");
@@ -244,7 +290,10 @@ fn a_rail_killed_mid_transfer_is_named_with_what_landed() {
             // The bytes that landed are the source's; the rest is untouched.
             let (got, want) = (dst.read(), src.read());
             let right = got.iter().zip(&want).filter(|(g, w)| g == w).count();
-            assert!(right as u64 >= landed, "{right} correct bytes, {landed} reported landed");
+            assert!(
+                right as u64 >= landed,
+                "{right} correct bytes, {landed} reported landed"
+            );
             drop(dst_mrs);
         },
     );
@@ -259,7 +308,9 @@ fn bad_rail_lists_are_refused_before_anything_is_posted() {
             rails!(Backend::Auto, QpConfig::srd(), 1 << 20 => qa, qb, cqb, nmrs, src, dst, dst_mrs, rails, srcs, remotes);
             let _ = (&qb, &cqb, &nmrs, src);
             let opts = RailTransfer::new(1, Duration::from_secs(5));
-            let err = rails.write_all(&srcs[..3], &remotes, opts, |_, _| {}).unwrap_err();
+            let err = rails
+                .write_all(&srcs[..3], &remotes, opts, |_, _| {})
+                .unwrap_err();
             assert_eq!(
                 err.error,
                 Error::Invalid(InvalidInput::RailListLength { got: 3, rails: 4 })
@@ -274,7 +325,9 @@ fn bad_rail_lists_are_refused_before_anything_is_posted() {
                 Error::Invalid(InvalidInput::RailMismatch { len: 100, rail: 1 })
             ));
             let big = RailTransfer::new(1 << 24, Duration::from_secs(5));
-            let err = rails.write_all(&srcs, &remotes, big, |_, _| {}).unwrap_err();
+            let err = rails
+                .write_all(&srcs, &remotes, big, |_, _| {})
+                .unwrap_err();
             assert_eq!(
                 err.error,
                 Error::Invalid(InvalidInput::TransferIdTooLarge(1 << 24))
@@ -308,17 +361,30 @@ fn two_processes(test: &str) {
     let _ = (&rails, src, &srcs);
     // The child's RDMA needs an AH for its GID on each device: on one host, ours.
     let wire: Vec<String> = (0..RAILS)
-        .map(|i| format!("{}:{}", hex(&qb[i].endpoint().to_bytes()), hex(&remotes[i].to_bytes())))
+        .map(|i| {
+            format!(
+                "{}:{}",
+                hex(&qb[i].endpoint().to_bytes()),
+                hex(&remotes[i].to_bytes())
+            )
+        })
         .collect();
     let child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["initiator_process", "--exact", "--nocapture", "--test-threads=1"])
+        .args([
+            "initiator_process",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("EFA_TS_CHILD", "initiator_process")
         .env(ENV_RAILS, wire.join(","))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn the initiator");
-    let landed = notices.wait(42, Duration::from_secs(60), |r, c| panic!("rail {r}: {c:?}"));
+    let landed = notices.wait(42, Duration::from_secs(60), |r, c| {
+        panic!("rail {r}: {c:?}")
+    });
     // Read before the initiator has finished: the notices alone say the bytes are there.
     let got = dst.read();
     let out = child.wait_with_output().unwrap();
@@ -329,7 +395,10 @@ fn two_processes(test: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "{text}");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("1 passed"), "{text}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+        "{text}"
+    );
     assert_eq!(landed.unwrap(), Landed { id: 42, notices: 4 });
     let want = pattern(TWO_PROC_LEN, 0x5a);
     let wrong = got.iter().zip(&want).filter(|(g, w)| g != w).count();
@@ -349,7 +418,10 @@ fn two_processes_over_four_rails() {
 fn two_processes_over_four_rails_with_loss_and_reordering() {
     in_child(
         "two_processes_over_four_rails_with_loss_and_reordering",
-        &[DEVICES, ("EFA_SIM_FAULTS", "seed=11,loss=0.02,reorder=0.3,dup=0.01")],
+        &[
+            DEVICES,
+            ("EFA_SIM_FAULTS", "seed=11,loss=0.02,reorder=0.3,dup=0.01"),
+        ],
         || two_processes("two_processes_over_four_rails_with_loss_and_reordering"),
     );
 }
@@ -386,7 +458,10 @@ fn initiator_process() {
     let src = SharedHost::new(pattern(TWO_PROC_LEN, 0x5a));
     let mrs: Vec<_> = pds
         .iter()
-        .map(|pd| pd.register_device_address(src, AccessFlags::empty()).unwrap())
+        .map(|pd| {
+            pd.register_device_address(src, AccessFlags::empty())
+                .unwrap()
+        })
         .collect();
     let srcs: Vec<&dyn MemoryRegion> = mrs.iter().map(|m| m as &dyn MemoryRegion).collect();
     let remotes: Vec<RemoteBuffer> = targets.iter().map(|t| t.1).collect();

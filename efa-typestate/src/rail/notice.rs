@@ -98,7 +98,7 @@ impl<'a, P, S: RecvReady, C: CompletionQueue> RailNotices<'a, P, S, C> {
             }
             .into());
         }
-        if sge.len() != 0 {
+        if !sge.is_empty() {
             return Err(InvalidInput::NoticeSgeNotEmpty(sge.len()).into());
         }
         let keep = receives.clamp(1, qp.limits().max_recv_wr().max(1));
@@ -155,10 +155,7 @@ impl<'a, P, S: RecvReady, C: CompletionQueue> RailNotices<'a, P, S, C> {
 
     /// Takes transfer `id` if all its notices arrived (it is then forgotten).
     pub fn take(&mut self, id: u32) -> Option<Landed> {
-        let i = self
-            .pending
-            .iter()
-            .position(|p| p.id == id && p.landed())?;
+        let i = self.pending.iter().position(|p| p.id == id && p.landed())?;
         let p = self.pending.swap_remove(i);
         Some(Landed {
             id,

@@ -349,7 +349,11 @@ impl<'a, P, Q: CompletionQueue, X> Rails<'a, P, Q, X> {
                     }
                 }
             }
-            idle = if progressed { 0 } else { idle.saturating_add(1) };
+            idle = if progressed {
+                0
+            } else {
+                idle.saturating_add(1)
+            };
             back_off(idle);
         }
     }
