@@ -18,6 +18,8 @@ cargo run -p efa --features cuda --locked --example gpu_rdma -- --bytes 1000001
 # Multi-rail: 1 GiB GPU->GPU between two processes over the 4 rails nearest GPU 1 of a p5
 # shape (efa-sim run places the software GPUs in the shape's topology), every byte verified.
 cargo test -p efa --features cuda --locked --test multi_rail
+# A 5 GiB GPU registration on the software GPU, written across and past the 4 GiB line.
+cargo test -p efa --features cuda --locked --test large_gpu_registration
 cargo build -p efa --features cuda --locked --example multi_rail
 target_dir="${CARGO_TARGET_DIR:-target}"
 EFA_SIM_SHAPE=p5.48xlarge "$target_dir/debug/efa-sim" run --gpus 8 -- \

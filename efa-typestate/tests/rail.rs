@@ -310,14 +310,22 @@ fn a_transfer_past_its_timeout_names_a_rail_and_leaves_nothing_in_flight() {
             rails!(Backend::Auto, QpConfig::srd(), LEN => qa, qb, cqb, nmrs, src, dst, dst_mrs, rails, srcs, remotes);
             let _ = (&qa, &qb, &cqb, &nmrs, src);
             let opts = RailTransfer::new(3, Duration::from_millis(5)).chunk_size(64 << 10);
-            let err = rails.write_all(&srcs, &remotes, opts, |_, _| {}).unwrap_err();
+            let err = rails
+                .write_all(&srcs, &remotes, opts, |_, _| {})
+                .unwrap_err();
             assert_eq!(err.error, Error::Timeout, "{err}");
-            assert!(err.rail.is_some(), "the rail with the most in flight is named: {err}");
+            assert!(
+                err.rail.is_some(),
+                "the rail with the most in flight is named: {err}"
+            );
             assert!(err.landed_bytes() < LEN as u64);
             // Returned with nothing in flight: the target does not change any more.
             let before = dst.read();
             std::thread::sleep(Duration::from_millis(200));
-            assert!(before == dst.read(), "bytes landed after the transfer returned");
+            assert!(
+                before == dst.read(),
+                "bytes landed after the transfer returned"
+            );
             drop(dst_mrs);
         },
     );
