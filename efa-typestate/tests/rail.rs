@@ -100,10 +100,10 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 /// both ways, the source and target buffers registered on every PD, the initiator's
 /// `rails` and the target's `notices`.
 macro_rules! rails {
-    ($backend:expr, $cfg:expr, $len:expr => $qa:ident, $qb:ident, $cqb:ident, $notice_mrs:ident,
+    ($backend:expr, $cfg:expr, $len:expr => $pds:ident, $qa:ident, $qb:ident, $cqb:ident, $notice_mrs:ident,
      $src:ident, $dst:ident, $dst_mrs:ident, $rails:ident, $srcs:ident, $remotes:ident) => {
         let ctxs: Vec<Context> = (0..RAILS).map(open).collect();
-        let pds: Vec<_> = ctxs.iter().map(|c| c.alloc_pd().unwrap()).collect();
+        let $pds: Vec<_> = ctxs.iter().map(|c| c.alloc_pd().unwrap()).collect();
         let cq_opts = CqOptions::new(1024).backend($backend);
         let cqa: Vec<_> = ctxs
             .iter()
@@ -115,29 +115,29 @@ macro_rules! rails {
             .collect();
         let cfg: QpConfig = $cfg.backend($backend);
         let $qa: Vec<_> = (0..RAILS)
-            .map(|i| rts_qp(&pds[i], &cqa[i], &cfg, QKEY_A))
+            .map(|i| rts_qp(&$pds[i], &cqa[i], &cfg, QKEY_A))
             .collect();
         #[allow(unused_mut)]
         let mut $qb: Vec<_> = (0..RAILS)
-            .map(|i| rts_qp(&pds[i], &$cqb[i], &cfg, QKEY_B))
+            .map(|i| rts_qp(&$pds[i], &$cqb[i], &cfg, QKEY_B))
             .collect();
         let to_b: Vec<_> = (0..RAILS)
-            .map(|i| pds[i].connect(&$qb[i].endpoint()).unwrap())
+            .map(|i| $pds[i].connect(&$qb[i].endpoint()).unwrap())
             .collect();
         // SRD: the target needs an AH for the initiator's RDMA.
         let _to_a: Vec<_> = (0..RAILS)
-            .map(|i| pds[i].connect(&$qa[i].endpoint()).unwrap())
+            .map(|i| $pds[i].connect(&$qa[i].endpoint()).unwrap())
             .collect();
         let $src = SharedHost::new(pattern($len, 0x5a));
         let $dst = SharedHost::new(vec![0u8; $len]);
-        let src_mrs: Vec<_> = pds
+        let src_mrs: Vec<_> = $pds
             .iter()
             .map(|pd| {
                 pd.register_device_address($src, AccessFlags::empty())
                     .unwrap()
             })
             .collect();
-        let $dst_mrs: Vec<_> = pds
+        let $dst_mrs: Vec<_> = $pds
             .iter()
             .map(|pd| {
                 pd.register_device_address(
@@ -147,7 +147,7 @@ macro_rules! rails {
                 .unwrap()
             })
             .collect();
-        let $notice_mrs: Vec<_> = pds
+        let $notice_mrs: Vec<_> = $pds
             .iter()
             .map(|pd| pd.register(vec![0u8; 8], AccessFlags::LOCAL_WRITE).unwrap())
             .collect();
@@ -175,7 +175,7 @@ macro_rules! notices {
 
 fn four_rails_move_every_byte(backend: Backend) {
     const LEN: usize = 4 * 1024 * 1024 + 12345; // 65 chunks of 64 KiB, the last one short
-    rails!(backend, QpConfig::srd().depth(8, 8), LEN => qa, qb, cqb, nmrs, src, dst, dst_mrs, rails, srcs, remotes);
+    rails!(backend, QpConfig::srd().depth(8, 8), LEN => pds, qa, qb, cqb, nmrs, src, dst, dst_mrs, rails, srcs, remotes);
     notices!(qb, cqb, nmrs => notices);
     assert!(
         qa[0].limits().max_send_wr() < 65 / 4,
@@ -252,7 +252,7 @@ fn a_rail_killed_mid_transfer_is_named_with_what_landed() {
         &[DEVICES],
         || {
             const LEN: usize = 64 << 20;
-            rails!(Backend::Auto, QpConfig::srd(), LEN => qa, qb, cqb, nmrs, src, dst, dst_mrs, rails, srcs, remotes);
+            rails!(Backend::Auto, QpConfig::srd(), LEN => pds, qa, qb, cqb, nmrs, src, dst, dst_mrs, rails, srcs, remotes);
             let _ = (&qa, &cqb, &nmrs);
             // The target's QP of rail 2 goes away once the first bytes landed.
             let victim = qb.remove(2);
@@ -307,7 +307,7 @@ fn a_transfer_past_its_timeout_names_a_rail_and_leaves_nothing_in_flight() {
         &[DEVICES, ("EFA_SIM_FAULTS", "delay_us=20000")],
         || {
             const LEN: usize = 4 << 20;
-            rails!(Backend::Auto, QpConfig::srd(), LEN => qa, qb, cqb, nmrs, src, dst, dst_mrs, rails, srcs, remotes);
+            rails!(Backend::Auto, QpConfig::srd(), LEN => pds, qa, qb, cqb, nmrs, src, dst, dst_mrs, rails, srcs, remotes);
             let _ = (&qa, &qb, &cqb, &nmrs, src);
             let opts = RailTransfer::new(3, Duration::from_millis(5)).chunk_size(64 << 10);
             let err = rails
@@ -332,12 +332,61 @@ fn a_transfer_past_its_timeout_names_a_rail_and_leaves_nothing_in_flight() {
 }
 
 #[test]
+fn a_panic_in_others_unwinds_only_when_nothing_is_in_flight() {
+    // Datagrams 20 ms late: chunks are in flight when the callback panics.
+    in_child(
+        "a_panic_in_others_unwinds_only_when_nothing_is_in_flight",
+        &[DEVICES, ("EFA_SIM_FAULTS", "delay_us=20000")],
+        || {
+            const LEN: usize = 4 << 20;
+            rails!(Backend::Auto, QpConfig::srd(), LEN => pds, qa, qb, cqb, nmrs, src, dst, dst_mrs, rails, srcs, remotes);
+            let _ = (&cqb, src);
+            // A SEND to rail 1's initiator QP: its receive completes on that rail's CQ,
+            // which the transfer polls, and goes to `others`.
+            recv_one(&qa[1], 5, nmrs[1].sge(0, 8).unwrap());
+            let to_a1 = pds[1].connect(&qa[1].endpoint()).unwrap();
+            let mut hello = SendBatch::<1>::new(&qb[1]);
+            hello.send_inline(6, &to_a1, b"hi").unwrap();
+            // SAFETY: inline payload, copied during the call.
+            unsafe { qb[1].post_send(&hello) }.unwrap();
+            // Let it arrive first: the panic comes at the transfer's first poll of rail 1,
+            // with every chunk still on its way.
+            std::thread::sleep(Duration::from_millis(150));
+            let opts = RailTransfer::new(4, Duration::from_secs(20)).chunk_size(64 << 10);
+            // No report of the expected panic: printing a backtrace would take longer than
+            // the chunks take to land.
+            std::panic::set_hook(Box::new(|_| {}));
+            let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                rails.write_all(&srcs, &remotes, opts, |r, c| {
+                    panic!("others: rail {r}, wr_id {}", c.wr_id())
+                })
+            }));
+            let before = dst.read();
+            drop(std::panic::take_hook());
+            let payload = unwound.expect_err("the callback's panic continues");
+            let msg = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .unwrap_or_default();
+            assert_eq!(msg, "others: rail 1, wr_id 5");
+            // It unwound with nothing in flight: the target did not change any more.
+            std::thread::sleep(Duration::from_millis(200));
+            assert!(
+                before == dst.read(),
+                "bytes landed after the transfer unwound"
+            );
+            drop(dst_mrs);
+        },
+    );
+}
+
+#[test]
 fn bad_rail_lists_are_refused_before_anything_is_posted() {
     in_child(
         "bad_rail_lists_are_refused_before_anything_is_posted",
         &[DEVICES],
         || {
-            rails!(Backend::Auto, QpConfig::srd(), 1 << 20 => qa, qb, cqb, nmrs, src, dst, dst_mrs, rails, srcs, remotes);
+            rails!(Backend::Auto, QpConfig::srd(), 1 << 20 => pds, qa, qb, cqb, nmrs, src, dst, dst_mrs, rails, srcs, remotes);
             let _ = (&qb, &cqb, &nmrs, src);
             let opts = RailTransfer::new(1, Duration::from_secs(5));
             let err = rails
@@ -388,7 +437,7 @@ const ENV_RAILS: &str = "EFA_TS_RAILS";
 const TWO_PROC_LEN: usize = 16 << 20;
 
 fn two_processes(test: &str) {
-    rails!(Backend::Auto, QpConfig::srd(), TWO_PROC_LEN => qa, qb, cqb, nmrs, src, dst, dst_mrs, rails, srcs, remotes);
+    rails!(Backend::Auto, QpConfig::srd(), TWO_PROC_LEN => pds, qa, qb, cqb, nmrs, src, dst, dst_mrs, rails, srcs, remotes);
     notices!(qb, cqb, nmrs => notices);
     let _ = (&rails, src, &srcs);
     // The child's RDMA needs an AH for its GID on each device: on one host, ours.
