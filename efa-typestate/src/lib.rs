@@ -357,7 +357,8 @@ pub use qp::{
 };
 #[cfg(feature = "std")]
 pub use rail::{
-    Landed, Notice, RailError, RailNotices, RailReport, RailTally, RailTransfer, Rails,
+    Landed, Notice, RailError, RailMr, RailNotices, RailRegion, RailReport, RailTally,
+    RailTransfer, Rails,
 };
 #[cfg(feature = "std")]
 pub use topology::{

@@ -246,6 +246,68 @@ fn four_rails_through_the_provider_backend() {
 }
 
 #[test]
+fn host_memory_registered_on_every_rail_with_rail_mr() {
+    in_child(
+        "host_memory_registered_on_every_rail_with_rail_mr",
+        &[DEVICES],
+        || {
+            rails!(Backend::Auto, QpConfig::srd(), 4096 => pds, qa, qb, cqb, nmrs, shared_src, shared_dst, dst_mrs, rails, srcs, remotes);
+            let _ = (&qa, shared_src, shared_dst, &dst_mrs, &srcs, &remotes);
+            notices!(qb, cqb, nmrs => notices);
+            let len = (3 << 20) + 77;
+            let src = RailMr::new(pds.iter(), pattern(len, 9), AccessFlags::empty()).unwrap();
+            let dst =
+                RailMr::new_remote_write(pds.iter(), vec![0u8; len], AccessFlags::empty()).unwrap();
+            assert_eq!((src.rails(), dst.rails(), dst.len()), (4, 4, len as u64));
+            let keys: Vec<u32> = (0..4).map(|i| dst.rail(i).unwrap().rkey()).collect();
+            assert!(dst
+                .remotes()
+                .iter()
+                .zip(&keys)
+                .all(|(r, k)| r.rkey() == *k && r.len() == len as u64));
+            let opts = RailTransfer::new(11, Duration::from_secs(20)).chunk_size(256 << 10);
+            let report = rails
+                .write_all(&src.regions(), &dst.remotes(), opts, |r, c| {
+                    panic!("rail {r}: {c:?}")
+                })
+                .unwrap();
+            assert_eq!((report.bytes, report.notices), (len as u64, 4));
+            let landed = notices
+                .wait(11, Duration::from_secs(10), |_, _| {})
+                .unwrap();
+            assert_eq!(landed.notices, 4);
+            assert!(dst.to_vec() == src.as_slice(), "every byte arrived");
+
+            // Refused as a single Mr would refuse them, or for the rail count.
+            let err = |r: Result<RailMr<_, Vec<u8>>>| r.err().unwrap();
+            assert_eq!(
+                err(RailMr::new(
+                    pds.iter(),
+                    vec![0u8; 8],
+                    AccessFlags::REMOTE_WRITE
+                )),
+                Error::Invalid(InvalidInput::RemoteWriteOnLocalMr)
+            );
+            assert_eq!(
+                err(RailMr::new(
+                    pds.iter().take(0),
+                    vec![0u8; 8],
+                    AccessFlags::empty()
+                )),
+                Error::Invalid(InvalidInput::RailCount { count: 0, max: 32 })
+            );
+            let mut borrowed = [0u8; 8];
+            assert_eq!(
+                RailMr::new_remote_write(pds.iter(), &mut borrowed[..], AccessFlags::empty())
+                    .err()
+                    .unwrap(),
+                Error::Invalid(InvalidInput::RemoteAccessNeedsOwnedMemory)
+            );
+        },
+    );
+}
+
+#[test]
 fn a_rail_killed_mid_transfer_is_named_with_what_landed() {
     in_child(
         "a_rail_killed_mid_transfer_is_named_with_what_landed",

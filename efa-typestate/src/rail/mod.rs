@@ -4,7 +4,8 @@
 //! * [`Rails`] describes the rails of one initiator: per rail a QP in RTS on its own
 //!   device and PD, that QP's send CQ, and the peer (the target's QP on that rail).
 //! * [`Rails::write_all`] writes the buffer: the caller hands one registration of the
-//!   source per rail (each on that rail's PD) and the target's remote buffer per rail (its
+//!   source per rail (each on that rail's PD: [`RailMr`] registers host memory on every
+//!   rail's PD at once; GPU memory is registered once per PD through an `Arc`) and the target's remote buffer per rail (its
 //!   registration on that rail's PD). The bytes are cut into chunks of
 //!   [`RailTransfer::chunk_size`] (1 MiB by default, a multiple of the 64 KiB GPU page,
 //!   so chunks of a page-aligned GPU buffer start on pages), and the chunks go to
@@ -42,9 +43,11 @@
 // Offsets, lengths and indexes here come from callers or peers: no arithmetic that can wrap.
 #![deny(clippy::arithmetic_side_effects)]
 
+mod mr;
 mod notice;
 mod write;
 
+pub use mr::{RailMr, RailRegion};
 pub use notice::{Landed, RailNotices};
 
 use core::fmt;
