@@ -38,6 +38,7 @@ const ENV_RAILS: &str = "EFA_MULTI_RAIL_RAILS";
 const ENV_TARGETS: &str = "EFA_MULTI_RAIL_TARGETS";
 const ENV_DEVICE: &str = "EFA_MULTI_RAIL_DEVICE";
 const ENV_CHUNK: &str = "EFA_MULTI_RAIL_CHUNK";
+const ENV_IN_FLIGHT: &str = "EFA_MULTI_RAIL_IN_FLIGHT";
 
 /// Command-line settings.
 pub struct Args {
@@ -49,6 +50,8 @@ pub struct Args {
     pub rails: usize,
     /// Chunk size in bytes.
     pub chunk: u32,
+    /// Chunks in flight per rail at most (0: the queue depth).
+    pub in_flight: u32,
 }
 
 /// What the target received and verified.
@@ -67,13 +70,14 @@ pub struct Report {
     pub flushed: Flushed,
 }
 
-/// Parses `--bytes N --device N --rails N --chunk N`.
+/// Parses `--bytes N --device N --rails N --chunk N --in-flight N`.
 pub fn parse_args(argv: impl IntoIterator<Item = String>) -> std::result::Result<Args, String> {
     let mut args = Args {
         bytes: 64 << 20,
         device: 0,
         rails: 4,
         chunk: 1 << 20,
+        in_flight: 0,
     };
     let mut it = argv.into_iter();
     while let Some(a) = it.next() {
@@ -89,8 +93,13 @@ pub fn parse_args(argv: impl IntoIterator<Item = String>) -> std::result::Result
             }
             "--rails" => args.rails = num("--rails")? as usize,
             "--chunk" => args.chunk = u32::try_from(num("--chunk")?).map_err(|e| e.to_string())?,
+            "--in-flight" => {
+                args.in_flight = u32::try_from(num("--in-flight")?).map_err(|e| e.to_string())?
+            }
             "-h" | "--help" => {
-                println!("usage: multi_rail [--bytes N] [--device N] [--rails N] [--chunk N]");
+                println!(
+                    "usage: multi_rail [--bytes N] [--device N] [--rails N] [--chunk N] [--in-flight N]"
+                );
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument {other:?}")),
@@ -242,6 +251,7 @@ pub fn run_target(
         (ENV_TARGETS, targets.join(",")),
         (ENV_DEVICE, args.device.to_string()),
         (ENV_CHUNK, args.chunk.to_string()),
+        (ENV_IN_FLIGHT, args.in_flight.to_string()),
     ])?;
     let landed = notices.wait(TRANSFER_ID, TIMEOUT, |r, c| {
         eprintln!("rail {r}: unexpected completion {c:?}")
@@ -312,6 +322,7 @@ pub fn run_initiator_from_env() -> DemoResult<()> {
         .collect::<DemoResult<Vec<_>>>()?;
     let gpu = Device::get(env(ENV_DEVICE)?.parse()?)?;
     let chunk: u32 = env(ENV_CHUNK)?.parse()?;
+    let in_flight: u32 = env(ENV_IN_FLIGHT)?.parse()?;
     let ctxs = names
         .iter()
         .map(|n| Context::open_by_name(n))
@@ -356,7 +367,10 @@ pub fn run_initiator_from_env() -> DemoResult<()> {
         rails.push(&qps[i], &cqs[i], &peers[i])?;
     }
     let started = Instant::now();
-    let opts = RailTransfer::new(TRANSFER_ID, TIMEOUT).chunk_size(chunk);
+    let mut opts = RailTransfer::new(TRANSFER_ID, TIMEOUT).chunk_size(chunk);
+    if in_flight > 0 {
+        opts = opts.in_flight(in_flight);
+    }
     let report = rails.write_all(&srcs, &remotes, opts, |r, c| {
         eprintln!("rail {r}: unexpected completion {c:?}")
     })?;

@@ -394,6 +394,38 @@ fn a_transfer_past_its_timeout_names_a_rail_and_leaves_nothing_in_flight() {
 }
 
 #[test]
+fn in_flight_caps_the_chunks_outstanding_on_each_rail() {
+    // Every datagram 10 ms late: a chunk takes at least 20 ms from post to completion, so
+    // 64 chunks two at a time on each of 4 rails take at least 8 such turns.
+    in_child(
+        "in_flight_caps_the_chunks_outstanding_on_each_rail",
+        &[DEVICES, ("EFA_SIM_FAULTS", "delay_us=10000")],
+        || {
+            const LEN: usize = 4 << 20;
+            rails!(Backend::Auto, QpConfig::srd(), LEN => pds, qa, qb, cqb, nmrs, src, dst, dst_mrs, rails, srcs, remotes);
+            notices!(qb, cqb, nmrs => notices);
+            let _ = (&pds, &qa);
+            let opts = RailTransfer::new(12, Duration::from_secs(20))
+                .chunk_size(64 << 10)
+                .in_flight(2);
+            let started = Instant::now();
+            let report = rails.write_all(&srcs, &remotes, opts, |_, _| {}).unwrap();
+            let took = started.elapsed();
+            assert_eq!(report.chunks, 64);
+            assert!(
+                took >= Duration::from_millis(160),
+                "{took:?}: more than 2 in flight per rail"
+            );
+            notices
+                .wait(12, Duration::from_secs(10), |_, _| {})
+                .unwrap();
+            assert!(dst.read() == src.read());
+            drop(dst_mrs);
+        },
+    );
+}
+
+#[test]
 fn a_panic_in_others_unwinds_only_when_nothing_is_in_flight() {
     // Datagrams 20 ms late: chunks are in flight when the callback panics.
     in_child(

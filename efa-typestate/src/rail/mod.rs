@@ -76,6 +76,7 @@ pub struct RailTransfer {
     pub(crate) timeout: Duration,
     pub(crate) chunk: u32,
     pub(crate) local_offset: u64,
+    pub(crate) in_flight: u32,
 }
 
 impl RailTransfer {
@@ -87,11 +88,19 @@ impl RailTransfer {
             timeout,
             chunk: DEFAULT_CHUNK,
             local_offset: 0,
+            in_flight: u32::MAX,
         }
     }
     /// Chunks of at most `bytes` (also at most every rail's `max_rdma_size`).
     pub fn chunk_size(mut self, bytes: u32) -> Self {
         self.chunk = bytes;
+        self
+    }
+    /// At most `chunks` chunks in flight per rail (at least 1; by default the rail's
+    /// queue depth): a cap on the bytes outstanding on each device, for fabrics (or
+    /// software devices) that serve less than the queues hold within their timeouts.
+    pub fn in_flight(mut self, chunks: u32) -> Self {
+        self.in_flight = chunks.max(1);
         self
     }
     /// The local bytes start at `offset` of each rail's registration.

@@ -194,6 +194,7 @@ impl<'a, P, Q: CompletionQueue, X> Rails<'a, P, Q, X> {
                 id_base: 0,
                 window: u64::from(rail.qp.limits().max_send_wr())
                     .min(cq_room)
+                    .min(u64::from(opts.in_flight))
                     .max(1),
                 posted: 0,
                 done: 0,
