@@ -15,6 +15,19 @@ cargo test --workspace --locked "$@"
 # the example itself, between two processes on efa-sim and the software GPU.
 cargo test -p efa --features cuda --locked --test gpu_rdma
 cargo run -p efa --features cuda --locked --example gpu_rdma -- --bytes 1000001
+# Multi-rail: 1 GiB GPU->GPU between two processes over the 4 rails nearest GPU 1 of a p5
+# shape (efa-sim run places the software GPUs in the shape's topology), every byte verified.
+cargo test -p efa --features cuda --locked --test multi_rail
+# A 5 GiB GPU registration on the software GPU, written across and past the 4 GiB line.
+cargo test -p efa --features cuda --locked --test large_gpu_registration
+cargo build -p efa --features cuda --locked --example multi_rail
+target_dir="${CARGO_TARGET_DIR:-target}"
+EFA_SIM_SHAPE=p5.48xlarge "$target_dir/debug/efa-sim" run --gpus 8 -- \
+  "$target_dir/debug/examples/multi_rail" --bytes 1073741824 --device 1
+# ... and over all 32 rails of the p5, 8 chunks in flight per rail (efa-sim on a small
+# machine does not serve a whole queue per device on 32 devices within its peer timeout).
+EFA_SIM_SHAPE=p5.48xlarge "$target_dir/debug/efa-sim" run --gpus 8 -- \
+  "$target_dir/debug/examples/multi_rail" --bytes 1073741824 --rails 32 --in-flight 8
 # The Python package (efa-py/, `import efa`): its wheel built with maturin, installed into
 # a fresh venv, its pytest suite run there on efa-sim and the software GPU.
 bash scripts/test-python.sh

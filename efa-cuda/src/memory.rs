@@ -61,6 +61,27 @@ unsafe impl<M: DeviceMemory + ?Sized> DeviceMemory for &mut M {
     }
 }
 
+// SAFETY: an `Arc` keeps the memory allocated while any clone lives, and forever when a
+// clone is leaked (so exactly when `M` says a leak keeps it); the clones together are its
+// holder. This is how one buffer is registered on several PDs (a multi-rail transfer,
+// one registration per EFA device): device memory is reached only through the driver's
+// copies and the NIC, never through a Rust reference, so sharing it aliases nothing.
+unsafe impl<M: DeviceMemory> DeviceMemory for std::sync::Arc<M> {
+    const STAYS_ALLOCATED_IF_LEAKED: bool = M::STAYS_ALLOCATED_IF_LEAKED;
+    fn device_ptr(&self) -> u64 {
+        (**self).device_ptr()
+    }
+    fn byte_len(&self) -> usize {
+        (**self).byte_len()
+    }
+    fn device_ordinal(&self) -> i32 {
+        (**self).device_ordinal()
+    }
+    fn driver(&self) -> Option<&'static Driver> {
+        (**self).driver()
+    }
+}
+
 /// Device memory given as a raw CUDA pointer and length (e.g. a PyTorch tensor's
 /// `data_ptr()` and byte size), checked against the driver's pointer attributes.
 #[derive(Clone, Copy, Debug)]

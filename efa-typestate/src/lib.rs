@@ -6,7 +6,7 @@
 //! handles and peers), [`endpoint`] (GIDs and the endpoint-info wire format), [`cq`]
 //! (completion queues, channels, waiting), [`qp`] (typestate queue pairs), [`wr`]
 //! (work-request batches), [`lease`] and [`pool`] (safe posting), [`parent`] (borrowed
-//! or shared handles) and [`error`].
+//! or shared handles), [`rail`] (one buffer over several devices) and [`error`].
 //!
 //! # Quickstart (SRD, two QPs in one process)
 //!
@@ -232,6 +232,7 @@
 //! | **Keys are not reissued under a posted work request.** The crate never deregisters memory a work request of its own may still name (device keys can be reissued to later registrations) | abandoned and forgotten leases leak (or come back by [`Posted::reclaim_reset`] once their QP is reset); a pool dropped with slots out leaks; transfers cut chunks off by a QP reset, not a deregistration; the `unsafe` post contract forbids dropping an `Mr` in the window | `adversarial::hole_1_*` (both), `adversarial::tickets_come_back_by_a_reset_of_their_own_qp_only`, `leases::a_dropped_ticket_keeps_its_slot_out_of_the_pool` |
 //! | **Leased memory is out of reach while posted**, and comes back only by its own completion | type (the lease moves into [`Posted`]); `wr_id`s with bit 63 are reserved and unique; [`Completion`] has no constructor | `leases::*`, `adversarial::eighth_hole_*` |
 //! | **Transfers return only when no chunk is in flight** ([`Qp::write_all`], [`Qp::read_all`]), also when the callback panics | check: the QP's own send CQ ([`InvalidInput::NotSendCq`]); reserved chunk ids, send-side opcodes only; the panic is caught and resumed after the wait; missing completions are cut off by a reset | `adversarial::hole_2_*`, `adversarial::eighth_hole_*`, `adversarial::a_transfer_whose_*`, `transfer::*` |
+//! | **Multi-rail transfers return only when no chunk of any rail is in flight** ([`Rails::write_all`]), also when the callback panics | as above, per rail: each rail's CQ checked to be its QP's send CQ; chunk ids reserved with the rail in the upper bits, counted only from that rail's QP, send-side; a full queue is an error, never a retry; missing completions are cut off by resetting that rail's QP | `rail::*` (a rail killed mid-transfer, a timeout and a panicking callback with chunks in flight), `rail_processes::*` (loss and reordering) |
 //! | **Peer-writable memory gives no `&`/`&mut`** | type ([`RemoteWrite`] registrations copy only) | `rules` compile-fail doctests, `soundness::hole_1_*` |
 //! | **Remote access and leases need memory that survives a leak** (`mem::forget` of an `Mr` or ticket) | check ([`InvalidInput::RemoteAccessNeedsOwnedMemory`], [`InvalidInput::LeaseNeedsOwnedMemory`]) | `soundness::hole_3_*`, `leases::refused_leases_come_back_and_reach_nothing` |
 //! | **Objects of another PD or device never reach a post** (lkeys of two devices collide) | check: the [`PdId`] of every SGE, peer and lease | `soundness::hole_2_*`, `leases::refused_leases_come_back_and_reach_nothing` |
@@ -311,6 +312,8 @@ pub mod pd;
 #[cfg(feature = "std")]
 pub mod pool;
 pub mod qp;
+#[cfg(feature = "std")]
+pub mod rail;
 pub mod rules;
 #[cfg(feature = "std")]
 pub mod topology;
@@ -351,6 +354,11 @@ pub use qp::{
     Backend, DynQp, Init, Qp, QpAttr, QpCaps, QpConfig, QpState, QpStateKind, QpType, RecvReady,
     Reset, RnrRetry, Rtr, Rts, RtsOptions, SendSession, TransitionError, WqLayout,
     DEFAULT_RNR_RETRY,
+};
+#[cfg(feature = "std")]
+pub use rail::{
+    Landed, Notice, RailError, RailMr, RailNotices, RailRegion, RailReport, RailTally,
+    RailTransfer, Rails,
 };
 #[cfg(feature = "std")]
 pub use topology::{

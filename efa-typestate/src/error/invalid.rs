@@ -187,6 +187,39 @@ pub enum InvalidInput {
         /// Completions the QP can have outstanding on it (its granted queue depths).
         needed: u32,
     },
+    /// A multi-rail transfer over no rails, or over more than
+    /// [`MAX_RAILS`](crate::rail::MAX_RAILS).
+    RailCount {
+        /// Rails given.
+        count: usize,
+        /// The most a transfer takes.
+        max: u32,
+    },
+    /// A rail whose local registration or remote buffer differs in length from rail 0's:
+    /// every rail must describe the same bytes.
+    RailMismatch {
+        /// The length found.
+        len: u64,
+        /// The rail.
+        rail: u32,
+    },
+    /// A list of registrations or remote buffers without exactly one entry per rail.
+    RailListLength {
+        /// Entries given.
+        got: usize,
+        /// Rails.
+        rails: u32,
+    },
+    /// A transfer id beyond the 24 bits a notice's immediate carries.
+    TransferIdTooLarge(u32),
+    /// A notice receive must name no bytes (a write-with-immediate's payload goes to the
+    /// RDMA address, never to the receive).
+    NoticeSgeNotEmpty(u32),
+    /// More transfers partly announced at a target than it tracks at once.
+    TooManyPendingTransfers {
+        /// Transfers it tracks.
+        max: u32,
+    },
 }
 
 impl fmt::Display for InvalidInput {
@@ -283,6 +316,27 @@ impl fmt::Display for InvalidInput {
                 f,
                 "{cq} of {depth} entries cannot hold the QP's {needed} outstanding {}",
                 cq.holds()
+            ),
+            RailCount { count, max } => {
+                write!(f, "{count} rails: a transfer takes 1 to {max}")
+            }
+            RailMismatch { len, rail } => write!(
+                f,
+                "rail {rail} does not match rail 0 (length {len}): every rail must describe the same bytes"
+            ),
+            RailListLength { got, rails } => {
+                write!(f, "{got} entries given for {rails} rails: one per rail")
+            }
+            TransferIdTooLarge(id) => {
+                write!(f, "transfer id {id:#x} does not fit the notice's 24 bits")
+            }
+            NoticeSgeNotEmpty(len) => write!(
+                f,
+                "a notice receive must name no bytes, this SGE has {len}"
+            ),
+            TooManyPendingTransfers { max } => write!(
+                f,
+                "more than {max} transfers partly announced at once"
             ),
         }
     }

@@ -49,7 +49,7 @@ unsafe impl<P: Send, M: RegionMemory + Send, A> Send for Mr<P, M, A> {}
 // PD-holder access; both need `M: Sync` and `P: Sync`.
 unsafe impl<P: Sync, M: RegionMemory + Sync, A> Sync for Mr<P, M, A> {}
 
-fn reg_mr(
+pub(crate) fn reg_mr(
     pd: NonNull<ffi::ibv_pd>,
     ptr: *mut u8,
     bytes: usize,

@@ -39,6 +39,8 @@ pub use device_address::{DeviceAddressMemory, DeviceAddressMr};
 #[cfg(feature = "std")]
 pub use dmabuf::DmaBufFd;
 pub use dmabuf::{DmaBufMemory, DmaBufMr};
+#[cfg(feature = "std")]
+pub(crate) use host::reg_mr;
 pub use host::Mr;
 pub use memory::{Plain, RawMemory, RawRegion, RegionMemory};
 pub use remote::RemoteBuffer;

@@ -23,7 +23,7 @@ mod raw;
 mod session;
 mod state;
 #[cfg(feature = "std")]
-mod transfer;
+pub(crate) mod transfer;
 
 pub use config::DEFAULT_RNR_RETRY;
 pub use config::{Backend, QpAttr, QpCaps, QpConfig, QpType, RnrRetry, RtsOptions, WqLayout};

@@ -62,10 +62,10 @@ impl Transfer {
 }
 
 /// Batches posted per doorbell.
-const BATCH: usize = 16;
+pub(crate) const BATCH: usize = 16;
 
 /// A deadline that does not come.
-fn far() -> Instant {
+pub(crate) fn far() -> Instant {
     let now = Instant::now();
     [86_400 * 365, 3_600]
         .into_iter()
@@ -146,7 +146,7 @@ impl<P> Qp<P, Rts> {
             .finish()
     }
 
-    fn check_send_cq<Q: CompletionQueue>(&self, cq: &Q) -> Result<()> {
+    pub(crate) fn check_send_cq<Q: CompletionQueue>(&self, cq: &Q) -> Result<()> {
         // SAFETY: a live QP; `send_cq` is a plain field set at creation.
         let send_cq = unsafe { (*self.as_ptr()).send_cq };
         if cq.as_cq_ptr() == send_cq {

@@ -119,6 +119,16 @@ impl<'a> RdmaChunks<'a> {
         self.index = self.index.saturating_sub(n);
         self.done = self.index.saturating_mul(u64::from(self.max_chunk));
     }
+    /// Moves to chunk `index` (at most [`total`](Self::total)): a multi-rail transfer
+    /// hands out the chunks of one cursor to the rails' chunkers.
+    #[cfg_attr(not(feature = "std"), allow(dead_code))] // used by the std-only transfers
+    pub(crate) fn seek(&mut self, index: u64) {
+        let index = index.min(self.total());
+        self.index = index;
+        self.done = index
+            .saturating_mul(u64::from(self.max_chunk))
+            .min(self.remote.len());
+    }
     /// Consumes the chunk `peek` returned.
     pub(crate) fn advance(&mut self) {
         let step = self.left().min(u64::from(self.max_chunk));
@@ -169,6 +179,13 @@ mod tests {
         again.rewind(2);
         assert_eq!((again.index(), again.remaining()), (2, 2));
         assert_eq!(again.next().unwrap().1.addr(), 0x9000 + 2 * 4096);
+        again.seek(3);
+        assert_eq!((again.index(), again.remaining()), (3, 1));
+        assert_eq!(again.peek().unwrap().1.len(), 100, "the short last chunk");
+        again.seek(0);
+        assert_eq!((again.index(), again.remaining()), (0, 4));
+        again.seek(99);
+        assert_eq!((again.index(), again.remaining(), again.total()), (4, 0, 4));
         let empty = RdmaChunks::from_parts(7, pd, 0, RemoteBuffer::new(0, 0, 0), 10);
         assert_eq!(empty.count(), 0);
     }

@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 #[macro_use]
 pub mod direct;
 pub mod props;
+#[macro_use]
+pub mod rails;
 
 use arrayvec::ArrayVec;
 use efa_typestate::*;
