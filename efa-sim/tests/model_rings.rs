@@ -427,3 +427,87 @@ fn acknowledgements_of_two_qps_complete_each_on_its_own_cq() {
         none_within(&s.cq, 20);
     }
 }
+
+/// A consumer's doorbell store is MMIO: the device has acted on it when the store
+/// returns, on the storing thread (no watcher, whose first scan comes later).
+#[test]
+fn a_doorbell_store_reaches_the_device_before_it_returns() {
+    let d = special(53, |_| {});
+    let s = side_with(&d, 16, 16, 0);
+    let (sq, _) = s.qp.wq_layout();
+    // Long enough for the watcher to be asleep between scans.
+    std::thread::sleep(Duration::from_millis(20));
+    // SAFETY: the doorbell is a live, aligned u32 of the QP's send ring, only accessed
+    // atomically while the QP lives.
+    let db = unsafe { AtomicU32::from_ptr(sq.doorbell) };
+    for round in 1..=5u64 {
+        let before = d.stats();
+        // A different bad value each round: the device counts a stall once per value.
+        let bad = sq.num_entries + 4 + round as u32;
+        db.store(bad, Ordering::Release);
+        let after = d.stats();
+        assert_eq!(
+            after.bad_doorbells,
+            before.bad_doorbells + 1,
+            "round {round}: {after:?}"
+        );
+        assert_eq!(db.load(Ordering::Acquire), bad, "the store landed");
+        db.store(0, Ordering::Release);
+        std::thread::sleep(Duration::from_millis(3));
+    }
+    assert_eq!(d.stats().opened_traps, 0);
+    // The provider's own doorbells are not trapped: it rings the device directly.
+    let ah = s.ah_to(&s);
+    s.qp.post_send_batch(&[wr(&ah, nobody(&s), 7, SendOp::Send, &[])])
+        .unwrap();
+    assert_eq!((next(&s.cq, 10).wr_id, d.stats().trapped_doorbells), (7, 0));
+}
+
+/// With `mmio_trap=0` the doorbell is plain memory: the watcher sees it, later.
+#[test]
+fn without_the_trap_the_watcher_sees_the_doorbell() {
+    let d = special(54, |p| p.mmio_trap = false);
+    let s = side_with(&d, 16, 16, 0);
+    let (sq, _) = s.qp.wq_layout();
+    let bad = d.stats().bad_doorbells;
+    // SAFETY: as above.
+    let db = unsafe { AtomicU32::from_ptr(sq.doorbell) };
+    db.store(sq.num_entries + 5, Ordering::Release);
+    wait_for(5, "the watcher to see the doorbell", || {
+        d.stats().bad_doorbells > bad
+    });
+    assert_eq!(d.stats().opened_traps, 0);
+}
+
+/// A store the trap cannot decode (here SSE2's `movd`) opens the page: the store
+/// lands, the watcher sees it, and later stores do not trap.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn an_undecodable_doorbell_store_opens_the_page_and_still_lands() {
+    let d = special(55, |_| {});
+    let s = side_with(&d, 16, 16, 0);
+    let (sq, _) = s.qp.wq_layout();
+    let bad = d.stats().bad_doorbells;
+    let value = sq.num_entries + 5;
+    // SAFETY: `movd [ptr], xmm` stores 4 bytes to the live, aligned doorbell; the xmm
+    // register is declared clobbered.
+    unsafe {
+        core::arch::asm!(
+            "movd xmm0, {v:e}",
+            "movd dword ptr [{p}], xmm0",
+            v = in(reg) value,
+            p = in(reg) sq.doorbell,
+            out("xmm0") _,
+            options(nostack),
+        )
+    };
+    assert_eq!(d.stats().opened_traps, 1);
+    wait_for(5, "the watcher to see the doorbell", || {
+        d.stats().bad_doorbells > bad
+    });
+    // SAFETY: as in the tests above.
+    let db = unsafe { AtomicU32::from_ptr(sq.doorbell) };
+    assert_eq!(db.load(Ordering::Acquire), value);
+    db.store(0, Ordering::Release);
+    assert_eq!(d.stats().opened_traps, 1, "an open page does not trap");
+}

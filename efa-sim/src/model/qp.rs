@@ -116,7 +116,11 @@ impl Qp {
         if p.min_sq_wr > 0 {
             max_batch = max_batch.min(sq - 1);
         }
-        let sq_ring = Ring::new(sq, wqe)?;
+        let sq_ring = if p.mmio_trap && p.ring_query {
+            Ring::new_mmio(sq, wqe)?
+        } else {
+            Ring::new(sq, wqe)?
+        };
         let rq_ring = Ring::new(rq_descs, crate::ring::rx::SIZE)?;
         let limit = p.max_qp.min(MAX_QPS_PER_PROCESS);
         let qp = {
@@ -268,6 +272,8 @@ impl Qp {
     pub fn wq_layout(&self) -> (Layout, Layout) {
         if !self.exposed.swap(true, Ordering::AcqRel) {
             self.pd.rt.watcher.start(&self.pd.rt);
+            let me: std::sync::Weak<dyn crate::ring::mmio::DoorbellListener> = self.me.clone();
+            self.sq_dev.ring().arm_doorbell(me);
         }
         let rq = self.rq_dev.ring();
         // Receive descriptors are not batched: one doorbell may cover the whole ring.
@@ -465,5 +471,17 @@ impl Qp {
         self.recv_cq.release_user();
         self.pd.release_user();
         Ok(())
+    }
+}
+
+/// The send queue's doorbell as MMIO: a consumer's store arrives here, on its thread.
+impl crate::ring::mmio::DoorbellListener for Qp {
+    fn doorbell_written(&self) {
+        if self.sq_doorbell() {
+            super::runtime::stats::bump(&self.pd.rt.stats.trapped_doorbells);
+        }
+    }
+    fn trap_opened(&self) {
+        super::runtime::stats::bump(&self.pd.rt.stats.opened_traps);
     }
 }

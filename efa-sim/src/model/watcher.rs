@@ -3,8 +3,11 @@
 //! efa-sim's own provider hands every doorbell to the device on the posting thread, so
 //! nothing needs watching until a consumer asks for the raw rings
 //! (`efadv_query_qp_wqs`, `efadv_query_cq`): only such a consumer can write WQEs and
-//! doorbells itself. The first such query starts one watcher thread per device. It
-//! looks at the send-queue doorbells of every QP whose rings were handed out and at the
+//! doorbells itself. A send-queue doorbell it stores to is normally trapped and consumed
+//! on the storing thread ([`crate::ring::mmio`]); the watcher covers the rest. The first
+//! ring query starts one watcher thread per device. It looks at the send-queue doorbells
+//! of every QP whose rings were handed out (news only where the doorbell is plain memory:
+//! profile `mmio_trap=0`, or a page a store the trap could not decode opened) and at the
 //! doorbells of such CQs (consumer index, arm bit), and has the device act on what
 //! changed, on the watcher's thread.
 //!

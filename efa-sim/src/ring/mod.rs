@@ -26,6 +26,7 @@
 //! its phase byte ([`Ring::load_byte`]). The bytes in memory are EFA's formats unchanged.
 
 pub mod cqe;
+pub mod mmio;
 pub mod rx;
 pub mod wqe;
 
@@ -79,7 +80,15 @@ pub struct Ring {
     /// log2 of `entry_size` (entry sizes are powers of two).
     entry_shift: u32,
     entries: u32,
-    doorbell: Box<Doorbell>,
+    doorbell: DoorbellHome,
+}
+
+/// Where a ring's doorbell register lives.
+enum DoorbellHome {
+    /// Plain memory: consumers' stores are seen when someone looks.
+    Heap(Box<Doorbell>),
+    /// A trapped page: a consumer's store reaches the device at once ([`mmio`]).
+    Mmio(mmio::MmioPage),
 }
 
 // SAFETY: the ring is plain memory accessed only through volatile copies and an atomic
@@ -92,6 +101,16 @@ impl Ring {
     /// Maps a zero-filled ring (ENOMEM if the mapping fails). `entries == 0` gives a ring
     /// without memory (a QP without receive queue).
     pub fn new(entries: u32, entry_size: usize) -> Result<Ring, Errno> {
+        Self::with_doorbell(entries, entry_size, false)
+    }
+
+    /// [`Ring::new`] with the doorbell in a trapped page ([`mmio`]) where one can be
+    /// mapped (else in plain memory, as `new`'s).
+    pub fn new_mmio(entries: u32, entry_size: usize) -> Result<Ring, Errno> {
+        Self::with_doorbell(entries, entry_size, true)
+    }
+
+    fn with_doorbell(entries: u32, entry_size: usize, mmio: bool) -> Result<Ring, Errno> {
         debug_assert!(entries == 0 || entries.is_power_of_two());
         if !entry_size.is_power_of_two() {
             return Err(libc::EINVAL);
@@ -123,7 +142,10 @@ impl Ring {
             entry_size,
             entry_shift: entry_size.trailing_zeros(),
             entries,
-            doorbell: Box::new(Doorbell(AtomicU32::new(0))),
+            doorbell: match mmio.then(mmio::MmioPage::new).flatten() {
+                Some(page) => DoorbellHome::Mmio(page),
+                None => DoorbellHome::Heap(Box::new(Doorbell(AtomicU32::new(0)))),
+            },
         })
     }
 
@@ -133,7 +155,10 @@ impl Ring {
             buffer: self.as_ptr(),
             entry_size: self.entry_size as u32,
             num_entries: self.entries,
-            doorbell: self.doorbell.as_ptr(),
+            doorbell: match &self.doorbell {
+                DoorbellHome::Heap(d) => d.as_ptr(),
+                DoorbellHome::Mmio(page) => page.user_address().cast(),
+            },
             max_batch,
         }
     }
@@ -153,7 +178,21 @@ impl Ring {
     /// The queue's doorbell.
     #[inline]
     pub fn doorbell(&self) -> &Doorbell {
-        &self.doorbell
+        match &self.doorbell {
+            DoorbellHome::Heap(d) => d,
+            // SAFETY: the register is at the start of the page-aligned writable view
+            // (alignment 64 holds), zero-initialised (a valid AtomicU32), and lives as
+            // long as the page, which `self` owns.
+            DoorbellHome::Mmio(page) => unsafe { &*page.register().cast::<Doorbell>() },
+        }
+    }
+
+    /// Stores to the consumer's doorbell address reach `listener` from now on (a ring
+    /// whose doorbell is in plain memory ignores this).
+    pub fn arm_doorbell(&self, listener: std::sync::Weak<dyn mmio::DoorbellListener>) {
+        if let DoorbellHome::Mmio(page) = &self.doorbell {
+            page.arm(listener);
+        }
     }
 
     /// Start of the ring (NULL without entries), as handed to direct consumers.

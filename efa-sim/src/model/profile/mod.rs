@@ -105,6 +105,10 @@ pub struct Profile {
     /// let consumers drive its rings; libfabric and efa-typestate's `Auto` backend then
     /// stay on the provider path).
     pub ring_query: bool,
+    /// Whether a send queue's doorbell, once handed out, is a trapped page whose stores
+    /// reach the device on the storing thread (`crate::ring::mmio`; off: plain memory
+    /// that the doorbell watcher scans).
+    pub mmio_trap: bool,
     /// Whether `ibv_reg_mr` on CUDA device memory works (the nvidia_peermem path; off:
     /// EFAULT, as the kernel fails to pin GPU pages without nvidia_peermem).
     pub peermem: bool,
@@ -178,6 +182,7 @@ impl Default for Profile {
             read_completes_as_send: true,
             dmabuf_mr: true,
             ring_query: true,
+            mmio_trap: true,
             peermem: true,
             strict: false,
         }
@@ -218,6 +223,7 @@ pub const PROFILE_KEYS: &[&str] = &[
     "read_completes_as_send",
     "dmabuf_mr",
     "ring_query",
+    "mmio_trap",
     "peermem",
     "strict",
 ];

@@ -129,6 +129,7 @@ pub fn apply(p: &mut Profile, key: &str, value: &str) -> Result<(), String> {
         "read_opcode" => p.read_completes_as_send = parse_read_opcode(v)?,
         "dmabuf_mr" => p.dmabuf_mr = parse_bool(v)?,
         "ring_query" => p.ring_query = parse_bool(v)?,
+        "mmio_trap" => p.mmio_trap = parse_bool(v)?,
         "peermem" => p.peermem = parse_bool(v)?,
         "strict" => p.strict = parse_bool(v)?,
         _ => {

@@ -12,11 +12,17 @@
 //! * while a poller of one of its CQs drives the inbox ([`Runtime::progress`]) it sleeps
 //!   without the flag (senders pay no wake-up) and looks again every [`POLLED_NAP`]; it
 //!   notices within that time when the pollers stopped;
-//! * when nobody polls and it just had work, it watches the inbox for [`ENGINE_SPIN`]
-//!   before it sleeps: a responder serving a stream (one-sided RDMA to a process that
-//!   does not poll) takes the next frame without a wake-up datagram and the scheduler
-//!   latency behind it, and an idle device still sleeps a few microseconds after its
-//!   last packet.
+//! * when nobody polls and it just had work, it watches the inbox for up to
+//!   [`ENGINE_SPIN`] before it sleeps: a responder serving a stream (one-sided RDMA to a
+//!   process that does not poll) takes the next frame without a wake-up datagram and
+//!   the scheduler latency behind it, and an idle device still sleeps a few microseconds
+//!   after its last packet. The watch adapts: one that ends without a frame halves the
+//!   next (down to [`MIN_SPIN`]), one that finds a frame doubles it (up to
+//!   [`ENGINE_SPIN`]).
+//!   Request/response traffic whose peer polls its rings directly (a direct data path
+//!   never calls into efa-sim, so only this thread moves its inbox) then waits asleep
+//!   and leaves the CPU to the pollers, which on a machine with few cores is what lets
+//!   the answer come at all; a stream keeps the full watch.
 
 use super::Runtime;
 use std::sync::atomic::Ordering;
@@ -31,6 +37,9 @@ pub const POLLED_NAP: Duration = Duration::from_millis(1);
 /// How long the engine watches its inbox for more frames after work before it sleeps.
 pub const ENGINE_SPIN: Duration = Duration::from_micros(50);
 
+/// The shortest watch of the inbox after work.
+pub const MIN_SPIN: Duration = Duration::from_micros(2);
+
 /// Most inbox frames one engine pass takes before it looks at the socket and the timers.
 const ENGINE_BATCH: usize = 256;
 
@@ -39,6 +48,8 @@ pub(crate) struct Engine {
     rt: Arc<Runtime>,
     bufs: Vec<Vec<u8>>,
     got: Vec<(usize, std::net::SocketAddrV4)>,
+    /// How long the next watch of the inbox may last (adapts, see the module docs).
+    spin: Duration,
 }
 
 impl Engine {
@@ -49,6 +60,7 @@ impl Engine {
                 .map(|_| vec![0u8; crate::transport::wire::MAX_DATAGRAM + 64])
                 .collect(),
             got: Vec::with_capacity(32),
+            spin: ENGINE_SPIN,
         }
     }
 
@@ -88,9 +100,11 @@ impl Engine {
                 self.rt.engine_napping.store(false, Ordering::Relaxed);
                 continue;
             }
-            if self.frames_within(last_work + ENGINE_SPIN) {
+            if self.frames_within(last_work + self.spin) {
+                self.spin = (self.spin * 2).clamp(MIN_SPIN, ENGINE_SPIN);
                 continue;
             }
+            self.spin = (self.spin / 2).max(MIN_SPIN);
             let ep = &self.rt.ep;
             if !busy {
                 // A long sleep: whoever adds work for the timers from now on wakes us.

@@ -59,6 +59,12 @@ counters! {
     /// Of those, doorbells the watcher noticed (written by a consumer driving the rings
     /// itself rather than through efa-sim's provider).
     watched_doorbells,
+    /// Send-queue doorbells that brought new WQEs and were consumed on the storing
+    /// thread: a consumer's store trapped (the doorbell as MMIO: `crate::ring::mmio`).
+    trapped_doorbells,
+    /// Trapped doorbell stores that could not be decoded: their page was opened, and
+    /// the watcher sees that queue's doorbells from then on.
+    opened_traps,
     /// Doorbell values claiming more new WQEs than the ring holds (ignored).
     bad_doorbells,
     /// Times the device found a WQE whose phase bit was not the current lap's (not yet
