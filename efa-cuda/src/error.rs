@@ -49,6 +49,14 @@ pub enum Error {
         /// What needed it.
         call: &'static str,
     },
+    /// The calling thread's current context is on another device than the one the call
+    /// is for ([`Device::check_current`](crate::Device::check_current)).
+    WrongContext {
+        /// The device the call is for.
+        device: i32,
+        /// The device of the current context.
+        current: i32,
+    },
     /// A device ordinal outside `0..count`.
     InvalidDevice {
         /// The ordinal asked for.
@@ -145,6 +153,10 @@ impl fmt::Display for Error {
             }
             Error::NoDevice => write!(f, "no CUDA device (cuInit: CUDA_ERROR_NO_DEVICE)"),
             Error::NoContext { call } => write!(f, "{call} needs a current CUDA context"),
+            Error::WrongContext { device, current } => write!(
+                f,
+                "the current CUDA context is on device {current}, not on device {device}"
+            ),
             Error::InvalidDevice { ordinal, count } => {
                 write!(f, "CUDA device {ordinal} does not exist ({count} devices)")
             }

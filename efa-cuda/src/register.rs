@@ -275,7 +275,8 @@ impl<P, M: DeviceMemory> GpuMr<P, M> {
         self.device()?.flush_gpudirect_writes(scope)
     }
 
-    /// Deregisters and registers the same memory again (same path, access and address):
+    /// Deregisters and registers the same memory again (same path, access and address;
+    /// no CUDA call, so no context needed):
     /// every key given out before is dead. If the registration step fails, the region
     /// stays deregistered (SGEs are refused) until it is dropped or closed.
     pub fn reregister(&mut self) -> Result<()> {

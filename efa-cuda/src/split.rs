@@ -215,7 +215,9 @@ impl SplitRemote {
                 return Err(Error::PiecesNotContiguous { piece: i });
             }
             starts.push(total);
-            total = total.checked_add(p.len()).ok_or(Error::PiecesNotContiguous { piece: i })?;
+            total = total
+                .checked_add(p.len())
+                .ok_or(Error::PiecesNotContiguous { piece: i })?;
         }
         if pieces.is_empty() {
             return Err(Error::EmptyBuffer);
@@ -248,7 +250,10 @@ impl SplitRemote {
         let segs = Segments::new(&self.starts, self.total, offset, len)?;
         Ok(segs.map(|s| {
             let p = &self.pieces[s.piece];
-            (s.offset, RemoteBuffer::new(p.addr() + s.piece_offset, s.len, p.rkey()))
+            (
+                s.offset,
+                RemoteBuffer::new(p.addr() + s.piece_offset, s.len, p.rkey()),
+            )
         }))
     }
 }

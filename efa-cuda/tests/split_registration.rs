@@ -211,7 +211,10 @@ fn a_buffer_over_max_mr_size_is_split_and_takes_writes_across_pieces() {
         assert!(p.len() <= MAX_MR_SIZE);
         assert_eq!(p.device_ptr(), next, "back to back");
         // Within one max_mr_size-aligned window: no more pages than the limit.
-        assert_eq!(p.device_ptr() / MAX_MR_SIZE, (p.device_ptr() + p.len() - 1) / MAX_MR_SIZE);
+        assert_eq!(
+            p.device_ptr() / MAX_MR_SIZE,
+            (p.device_ptr() + p.len() - 1) / MAX_MR_SIZE
+        );
         next += p.len();
     }
     assert_eq!(next, ptr + len);

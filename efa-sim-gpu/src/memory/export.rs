@@ -50,11 +50,16 @@ impl Memory {
     /// range was checked to be mapped).
     fn mappings_in(&self, va: u64, len: u64) -> usize {
         match self.region_at(va) {
-            Some((_, Region { kind: Kind::Reserve { maps }, .. })) => {
-                maps.range(..va.saturating_add(len))
-                    .filter(|(&at, m)| at + m.size > va)
-                    .count()
-            }
+            Some((
+                _,
+                Region {
+                    kind: Kind::Reserve { maps },
+                    ..
+                },
+            )) => maps
+                .range(..va.saturating_add(len))
+                .filter(|(&at, m)| at + m.size > va)
+                .count(),
             _ => 1,
         }
     }
