@@ -1,8 +1,10 @@
 //! GPU memory beyond 4 GiB (issue 27, item 4, first part): one `cuMemAlloc` of 5 GiB on
 //! the software GPU (its memory is a sparse memfd, so untouched pages cost nothing),
 //! registered by dma-buf in one registration, and RDMA-written across the 4 GiB line and
-//! past it: offsets and lengths beyond 32 bits reach the right bytes.
-use efa::cuda::{register, Device, DeviceAlloc, RegistrationPath};
+//! past it: offsets and lengths beyond 32 bits reach the right bytes. Then the same size
+//! as a `SplitGpuMr` of pieces of at most 4 GiB (a device whose `max_mr_size` were 4 GiB),
+//! written across the piece boundary.
+use efa::cuda::{register, Device, DeviceAlloc, RegistrationPath, SplitGpuMr, SplitOptions};
 use efa::*;
 use std::time::Duration;
 
@@ -64,4 +66,37 @@ fn a_gpu_buffer_over_4_gib_registers_and_takes_writes_past_4_gib() {
     dst.copy_to_host((4 * GIB - (1 << 19) - 16) as usize, &mut before)
         .unwrap();
     assert_eq!(before, [0u8; 16]);
+    drop(dst);
+
+    // Pieces of at most 4 GiB, cut at multiples of 4 GiB in the address space.
+    let mem = DeviceAlloc::new(&gpu, len as usize).unwrap();
+    let split =
+        SplitGpuMr::new(&pd, mem, access, SplitOptions::new().max_piece_len(4 * GIB)).unwrap();
+    let ptr = split.device_ptr();
+    assert_eq!(
+        split.piece_count() as u64,
+        (ptr + len - 1) / (4 * GIB) - ptr / (4 * GIB) + 1
+    );
+    assert!(split.piece_count() >= 2);
+    assert!(split.pieces().iter().all(|p| p.len() <= 4 * GIB));
+    let boundary = split.pieces()[0].len();
+    let at = boundary.saturating_sub(1 << 19);
+    let remote = split.remote();
+    let mut writes = 0;
+    for (offset, piece) in remote.segments(at, piece.len() as u64).unwrap() {
+        a.write_all(
+            &cq,
+            &to_b,
+            &src,
+            piece,
+            Transfer::new(Duration::from_secs(20)).local_offset(offset - at),
+            |c| panic!("unexpected {c:?}"),
+        )
+        .unwrap();
+        writes += 1;
+    }
+    assert_eq!(writes, 2, "one write per piece");
+    let mut back = vec![0u8; piece.len()];
+    split.copy_to_host(at as usize, &mut back).unwrap();
+    assert!(back == piece, "the bytes across the piece boundary");
 }

@@ -18,6 +18,11 @@ pub struct DeviceAlloc {
 
 impl DeviceAlloc {
     /// Allocates `len` bytes (contents undefined). Zero bytes: [`Error::EmptyBuffer`].
+    ///
+    /// Context: a context of `device` is made current for the call (the thread's current
+    /// one if it is on `device`, else the primary context, pushed and popped again), so
+    /// the memory belongs to that context whatever context the caller has current; it is
+    /// freed the same way on drop.
     pub fn new(device: &Device, len: usize) -> Result<DeviceAlloc> {
         if len == 0 {
             return Err(Error::EmptyBuffer);

@@ -11,6 +11,26 @@ use crate::sys::CUcontext;
 
 /// Keeps a context of one device current on this thread; restores the previous state
 /// when dropped. Not `Send`: CUDA context stacks are per thread.
+///
+/// Every GPU path of this crate names the context it needs in its docs. They fall in
+/// three groups:
+/// * **made current for the call** ([`Device::make_current`], the previous context
+///   restored when the call returns, on success and on error): allocation
+///   ([`DeviceAlloc`](crate::DeviceAlloc) and its drop, [`VmmAllocation`](crate::VmmAllocation)
+///   and its drop), copies ([`copy_to_device`](crate::copy_to_device),
+///   [`copy_to_host`](crate::copy_to_host), [`fill`](crate::fill), the `GpuMr` and
+///   `SplitGpuMr` copies), export ([`export_dmabuf`](crate::export_dmabuf)), registration
+///   ([`register`](crate::register), [`SplitGpuMr::new`](crate::SplitGpuMr::new)) and
+///   [`Device::flush_gpudirect_writes`]. A call for GPU 1 made while GPU 0's context is
+///   current runs in GPU 1's context and leaves GPU 0's current.
+/// * **the caller's current context, checked**: [`Driver::flush_current_context`] flushes
+///   whatever context is current ([`Error::NoContext`](crate::Error::NoContext) when
+///   there is none); [`Device::check_current`] tells a caller that must not switch
+///   contexts whether the current one is on a device
+///   ([`Error::WrongContext`](crate::Error::WrongContext) naming both devices).
+/// * **no context**: queries by device or pointer (`cuDeviceGetAttribute`,
+///   `cuPointerGetAttribute`, `cuMemGetAddressRange_v2`, the VMM granularity), and what
+///   calls no CUDA entry point at all (re-registration, deregistration, closing an export).
 #[must_use = "the context stays current only while the guard lives"]
 pub struct ContextGuard {
     driver: &'static Driver,
@@ -45,6 +65,23 @@ impl Driver {
 }
 
 impl Device {
+    /// Checks, without changing anything, that the calling thread's current context is
+    /// on this device: [`Error::NoContext`](crate::Error::NoContext) when it has none,
+    /// [`Error::WrongContext`](crate::Error::WrongContext) naming both devices when it is
+    /// another device's.
+    pub fn check_current(&self) -> Result<()> {
+        match self.driver().current_device()? {
+            Some(d) if d == self.raw() => Ok(()),
+            Some(current) => Err(crate::Error::WrongContext {
+                device: self.ordinal(),
+                current,
+            }),
+            None => Err(crate::Error::NoContext {
+                call: "Device::check_current",
+            }),
+        }
+    }
+
     /// Makes a context of this device current on the calling thread for the guard's
     /// life: the current one if it already is on this device, else this device's primary
     /// context (retained and pushed, popped and released when the guard drops).

@@ -1,5 +1,7 @@
 //! Host ↔ device copies on any [`DeviceMemory`], bounds-checked, with the memory's device
-//! context made current for the call (`cuMemcpyHtoD_v2`, `cuMemcpyDtoH_v2`,
+//! context made current for each call (its primary context pushed when the thread's
+//! current context is on another device or there is none, the previous one restored
+//! after) (`cuMemcpyHtoD_v2`, `cuMemcpyDtoH_v2`,
 //! `cuMemsetD8_v2`). Synchronous: they return when the bytes have arrived.
 
 use core::ffi::c_void;
@@ -18,7 +20,8 @@ fn check_range(offset: usize, len: usize, buffer_len: usize) -> Result<()> {
     }
 }
 
-/// Copies `src` into `mem` at `offset`.
+/// Copies `src` into `mem` at `offset` (`mem`'s device context made current for the
+/// call).
 pub fn copy_to_device<M: DeviceMemory + ?Sized>(
     mem: &mut M,
     offset: usize,
@@ -44,7 +47,8 @@ pub(crate) fn write<M: DeviceMemory + ?Sized>(mem: &M, offset: usize, src: &[u8]
     driver.check("cuMemcpyHtoD_v2", rc)
 }
 
-/// Copies `dst.len()` bytes of `mem` at `offset` into `dst`.
+/// Copies `dst.len()` bytes of `mem` at `offset` into `dst` (`mem`'s device context made
+/// current for the call).
 pub fn copy_to_host<M: DeviceMemory + ?Sized>(
     mem: &M,
     offset: usize,
@@ -63,7 +67,8 @@ pub fn copy_to_host<M: DeviceMemory + ?Sized>(
     driver.check("cuMemcpyDtoH_v2", rc)
 }
 
-/// Sets every byte of `mem` to `value`.
+/// Sets every byte of `mem` to `value` (`mem`'s device context made current for the
+/// call).
 pub fn fill<M: DeviceMemory + ?Sized>(mem: &mut M, value: u8) -> Result<()> {
     set(&*mem, value)
 }

@@ -49,6 +49,14 @@ pub enum Error {
         /// What needed it.
         call: &'static str,
     },
+    /// The calling thread's current context is on another device than the one the call
+    /// is for ([`Device::check_current`](crate::Device::check_current)).
+    WrongContext {
+        /// The device the call is for.
+        device: i32,
+        /// The device of the current context.
+        current: i32,
+    },
     /// A device ordinal outside `0..count`.
     InvalidDevice {
         /// The ordinal asked for.
@@ -99,6 +107,30 @@ pub enum Error {
         /// Why the `ibv_reg_mr` fallback failed.
         fallback: Box<Error>,
     },
+    /// An SGE of a [`SplitGpuMr`](crate::SplitGpuMr) would cross from one piece (one
+    /// MR) into the next: a work request addresses one MR.
+    CrossesPieces {
+        /// Start of the access.
+        offset: u64,
+        /// Its length.
+        len: u64,
+        /// Offset of the piece boundary inside it.
+        boundary: u64,
+    },
+    /// The largest piece allowed (the device's `max_mr_size`, or the one asked for) is
+    /// less than one host page.
+    PieceLimitTooSmall {
+        /// The limit in bytes.
+        limit: u64,
+        /// The host page size.
+        page: u64,
+    },
+    /// Remote pieces of a split registration do not follow each other in the address
+    /// space (or their lengths overflow).
+    PiecesNotContiguous {
+        /// Index of the first piece that does not start where the previous one ends.
+        piece: usize,
+    },
     /// The topology could not be read from sysfs (the file and what was wrong).
     Topology(efa_typestate::TopologyError),
     /// A system call failed.
@@ -121,6 +153,10 @@ impl fmt::Display for Error {
             }
             Error::NoDevice => write!(f, "no CUDA device (cuInit: CUDA_ERROR_NO_DEVICE)"),
             Error::NoContext { call } => write!(f, "{call} needs a current CUDA context"),
+            Error::WrongContext { device, current } => write!(
+                f,
+                "the current CUDA context is on device {current}, not on device {device}"
+            ),
             Error::InvalidDevice { ordinal, count } => {
                 write!(f, "CUDA device {ordinal} does not exist ({count} devices)")
             }
@@ -151,6 +187,22 @@ impl fmt::Display for Error {
             Error::RegistrationFailed { dmabuf, fallback } => write!(
                 f,
                 "GPU memory registration failed: dma-buf path: {dmabuf}; ibv_reg_mr fallback: {fallback}"
+            ),
+            Error::CrossesPieces {
+                offset,
+                len,
+                boundary,
+            } => write!(
+                f,
+                "{len} bytes at offset {offset} cross the boundary between two registrations at offset {boundary}"
+            ),
+            Error::PieceLimitTooSmall { limit, page } => write!(
+                f,
+                "registrations of at most {limit} bytes cannot hold one host page of {page} bytes"
+            ),
+            Error::PiecesNotContiguous { piece } => write!(
+                f,
+                "remote piece {piece} does not start where the previous one ends"
             ),
             Error::Os { call, errno } => write!(f, "{call} failed: errno {errno}"),
             Error::Topology(e) => write!(f, "topology: {e}"),

@@ -32,8 +32,12 @@ impl DmaBuf {
     }
 }
 
-/// Exports the host pages covering `mem` as a dma-buf, with `mem`'s device context
-/// current. Host memory fails with [`Error::NotDeviceMemory`], a driver without the
+/// Exports the host pages covering `mem` as a dma-buf. Context: `mem`'s device context
+/// is made current for the call (its primary context pushed when the thread's current
+/// context is on another device or there is none; the previous one restored after).
+/// One `cuMemGetHandleForAddressRange` call covers the whole page-rounded range: cuda.h
+/// names no size limit, and a VMM range may span chunks of one device with identical
+/// properties (a driver may still refuse it: [`SplitGpuMr`](crate::SplitGpuMr)). Host memory fails with [`Error::NotDeviceMemory`], a driver without the
 /// entry point with [`Error::MissingEntryPoint`], a refusal with the driver's `CUresult`.
 pub fn export_dmabuf<M: DeviceMemory + ?Sized>(mem: &M) -> Result<DmaBuf> {
     let driver = driver_of(mem)?;

@@ -63,9 +63,10 @@ impl Device {
         })
     }
 
-    /// Makes NIC writes to this device's memory visible to `scope`: pushes the device's
-    /// primary context if the current one is not on this device, skips the call where
-    /// the device orders the writes itself.
+    /// Makes NIC writes to this device's memory visible to `scope`. Context: this
+    /// device's primary context is pushed if the current one is not on this device (and
+    /// popped after), so the flush targets this device whatever is current; the call is
+    /// skipped where the device orders the writes itself.
     pub fn flush_gpudirect_writes(&self, scope: FlushScope) -> Result<Flushed> {
         let support = self.flush_support()?;
         if !support.needs_flush(scope) {
@@ -79,7 +80,9 @@ impl Device {
 
 impl Driver {
     /// `cuFlushGPUDirectRDMAWrites(CURRENT_CTX, scope)` for the calling thread's current
-    /// context, unconditionally; [`Error::NoContext`] when the thread has none.
+    /// context, unconditionally; [`Error::NoContext`] when the thread has none. It
+    /// flushes the current context's device: to flush a given device use
+    /// [`Device::flush_gpudirect_writes`], or [`Device::check_current`] first.
     pub fn flush_current_context(&self, scope: FlushScope) -> Result<()> {
         let f = self.api().flush_gpu_direct_rdma_writes()?;
         if self.current_context()?.is_none() {

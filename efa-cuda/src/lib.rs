@@ -21,6 +21,12 @@
 //!   `nvidia_peermem`), with the memory's device context current. A [`GpuMr`] has no host
 //!   view of the memory; its SGEs and remote descriptors use CUDA addresses, are bounded
 //!   to it, carry its PD and go in the same `SendBatch`/`RecvBatch` as host memory.
+//! * [`SplitGpuMr`]: one buffer as several MRs where one cannot cover it (the EFA
+//!   device's `max_mr_size`, a driver that will not export a VMM range over several
+//!   chunks), with offsets mapped to each piece's keys and addresses.
+//! * Contexts: every GPU path names the context it needs; those that need the memory's
+//!   device context make it current for the call and restore the caller's (see
+//!   [`ContextGuard`], [`Device::check_current`]).
 //! * [`Device::flush_gpudirect_writes`] / [`GpuMr::flush_gpudirect_writes`]: order inbound
 //!   NIC writes before CUDA work reads them (skipped where the device orders them itself,
 //!   [`Device::flush_support`]).
@@ -95,6 +101,7 @@ mod flush;
 mod memory;
 mod owners;
 mod register;
+mod split;
 pub mod sys;
 mod topology;
 mod vmm;
@@ -115,5 +122,6 @@ pub use flush::{FlushScope, FlushSupport, Flushed};
 pub use memory::{DeviceMemory, RawDeviceMemory};
 pub use owners::{CudaAddress, CudaDmaBuf};
 pub use register::{register, GpuMr, RegistrationPath};
+pub use split::{DeviceRange, PieceAt, Segment, Segments, SplitGpuMr, SplitOptions, SplitRemote};
 pub use topology::{GpuTopology, InstanceTopology};
 pub use vmm::VmmAllocation;

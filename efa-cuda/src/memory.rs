@@ -155,6 +155,22 @@ impl Driver {
     }
 }
 
+impl Driver {
+    /// `cuMemGetAddressRange_v2`: `(base, size)` of the allocation holding `ptr`; for VMM
+    /// memory the one mapped chunk holding it, not the reservation (cuda-gpudirect.md
+    /// §2.2). Needs no context of its own (the driver finds the allocation by address).
+    pub fn allocation_range(&self, ptr: u64) -> Result<(u64, u64)> {
+        self.init()?;
+        let f = self.api().mem_get_address_range()?;
+        let (mut base, mut size): (CUdeviceptr, usize) = (0, 0);
+        // SAFETY: valid out pointers.
+        self.check("cuMemGetAddressRange_v2", unsafe {
+            f(&mut base, &mut size, ptr)
+        })?;
+        Ok((base, size as u64))
+    }
+}
+
 /// The ordinal of the device holding `ptr`, or [`Error::NotDeviceMemory`].
 pub(crate) fn device_of_pointer(driver: &Driver, ptr: u64) -> Result<i32> {
     let memory_type = match driver.pointer_attribute(ptr, ptr_attr::MEMORY_TYPE) {

@@ -81,6 +81,23 @@ impl<P, M: DeviceMemory> GpuMr<P, M> {
     /// (`REMOTE_READ`/`REMOTE_WRITE`) to memory that a leak would free, i.e. a borrow
     /// ([`Error::RemoteAccessNeedsOwnedMemory`]). Both paths failing:
     /// [`Error::RegistrationFailed`] with both causes. On failure `mem` is dropped.
+    ///
+    /// Context: the memory's device context is made current for the call (its primary
+    /// context pushed when the thread's current context is on another device or there is
+    /// none) and the previous one restored afterwards.
+    ///
+    /// Limits of one registration (where they bind, [`SplitGpuMr::new`](crate::SplitGpuMr::new)
+    /// registers several MRs instead):
+    /// * the EFA device's `max_mr_size` (`ibv_query_device`; the kernel's
+    ///   `max_mr_pages × PAGE_SIZE`): a larger buffer fails on both paths (the device
+    ///   refuses it; efa-sim answers `EINVAL`). Beyond 4 GiB is fine below it: offsets,
+    ///   lengths and iovas are 64-bit throughout.
+    /// * the dma-buf export (`cuMemGetHandleForAddressRange`): one call per registration
+    ///   over the page-rounded range; cuda.h names no size limit, and a VMM range over
+    ///   several `cuMemCreate` chunks exports as one dma-buf when the chunks are on one
+    ///   device with identical properties. A driver that refuses the range makes this
+    ///   registration take the `ibv_reg_mr` fallback; [`SplitGpuMr`](crate::SplitGpuMr)
+    ///   cuts it at the chunk boundaries instead.
     pub fn new<C>(pd: P, mem: M, access: AccessFlags) -> Result<Self>
     where
         P: Parent<Target = Pd<C>> + Clone,
@@ -92,17 +109,48 @@ impl<P, M: DeviceMemory> GpuMr<P, M> {
         }
         let ordinal = check_device_range(&mem)?;
         let _ctx = driver_of(&mem)?.device(ordinal)?.make_current()?;
-        let (mem, dmabuf_err) = match CudaDmaBuf::new(mem) {
+        match Self::new_dmabuf(pd.clone(), mem, access) {
+            Ok(mr) => Ok(mr),
+            Err((mem, dmabuf_err)) => Self::new_peermem(pd, mem, access, dmabuf_err),
+        }
+    }
+
+    /// The dma-buf path alone (the caller made the memory's device context current and
+    /// checked the access): on failure the memory comes back with the reason.
+    pub(crate) fn new_dmabuf<C>(
+        pd: P,
+        mem: M,
+        access: AccessFlags,
+    ) -> core::result::Result<Self, (M, Error)>
+    where
+        P: Parent<Target = Pd<C>> + Clone,
+        C: Parent<Target = Context>,
+    {
+        match CudaDmaBuf::new(mem) {
             Ok(owner) => {
                 let iova = owner.iova();
-                match DmaBufMr::try_new(pd.clone(), owner, iova, access) {
-                    Ok(mr) => return Ok(GpuMr::from(Registration::DmaBuf(mr))),
-                    // The export is closed here, before the fallback is tried.
-                    Err((owner, e)) => (owner.into_memory(), Error::Verbs(e)),
+                match DmaBufMr::try_new(pd, owner, iova, access) {
+                    Ok(mr) => Ok(GpuMr::from(Registration::DmaBuf(mr))),
+                    // The export is closed here, before any fallback is tried.
+                    Err((owner, e)) => Err((owner.into_memory(), Error::Verbs(e))),
                 }
             }
-            Err((mem, e)) => (mem, e),
-        };
+            Err((mem, e)) => Err((mem, e)),
+        }
+    }
+
+    /// The `ibv_reg_mr` fallback after the dma-buf path failed with `dmabuf_err`; both
+    /// failing is [`Error::RegistrationFailed`].
+    pub(crate) fn new_peermem<C>(
+        pd: P,
+        mem: M,
+        access: AccessFlags,
+        dmabuf_err: Error,
+    ) -> Result<Self>
+    where
+        P: Parent<Target = Pd<C>> + Clone,
+        C: Parent<Target = Context>,
+    {
         let owner = CudaAddress::new(mem).map_err(|(_, e)| e)?;
         match DeviceAddressMr::try_new(pd, owner, access) {
             Ok(mr) => Ok(GpuMr::from(Registration::Peermem(mr))),
@@ -227,7 +275,8 @@ impl<P, M: DeviceMemory> GpuMr<P, M> {
         self.device()?.flush_gpudirect_writes(scope)
     }
 
-    /// Deregisters and registers the same memory again (same path, access and address):
+    /// Deregisters and registers the same memory again (same path, access and address;
+    /// no CUDA call, so no context needed):
     /// every key given out before is dead. If the registration step fails, the region
     /// stays deregistered (SGEs are refused) until it is dropped or closed.
     pub fn reregister(&mut self) -> Result<()> {

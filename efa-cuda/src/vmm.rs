@@ -42,7 +42,8 @@ impl Device {
         }
     }
 
-    /// `cuMemGetAllocationGranularity` (minimum) for GPUDirect-capable pinned chunks.
+    /// `cuMemGetAllocationGranularity` (minimum) for GPUDirect-capable pinned chunks; a
+    /// query by device, no context needed.
     pub fn vmm_granularity(&self) -> Result<usize> {
         let driver = self.driver();
         driver.init()?;
@@ -65,6 +66,10 @@ impl VmmAllocation {
 
     /// `len` bytes (rounded up to whole chunks of `chunk` bytes, a multiple of the
     /// granularity): `ceil(len / chunk)` physical chunks mapped back to back.
+    ///
+    /// Context: the chunks are created on `device` by its location in the allocation
+    /// properties; `device`'s context is made current for the calls anyway (pushed and
+    /// popped as for [`DeviceAlloc`](crate::DeviceAlloc)), and for the unmapping on drop.
     pub fn with_chunk_size(device: &Device, len: usize, chunk: usize) -> Result<VmmAllocation> {
         if len == 0 {
             return Err(Error::EmptyBuffer);
@@ -182,6 +187,9 @@ unsafe impl DeviceMemory for VmmAllocation {
 impl Drop for VmmAllocation {
     fn drop(&mut self) {
         let api = self.device.driver().api();
+        // The VMM calls name their memory by address; the context is made current as for
+        // the allocation (best effort: without it the calls are still made).
+        let _ctx = self.device.make_current().ok();
         let (Some(unmap), Some(release), Some(free)) =
             (api.mem_unmap, api.mem_release, api.mem_address_free)
         else {

@@ -30,7 +30,8 @@ cu_fn! {
         }
         g.current_device()?;
         let flags = if g.dmabuf_mmap.load(Ordering::Relaxed) { 0 } else { DMABUF_NO_MMAP };
-        let fd = g.memory().export(dptr, size as u64, flags)?;
+        let cross_chunk = g.dmabuf_cross_chunk.load(Ordering::Relaxed);
+        let fd = g.memory().export(dptr, size as u64, flags, cross_chunk)?;
         // SAFETY: `handle` points to an int for this handle type (caller).
         unsafe { put(handle.cast::<c_int>(), fd) }
     }
@@ -66,6 +67,9 @@ cu_fn! {
         match (key.to_bytes(), value) {
             (b"dmabuf_export", 0 | 1) => g.dmabuf_export.store(value == 1, Ordering::Relaxed),
             (b"dmabuf_mmap", 0 | 1) => g.dmabuf_mmap.store(value == 1, Ordering::Relaxed),
+            (b"dmabuf_cross_chunk", 0 | 1) => {
+                g.dmabuf_cross_chunk.store(value == 1, Ordering::Relaxed)
+            }
             (b"rdma_writes_ordering", 0 | 100 | 200) => {
                 g.rdma_writes_ordering.store(value, Ordering::Relaxed)
             }

@@ -74,7 +74,11 @@
 //! run --gpus N` sets it to the GPUs of `EFA_SIM_SHAPE`).
 //! Extra C entry points:
 //! * `int efaSimGpuControl(const char *key, long long value)`: `"dmabuf_export"` (0/1),
-//!   `"dmabuf_mmap"` (0/1, for exports made afterwards), `"rdma_writes_ordering"`
+//!   `"dmabuf_mmap"` (0/1, for exports made afterwards), `"dmabuf_cross_chunk"` (1, the
+//!   default: an export may span VMM chunks of one device with identical properties, as
+//!   cuda.h allows; 0: an export over more than one mapped chunk is refused with
+//!   `CUDA_ERROR_INVALID_VALUE`, a driver that exports one physical allocation at a time),
+//!   `"rdma_writes_ordering"`
 //!   (attribute 118: 0, 100, 200), `"flush_options"` (attribute 117 bitmask); 0 on
 //!   success, `CUDA_ERROR_INVALID_VALUE` otherwise.
 //! * `int efaSimGpuFlushCount(int device, unsigned long long *to_owner, unsigned long long

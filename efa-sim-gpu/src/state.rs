@@ -25,6 +25,10 @@ pub struct Gpu {
     pub dmabuf_export: AtomicBool,
     /// Whether new exports allow `mmap` (else their info carries `DMABUF_NO_MMAP`).
     pub dmabuf_mmap: AtomicBool,
+    /// Whether an export may span several VMM mappings (cuda.h allows it for chunks of one
+    /// device with identical properties; the control `dmabuf_cross_chunk` = 0 models a
+    /// driver that assembles no multi-allocation dma-buf).
+    pub dmabuf_cross_chunk: AtomicBool,
     pub rdma_writes_ordering: AtomicI64,
     pub flush_options: AtomicI64,
     /// PCI (domain, bus, device) of each device (`EFA_SIM_GPU_PCI_BUS_IDS`).
@@ -90,6 +94,7 @@ pub fn init() -> CuResult {
             dmabuf_mmap: AtomicBool::new(
                 std::env::var("EFA_SIM_GPU_DMABUF_MMAP").as_deref() != Ok("0"),
             ),
+            dmabuf_cross_chunk: AtomicBool::new(true),
             rdma_writes_ordering: AtomicI64::new(0),
             flush_options: AtomicI64::new(1),
             pci: pci_locations(n),

@@ -344,6 +344,8 @@ pub use mr::{
     MemoryRegion, Mr, MrInterconnect, Plain, RawMemory, RawRegion, RegionMemory, RemoteBuffer,
     RemoteWrite, Sge, SgeList, Sges,
 };
+#[cfg(feature = "std")]
+pub use mr::{NumaBuffer, NumaError, NumaPlacement, MAX_NUMA_NODES};
 pub use parent::{Parent, Sibling};
 pub use pd::{Pd, PdId};
 #[cfg(feature = "std")]

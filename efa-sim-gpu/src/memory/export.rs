@@ -3,17 +3,22 @@
 
 use std::os::fd::AsRawFd;
 
-use super::Memory;
+use super::{Kind, Memory, Region};
 use crate::ffi::*;
 
 impl Memory {
     /// `cuMemGetHandleForAddressRange`: a new open file description of the memory file,
     /// positioned at `va` (see the crate docs); `flags` go into its [`DmaBufInfo`].
-    pub fn export(&mut self, va: u64, size: u64, flags: i32) -> CuResult<i32> {
+    /// `cross_chunk` false: a range over more than one VMM mapping is refused
+    /// (`CUDA_ERROR_INVALID_VALUE`), as by a driver that exports one allocation at a time.
+    pub fn export(&mut self, va: u64, size: u64, flags: i32, cross_chunk: bool) -> CuResult<i32> {
         if size == 0 || va % self.page != 0 || size % self.page != 0 {
             return Err(INVALID_VALUE);
         }
         let (base, device) = self.check_range(va, size, true)?;
+        if !cross_chunk && self.mappings_in(va, size) > 1 {
+            return Err(INVALID_VALUE);
+        }
         let path = format!("/proc/self/fd/{}\0", self.file.as_raw_fd());
         // SAFETY: NUL-terminated path; the new fd is handed to the caller.
         let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDWR | libc::O_CLOEXEC) };
@@ -39,6 +44,24 @@ impl Memory {
             },
         );
         Ok(fd)
+    }
+
+    /// How many VMM mappings `[va, va + len)` touches (1 for `cuMemAlloc` memory; the
+    /// range was checked to be mapped).
+    fn mappings_in(&self, va: u64, len: u64) -> usize {
+        match self.region_at(va) {
+            Some((
+                _,
+                Region {
+                    kind: Kind::Reserve { maps },
+                    ..
+                },
+            )) => maps
+                .range(..va.saturating_add(len))
+                .filter(|(&at, m)| at + m.size > va)
+                .count(),
+            _ => 1,
+        }
     }
 
     /// The export `fd` was returned for, if it still is that export.

@@ -31,6 +31,8 @@ mod device_address;
 mod dmabuf;
 mod host;
 mod memory;
+#[cfg(feature = "std")]
+mod numa;
 mod remote;
 mod sge;
 pub(crate) mod volatile;
@@ -43,6 +45,8 @@ pub use dmabuf::{DmaBufMemory, DmaBufMr};
 pub(crate) use host::reg_mr;
 pub use host::Mr;
 pub use memory::{Plain, RawMemory, RawRegion, RegionMemory};
+#[cfg(feature = "std")]
+pub use numa::{NumaBuffer, NumaError, NumaPlacement, MAX_NUMA_NODES};
 pub use remote::RemoteBuffer;
 pub use sge::{Sge, SgeList, Sges};
 
