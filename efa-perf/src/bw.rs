@@ -77,65 +77,82 @@ pub fn prepare_client(res: &mut Res, at: At) {
     }
 }
 
-/// The client side of one size: returns the messages completed and the time from the
-/// first post to the last completion. Sends a heartbeat on `ctl` every third of the
-/// timeout, so that a long size does not look like a dead client.
+/// The client side of one size over `rails` (one [`Res`] per device; one without `-d`
+/// lists), each rail's QPs kept `depth` deep at once: returns the messages completed on
+/// each rail and the time from the first post to the last completion of any rail. With
+/// [`Amount::Count`] every rail moves that many. Sends a heartbeat on `ctl` every third
+/// of the timeout, so that a long size does not look like a dead client.
 pub fn client(
-    res: &mut Res,
+    rails: &mut [Res],
     at: At,
     amount: Amount,
     s: &Stream,
     ctl: &mut Ctl,
     mut tick: impl FnMut(),
-) -> Result<(u64, Duration), String> {
-    let nq = res.qps.len();
-    let mut in_flight = vec![0u32; nq];
-    let (mut posted, mut done) = (0u64, 0u64);
+) -> Result<(Vec<u64>, Duration), String> {
+    let mut in_flight: Vec<Vec<u32>> = rails.iter().map(|r| vec![0u32; r.qps.len()]).collect();
+    let (mut posted, mut done) = (vec![0u64; rails.len()], vec![0u64; rails.len()]);
+    let (mut all_posted, mut all_done) = (0u64, 0u64);
     let mut got = Polled::new();
     let start = Instant::now();
     let (mut progress, mut beat) = (start, start);
     let mut spins = 0u32;
     loop {
-        let posting = match amount {
-            Amount::Count(n) => posted < n,
-            Amount::Duration(d) => start.elapsed() < d,
+        let timed_out = matches!(amount, Amount::Duration(d) if start.elapsed() >= d);
+        let left = |posted: u64| match amount {
+            Amount::Count(n) => n - posted,
+            Amount::Duration(_) if timed_out => 0,
+            Amount::Duration(_) => u64::MAX,
         };
-        if posting {
-            for (q, flight) in in_flight.iter_mut().enumerate() {
-                let left = match amount {
-                    Amount::Count(n) => n - posted,
-                    Amount::Duration(_) => u64::MAX,
-                };
+        let mut posting = false;
+        for (r, res) in rails.iter_mut().enumerate() {
+            posting |= left(posted[r]) > 0;
+            for (q, flight) in in_flight[r].iter_mut().enumerate() {
+                let left = left(posted[r]);
                 let room = s.depth - *flight;
                 let n = (s.batch.min(room) as u64).min(left) as u32;
                 // Full doorbells only, except for the last WRs of a count.
                 if n == 0 || (n < s.batch && (n as u64) < left) {
                     continue;
                 }
-                post(res, at, q, posted, n, s.inline_max).map_err(|e| at.err(e))?;
+                post(res, at, q, posted[r], n, s.inline_max).map_err(|e| rail_err(res, at, e))?;
                 *flight += n;
-                posted += n as u64;
+                posted[r] += n as u64;
+                all_posted += n as u64;
             }
-        } else if done == posted {
+        }
+        if !posting && all_done == all_posted {
             let elapsed = start.elapsed();
             if at.test == Test::ReadBw {
-                let got = &res.local.as_slice()[..at.size + GUARD];
-                pattern::check(&got[..at.size], at.size, None).map_err(|e| at.err(e))?;
-                pattern::check_untouched(&got[at.size..], at.size).map_err(|e| at.err(e))?;
+                for res in rails.iter() {
+                    let got = &res.local.as_slice()[..at.size + GUARD];
+                    pattern::check(&got[..at.size], at.size, None)
+                        .and_then(|()| pattern::check_untouched(&got[at.size..], at.size))
+                        .map_err(|e| rail_err(res, at, e))?;
+                }
             }
             return Ok((done, elapsed));
         }
-        got.clear();
-        if res.cq.poll(&mut got).map_err(|e| at.err(e))? > 0 {
+        let mut polled = false;
+        for (r, res) in rails.iter().enumerate() {
+            got.clear();
+            if res.cq.poll(&mut got).map_err(|e| rail_err(res, at, e))? == 0 {
+                continue;
+            }
+            polled = true;
+            let nq = in_flight[r].len();
             for c in &got {
-                at.check(c)?;
+                c.result().map_err(|e| rail_err(res, at, e))?;
                 let q = (c.wr_id() & ((1 << QP_BITS) - 1)) as usize;
-                in_flight[q.min(nq - 1)] -= 1;
-                done += 1;
-                if done % 1024 == 0 {
+                in_flight[r][q.min(nq - 1)] -= 1;
+                done[r] += 1;
+                all_done += 1;
+                if all_done % 1024 == 0 {
                     tick();
                 }
             }
+        }
+        if polled {
             progress = Instant::now();
             spins = 0;
             continue;
@@ -145,8 +162,9 @@ pub fn client(
             let now = Instant::now();
             if now - progress > s.timeout {
                 return Err(at.err(format!(
-                    "no completion within {} s ({done} of {posted} done)",
-                    s.timeout.as_secs_f64()
+                    "no completion within {} s ({all_done} of {all_posted} done{})",
+                    s.timeout.as_secs_f64(),
+                    rail_counts(rails, &done, &posted)
                 )));
             }
             if now - beat > s.timeout / 3 {
@@ -155,6 +173,27 @@ pub fn client(
             }
         }
     }
+}
+
+/// An error of `at` on the rail of `res`: with several rails it names the rail's device.
+fn rail_err(res: &Res, at: At, e: impl std::fmt::Display) -> String {
+    match &res.rail {
+        Some(name) => at.err(format_args!("rail {name}: {e}")),
+        None => at.err(e),
+    }
+}
+
+/// With several rails, what each has done (`"; efa_0 5 of 8, efa_1 8 of 8"`).
+fn rail_counts(rails: &[Res], done: &[u64], posted: &[u64]) -> String {
+    if rails.len() < 2 {
+        return String::new();
+    }
+    let each: Vec<String> = rails
+        .iter()
+        .zip(done.iter().zip(posted))
+        .map(|(r, (d, p))| format!("{} {d} of {p}", r.rail.as_deref().unwrap_or("?")))
+        .collect();
+    format!("; {}", each.join(", "))
 }
 
 /// Prepares the server's buffers for a size: a zeroed RDMA-write target, the pattern
@@ -167,72 +206,86 @@ pub fn prepare_server(res: &mut Res, at: At) -> Result<(), String> {
     Ok(())
 }
 
-/// The server side of one size: for SENDs, receives and checks every message and
-/// reposts its slot until the client's `done` count has arrived; for RDMA writes waits
-/// for `done` and checks the target; for reads just waits.
-pub fn server(res: &mut Res, at: At, ctl: &mut Ctl) -> Result<(), String> {
+/// The server side of one size over `rails`: for SENDs, receives and checks every
+/// message and reposts its slot on each rail until the client's `done` counts (one per
+/// rail) have arrived; for RDMA writes waits for `done` and checks each rail's target;
+/// for reads just waits.
+pub fn server(rails: &mut [Res], at: At, ctl: &mut Ctl) -> Result<(), String> {
     let timeout = ctl.timeout();
     if at.test != Test::SendBw {
-        crate::session::done_count(&ctl.expect("client")?)?;
-        if let Some(t) = &res.target {
-            let mut got = vec![0u8; at.size + GUARD];
-            t.copy_to_slice(0, &mut got).map_err(|e| at.err(e))?;
-            pattern::check(&got[..at.size], at.size, None).map_err(|e| at.err(e))?;
-            pattern::check_untouched(&got[at.size..], at.size).map_err(|e| at.err(e))?;
+        crate::rails::done_counts(&ctl.expect("client")?, rails.len())?;
+        let mut got = vec![0u8; at.size + GUARD];
+        for res in rails.iter() {
+            if let Some(t) = &res.target {
+                t.copy_to_slice(0, &mut got)
+                    .map_err(|e| e.to_string())
+                    .and_then(|()| pattern::check(&got[..at.size], at.size, None))
+                    .and_then(|()| pattern::check_untouched(&got[at.size..], at.size))
+                    .map_err(|e| rail_err(res, at, e))?;
+            }
         }
         return Ok(());
     }
     let mut scratch = vec![0u8; at.size];
     let mut got = Polled::new();
-    let (mut received, mut expected) = (0u64, None);
+    let (mut received, mut expected) = (vec![0u64; rails.len()], None);
     let mut idle = Instant::now();
     loop {
-        got.clear();
-        res.cq.poll(&mut got).map_err(|e| at.err(e))?;
-        for c in &got {
-            at.check(c)?;
-            if !c.opcode().is_recv() {
-                continue;
+        let mut polled = false;
+        for (r, res) in rails.iter().enumerate() {
+            got.clear();
+            res.cq.poll(&mut got).map_err(|e| rail_err(res, at, e))?;
+            polled |= !got.is_empty();
+            for c in &got {
+                c.result().map_err(|e| rail_err(res, at, e))?;
+                if !c.opcode().is_recv() {
+                    continue;
+                }
+                if c.byte_len() as usize != at.size {
+                    let e = format!("{} bytes arrived, {} were sent", c.byte_len(), at.size);
+                    return Err(rail_err(res, at, e));
+                }
+                let q = res.qp_index(c.qp_num()).unwrap_or(0);
+                let seq = c.imm().unwrap_or(0) as u64;
+                if received[r] == 0 || seq % 1024 == 0 {
+                    res.read_slot(q, c.wr_id() as u32, &mut scratch)
+                        .map_err(|e| e.to_string())
+                        .and_then(|()| pattern::check(&scratch, at.size, None))
+                        .map_err(|e| rail_err(res, at, e))?;
+                }
+                res.post_recv(q, c.wr_id() as u32)
+                    .map_err(|e| rail_err(res, at, e))?;
+                received[r] += 1;
             }
-            if c.byte_len() as usize != at.size {
-                return Err(at.err(format!(
-                    "{} bytes arrived, {} were sent",
-                    c.byte_len(),
-                    at.size
-                )));
-            }
-            let q = res.qp_index(c.qp_num()).unwrap_or(0);
-            let seq = c.imm().unwrap_or(0) as u64;
-            if received == 0 || seq % 1024 == 0 {
-                res.read_slot(q, c.wr_id() as u32, &mut scratch)
-                    .map_err(|e| at.err(e))?;
-                pattern::check(&scratch, at.size, None).map_err(|e| at.err(e))?;
-            }
-            res.post_recv(q, c.wr_id() as u32).map_err(|e| at.err(e))?;
-            received += 1;
         }
-        if !got.is_empty() {
+        if polled {
             idle = Instant::now();
             continue;
         }
-        if let Some(n) = expected {
-            if received == n {
+        if let Some(n) = &expected {
+            if received == *n {
                 return Ok(());
             }
-            if received > n {
-                return Err(at.err(format!("{received} messages arrived, the client sent {n}")));
+            let over = rails
+                .iter()
+                .zip(received.iter().zip(n))
+                .find(|(_, (g, w))| g > w);
+            if let Some((res, (g, w))) = over {
+                let e = format!("{g} messages arrived, the client sent {w}");
+                return Err(rail_err(res, at, e));
             }
         } else if idle.elapsed() > Duration::from_micros(200) {
             if let Some(v) = ctl.try_recv()? {
                 if v.get("beat").is_none() {
-                    expected = Some(crate::session::done_count(&v)?);
+                    expected = Some(crate::rails::done_counts(&v, rails.len())?);
                 }
                 idle = Instant::now();
             }
         }
         if idle.elapsed() > timeout {
+            let total: u64 = received.iter().sum();
             return Err(at.err(format!(
-                "nothing from the client within {} s ({received} messages arrived)",
+                "nothing from the client within {} s ({total} messages arrived)",
                 timeout.as_secs_f64()
             )));
         }

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+pub use crate::rails::DeviceSel;
 pub use crate::size::{format_size, parse_size, size_option, SizeError};
 use crate::test::Test;
 
@@ -39,7 +40,11 @@ options:
   -q, --qps N            queue pairs, bandwidth tests (default 1)
   -I, --inline-size N    largest SEND sent inline (default: the QP's inline size; 0: never)
   -c, --connection TYPE  transport: SRD (the only one)
-  -d, --ib-dev NAME      EFA device to use (default: the first)
+  -d, --ib-dev DEVS      EFA device: a name (default: the first); or all, or names
+                         separated by commas: bandwidth tests run over one rail per
+                         device at once (its own PD, CQ, -q QPs and buffers, on both
+                         ends; -n counts per rail), reported per rail and in total;
+                         latency tests run on the first device only (a note says so)
       --backend B        data path: auto (direct where the device hands out its
                          queues, else the provider; the default), direct, or provider
                          (libefa's); each end chooses its own
@@ -57,8 +62,8 @@ exit status: 0 when every test ran and every transfer verified, 1 when a run fai
 /// Options shared by every command.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Common {
-    /// `-d`: device name.
-    pub device: Option<String>,
+    /// `-d`: the device, or several (rails).
+    pub devices: DeviceSel,
     /// `--timeout`.
     pub timeout: Duration,
     /// `--json`.
@@ -72,7 +77,7 @@ pub struct Common {
 impl Default for Common {
     fn default() -> Self {
         Common {
-            device: None,
+            devices: DeviceSel::First,
             timeout: DEFAULT_TIMEOUT,
             json: false,
             progress: true,
@@ -275,7 +280,7 @@ pub fn parse(argv: Vec<String>) -> Result<Command, String> {
                 let min_port = if server { 0 } else { 1 };
                 run.port = parse_num(&v, &name, min_port, u16::MAX)?;
             }
-            "-d" | "--ib-dev" => common.device = Some(args.value(&name, inline)?),
+            "-d" | "--ib-dev" => common.devices = DeviceSel::parse(&args.value(&name, inline)?)?,
             "--timeout" => common.timeout = parse_secs(&args.value(&name, inline)?, &name)?,
             "--json" => common.json = true,
             "--no-progress" => common.progress = false,
@@ -444,6 +449,12 @@ mod tests {
         assert_eq!(run.iters, Some(50));
         assert_eq!(run.sizes.list().last(), Some(&65536));
         assert_eq!(run.common.timeout, Duration::from_millis(2500));
+        assert_eq!(run.common.devices, DeviceSel::First);
+        let Command::Local(run) = p("local -d efa_1,efa_3 write_bw").unwrap() else {
+            panic!("not local")
+        };
+        let two = vec!["efa_1".to_string(), "efa_3".to_string()];
+        assert_eq!(run.common.devices, DeviceSel::Named(two));
         // The largest size is in the range: -s 1G, --max-size 1G and --min-size 1G work.
         let Command::Local(run) = p("local -s 1G").unwrap() else {
             panic!("not local")
@@ -500,5 +511,6 @@ mod tests {
         assert!(e("server -s 8").contains("not of server"));
         assert!(e("local --timeout -1").contains("seconds"));
         assert!(e("local --bogus").contains("unknown option"));
+        assert!(e("local -d efa_0,").contains("an empty device name"));
     }
 }

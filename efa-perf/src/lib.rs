@@ -10,15 +10,16 @@
 //! trip), `send_bw`, `write_bw` and `read_bw` (streaming; GB/s and million messages per
 //! second), over a sweep of message sizes (8 B to 1 MiB, powers of two; SEND sizes stop
 //! at the port's `max_msg_sz`), with configurable iterations or duration, work requests
-//! per doorbell, queue depth and number of QPs. Server and client exchange endpoint info
+//! per doorbell, queue depth and number of QPs. With several devices (`-d all` or a
+//! list), the bandwidth tests run over one rail per device at once (see [`rails`]). Server and client exchange endpoint info
 //! and remote buffer descriptors over a TCP control connection (JSON lines).
 //!
 //! Every transfer is verified on its receiving side at least once per size (the
 //! pattern of every byte, stamps and immediates of every ping-pong message, untouched
 //! bytes after every RDMA range), a failed completion stops the run with its typed
 //! error, and every wait has a timeout (`--timeout`). Exit status: 0 on success, 1
-//! when a run fails or stdout cannot be written, 2 for bad command-line input; errors
-//! are one line on stderr. A closed stdout (`efa-perf local | head -1`) is not an error:
+//! when a run fails or stdout cannot be written, 2 for bad command-line input (a `-d`
+//! device that does not exist too); errors are one line on stderr. A closed stdout (`efa-perf local | head -1`) is not an error:
 //! the client stops its run at the next line it would print (telling the server goodbye),
 //! a server stops before serving, and both exit 0 without a message, as `cat` or `ls`
 //! would after their SIGPIPE.
@@ -34,6 +35,7 @@ pub mod local;
 pub mod output;
 pub mod pattern;
 pub mod poll;
+pub mod rails;
 pub mod res;
 pub mod session;
 pub mod size;
@@ -62,18 +64,29 @@ pub fn main_with(argv: Vec<String>) -> ExitCode {
             env!("CARGO_PKG_VERSION"),
             wire::PROTOCOL
         )),
-        Command::Server(opts) => session::run_server(&opts),
+        Command::Server(opts) => match open(&opts.common) {
+            Ok(devs) => session::run_server(&opts, devs),
+            Err(code) => return code,
+        },
         Command::Client { host, run } => {
+            let devs = match open(&run.common) {
+                Ok(d) => d,
+                Err(code) => return code,
+            };
             let mut out = output::Output::new(run.common.json, run.common.progress);
             let addr = wire::with_port(&host, run.port);
-            let r = res::Device::open(run.common.device.as_deref(), run.common.backend)
-                .and_then(|dev| session::run_client(&addr, &run, &mut out, dev));
+            let r = session::run_client(&addr, &run, &mut out, devs);
             out.finish();
             r.and_then(|()| out.write_error().map_or(Ok(()), Err))
         }
         Command::Local(run) => {
+            // This end's devices first: without them, say so before starting anything.
+            let devs = match open(&run.common) {
+                Ok(d) => d,
+                Err(code) => return code,
+            };
             let mut out = output::Output::new(run.common.json, run.common.progress);
-            let r = local::run_local(&run, &mut out);
+            let r = local::run_local(&run, &mut out, devs);
             out.finish();
             r.and_then(|()| out.write_error().map_or(Ok(()), Err))
         }
@@ -85,6 +98,15 @@ pub fn main_with(argv: Vec<String>) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Opens the devices of `-d`, or says why not and gives the exit status: 2 for a device
+/// name that does not exist (bad input), 1 for any other failure.
+fn open(common: &cli::Common) -> Result<Vec<res::Device>, ExitCode> {
+    rails::open(&common.devices, common.backend).map_err(|e| {
+        say(&e.to_string());
+        ExitCode::from(e.exit_code())
+    })
 }
 
 /// Writes `text` to stdout (never `print!`, which panics on a closed pipe): `Ok` also

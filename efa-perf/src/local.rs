@@ -79,7 +79,7 @@ fn start(opts: &RunOpts) -> Result<(Server, String), String> {
         "--backend={}",
         crate::cli::backend_name(opts.common.backend)
     ));
-    if let Some(d) = &opts.common.device {
+    if let Some(d) = opts.common.devices.to_arg() {
         cmd.arg(format!("--ib-dev={d}"));
     }
     let mut child = cmd
@@ -128,12 +128,11 @@ fn start(opts: &RunOpts) -> Result<(Server, String), String> {
     }
 }
 
-/// Runs the client against a server child on this machine.
-pub fn run_local(opts: &RunOpts, out: &mut Output) -> Result<(), String> {
-    // This end's device first: without one, say so before starting anything.
-    let dev = Device::open(opts.common.device.as_deref(), opts.common.backend)?;
+/// Runs the client on `devs` (opened first: without them, nothing is started) against
+/// a server child on this machine, which opens the same devices.
+pub fn run_local(opts: &RunOpts, out: &mut Output, devs: Vec<Device>) -> Result<(), String> {
     let (mut server, addr) = start(opts)?;
-    match session::run_client(&addr, opts, out, dev) {
+    match session::run_client(&addr, opts, out, devs) {
         Ok(()) => server.wait(opts.common.timeout),
         Err(e) => {
             // The server's own line says more when it died without telling us.

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::rails::{self, RailStat};
 use crate::res::Device;
 use crate::stats::{Measure, Row};
 use crate::test::Test;
@@ -22,6 +23,8 @@ pub struct TestInfo {
     pub depth: u32,
     /// WRs per doorbell (bandwidth).
     pub batch: u32,
+    /// Rails (devices on each end), each with `qps` QPs: 1 without `-d all` or a list.
+    pub rails: usize,
 }
 
 /// The client's output.
@@ -96,11 +99,12 @@ impl Output {
         self.line(&v.to_string());
     }
 
-    /// The first line: the device, and whether it is the software one.
-    pub fn device(&mut self, dev: &Device, peer: Option<&Value>) {
+    /// The first line: the device (or devices, one per rail), and whether it is the
+    /// software one.
+    pub fn device(&mut self, devs: &[Device], peer: Option<&Value>) {
         if self.json {
             let mut v = json!({ "type": "device", "version": env!("CARGO_PKG_VERSION") });
-            if let (Some(m), Value::Object(d)) = (v.as_object_mut(), dev.to_json()) {
+            if let (Some(m), Value::Object(d)) = (v.as_object_mut(), rails::hello_json(devs)) {
                 m.extend(d);
                 if let Some(p) = peer {
                     m.insert("peer".into(), p.clone());
@@ -108,7 +112,7 @@ impl Output {
             }
             self.json_line(v);
         } else {
-            self.line(&dev.banner());
+            self.line(&rails::banner(devs));
         }
     }
 
@@ -159,6 +163,12 @@ impl Output {
                     m.insert("seconds".into(), json!(secs));
                     m.insert("gb_per_s".into(), json!(gbps));
                     m.insert("mmsg_per_s".into(), json!(mmps));
+                    let bytes = (row.size as u64).saturating_mul(row.iters);
+                    m.insert("bytes".into(), json!(bytes));
+                    if !row.rails.is_empty() {
+                        let each: Vec<Value> = row.rails.iter().map(rail_json).collect();
+                        m.insert("rails".into(), Value::Array(each));
+                    }
                 }
             }
             self.json_line(v);
@@ -192,6 +202,18 @@ impl Output {
                 " {:>9} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
                 "bytes", "iterations", "min", "p50", "p99", "p99.9", "max", "avg"
             ));
+        } else if info.rails > 1 {
+            self.line(&format!(
+                " {}  SRD  {} rails  {qps} per rail  {} in flight per QP  {} per doorbell",
+                info.test.name(),
+                info.rails,
+                info.depth,
+                info.batch
+            ));
+            self.line(&format!(
+                " {:>9} {:>11} {:>12} {:>12} {:>10}  {}",
+                "bytes", "iterations", "GB/s", "M msg/s", "seconds", "rail"
+            ));
         } else {
             self.line(&format!(
                 " {}  SRD  {qps}  {} in flight per QP  {} per doorbell",
@@ -215,7 +237,22 @@ impl Output {
                     r.size, r.iters
                 ),
             };
-            self.line(&text);
+            if r.rails.is_empty() {
+                self.line(&text);
+                continue;
+            }
+            // The aggregate, then each rail's share of the same time.
+            self.line(&format!("{text}  all"));
+            let secs = match r.measure {
+                Measure::Bandwidth { secs, .. } => secs,
+                Measure::Latency { .. } => 0.0,
+            };
+            for x in &r.rails {
+                self.line(&format!(
+                    " {:>9} {:>11} {:>12.3} {:>12.4} {secs:>10.3}  {}",
+                    r.size, x.msgs, x.gbps, x.mmps, x.device
+                ));
+            }
         }
         self.line(&rule);
     }
@@ -262,4 +299,16 @@ impl Output {
     pub fn finish(&mut self) {
         self.clear_progress();
     }
+}
+
+/// One rail of a `--json` result.
+fn rail_json(r: &RailStat) -> Value {
+    json!({
+        "device": r.device,
+        "peer_device": r.peer_device,
+        "bytes": r.bytes,
+        "msgs": r.msgs,
+        "gb_per_s": r.gbps,
+        "mmsg_per_s": r.mmps,
+    })
 }

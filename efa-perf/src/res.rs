@@ -14,6 +14,17 @@ pub const SIM_FW_PREFIX: &str = "efa-sim";
 /// Bytes after each buffer that must stay untouched (checked after every size).
 pub const GUARD: usize = 64;
 
+/// What a run on a machine without EFA is told.
+pub const NO_DEVICE_HINT: &str = "on a machine without EFA, run it on the software device: `efa-sim run -- efa-perf ...` (./scripts/demo.sh does)";
+
+/// The names of the EFA devices, in the order rdma-core lists them.
+pub fn efa_names() -> Result<Vec<String>, String> {
+    let list =
+        DeviceList::new().map_err(|e| format!("no EFA device found ({e}); {NO_DEVICE_HINT}"))?;
+    let names = list.efa().map(|d| d.name().to_string()).collect();
+    Ok(names)
+}
+
 /// A PD held by `Arc`.
 pub type SharedPd = Arc<Pd<Arc<Context>>>;
 /// An RTS QP of a test.
@@ -48,7 +59,7 @@ pub struct Device {
 impl Device {
     /// Opens `name`, or the first EFA device, for the data path `backend`.
     pub fn open(name: Option<&str>, backend: Backend) -> Result<Device, String> {
-        const HINT: &str = "on a machine without EFA, run it on the software device: `efa-sim run -- efa-perf ...` (./scripts/demo.sh does)";
+        const HINT: &str = NO_DEVICE_HINT;
         let list = DeviceList::new().map_err(|e| format!("no EFA device found ({e}); {HINT}"))?;
         let names: Vec<String> = list.efa().map(|d| d.name().to_string()).collect();
         let dev = match name {
@@ -101,16 +112,20 @@ impl Device {
 
     /// The first line of a run: which device, and whether it is the software one.
     pub fn banner(&self) -> String {
+        self.banner_on(&self.name)
+    }
+
+    /// [`banner`](Self::banner) naming `what` (several devices like this one) instead.
+    pub fn banner_on(&self, what: &str) -> String {
         let v = env!("CARGO_PKG_VERSION");
         if self.software {
             format!(
-                "efa-perf {v} on {}: the software EFA device ({}), not EFA hardware: the numbers measure the simulator; {} data path",
-                self.name, self.fw, crate::cli::backend_name(self.backend)
+                "efa-perf {v} on {what}: the software EFA device ({}), not EFA hardware: the numbers measure the simulator; {} data path",
+                self.fw, crate::cli::backend_name(self.backend)
             )
         } else {
             format!(
-                "efa-perf {v} on {} (EFA hardware, fw {}, device id 0x{:04x}); {} data path",
-                self.name,
+                "efa-perf {v} on {what} (EFA hardware, fw {}, device id 0x{:04x}); {} data path",
                 self.fw,
                 self.part,
                 crate::cli::backend_name(self.backend)
@@ -144,6 +159,8 @@ pub struct Setup {
     pub depth: u32,
     /// Largest size of the run.
     pub max_size: usize,
+    /// Rails: devices on each end, each with `qps` QPs (1 without `-d all` or a list).
+    pub rails: u32,
 }
 
 impl Setup {
@@ -154,10 +171,12 @@ impl Setup {
             "qps": self.qps,
             "depth": self.depth,
             "max_size": self.max_size,
+            "rails": self.rails,
         })
     }
     /// From a control message, checked against the protocol's ranges (1 to 64 QPs, 1 to
-    /// 65536 WRs in flight, sizes up to [`crate::cli::MAX_SIZE`]) before any conversion.
+    /// 65536 WRs in flight, sizes up to [`crate::cli::MAX_SIZE`], 1 to 64 rails, 1 when
+    /// not given) before any conversion.
     pub fn from_json(v: &Value) -> Result<Setup, wire::WireError> {
         let name = wire::str_of(v, "setup")?;
         let test =
@@ -165,12 +184,17 @@ impl Setup {
         let qps = wire::u64_in(v, "qps", 1, 64)?;
         let depth = wire::u64_in(v, "depth", 1, 65536)?;
         let max_size = wire::u64_in(v, "max_size", 1, crate::cli::MAX_SIZE as u64)?;
+        let rails = match v.get("rails") {
+            None => 1,
+            Some(_) => wire::u64_in(v, "rails", 1, crate::rails::MAX_RAILS as u64)?,
+        };
         Ok(Setup {
             test,
             // In range, checked above: the conversions are exact.
             qps: qps as u32,
             depth: depth as u32,
             max_size: max_size as usize,
+            rails: rails as u32,
         })
     }
 
@@ -241,6 +265,8 @@ pub struct Res {
     pub peers: Vec<Peer<SharedPd>>,
     /// The peer's buffer, for RDMA.
     pub remote: Option<RemoteBuffer>,
+    /// With several rails, this one's device (errors name it); `None` with one.
+    pub rail: Option<String>,
     pd: SharedPd,
 }
 
@@ -328,6 +354,7 @@ impl Res {
             slot,
             peers: Vec::new(),
             remote: None,
+            rail: (s.rails > 1).then(|| dev.name.clone()),
             pd,
         };
         for q in 0..res.qps.len() {

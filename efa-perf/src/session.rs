@@ -13,7 +13,7 @@ use crate::poll::{Amount, At};
 use crate::res::{Device, Res, Setup};
 use crate::test::{cap_name, Test};
 use crate::wire::{self, Ctl};
-use crate::{bw, lat, stats};
+use crate::{bw, lat, rails, stats};
 
 /// The message count of a `{"done": n}`.
 pub fn done_count(v: &Value) -> Result<u64, String> {
@@ -34,30 +34,62 @@ pub fn peer_limit(peer: &Value, key: &str) -> Result<u32, wire::WireError> {
 struct Plan {
     test: Test,
     sizes: Vec<usize>,
+    /// Devices on each end: `devs.len()` for bandwidth tests, 1 for latency tests.
+    rails: usize,
 }
 
-/// Decides whether and at which sizes `test` runs between `me` and the server.
+/// The device a hello (or one of its `rails`) names.
+fn device_of(p: &Value) -> &str {
+    p.get("device").and_then(Value::as_str).unwrap_or("?")
+}
+
+/// The server's device of each rail (its hello's `rails`, or its one device).
+fn peer_names(peer: &Value) -> Vec<String> {
+    let each = rails::peer_rails(peer).into_iter();
+    each.map(|p| device_of(p).to_string()).collect()
+}
+
+/// Decides whether and at which sizes `test` runs between `devs` and the server, and
+/// over how many rails.
 fn plan(
     test: Test,
     opts: &RunOpts,
-    me: &Device,
+    devs: &[Device],
     peer: &Value,
     out: &mut Output,
 ) -> Result<Option<Plan>, String> {
+    let rails = if test.is_latency() { 1 } else { devs.len() };
+    if rails < devs.len() {
+        let msg = format!(
+            "{} runs on {} only: latency tests use one device",
+            test.name(),
+            devs[0].name
+        );
+        out.note(Some(test), &msg);
+    }
+    let (mine, theirs) = (&devs[..rails], rails::peer_rails(peer));
+    if theirs.len() < rails {
+        return Err(format!(
+            "{} over {rails} rails: the server has {} device(s) ({}); start it with -d all or a list of {rails}",
+            test.name(),
+            theirs.len(),
+            peer_names(peer).join(", ")
+        ));
+    }
+    let theirs = &theirs[..rails];
     if let Some(cap) = test.needs() {
         let key = if cap == efa::DeviceCaps::RDMA_WRITE {
             "rdma_write"
         } else {
             "rdma_read"
         };
-        let theirs = peer.get(key).and_then(Value::as_bool).unwrap_or(false);
-        let peer_dev = peer.get("device").and_then(Value::as_str).unwrap_or("?");
-        let missing = if !me.caps.contains(cap) {
-            Some(format!("{} (this end) has no {}", me.name, cap_name(cap)))
-        } else if !theirs {
-            Some(format!("the server's {peer_dev} has no {}", cap_name(cap)))
-        } else {
-            None
+        let has = |p: &Value| p.get(key).and_then(Value::as_bool).unwrap_or(false);
+        let missing = match mine.iter().find(|d| !d.caps.contains(cap)) {
+            Some(me) => Some(format!("{} (this end) has no {}", me.name, cap_name(cap))),
+            None => theirs
+                .iter()
+                .find(|p| !has(p))
+                .map(|p| format!("the server's {} has no {}", device_of(p), cap_name(cap))),
         };
         if let Some(m) = missing {
             let msg = format!("{m}: {} needs it on both ends", test.name());
@@ -68,13 +100,24 @@ fn plan(
             return Ok(None);
         }
     }
-    let (mine, key, what) = if test.uses_send() {
-        (me.max_msg, "max_msg", "max_msg_sz")
+    let (key, what) = if test.uses_send() {
+        ("max_msg", "max_msg_sz")
     } else {
-        (me.max_rdma, "max_rdma", "max_rdma_size")
+        ("max_rdma", "max_rdma_size")
     };
-    let theirs = peer_limit(peer, key).map_err(|e| format!("the server's hello: {e}"))?;
-    let limit = mine.min(theirs) as usize;
+    let mut limit = u32::MAX;
+    for d in mine {
+        limit = limit.min(if test.uses_send() {
+            d.max_msg
+        } else {
+            d.max_rdma
+        });
+    }
+    for p in theirs {
+        let l = peer_limit(p, key).map_err(|e| format!("the server's hello: {e}"))?;
+        limit = limit.min(l);
+    }
+    let limit = limit as usize;
     let (sizes, over): (Vec<usize>, Vec<usize>) =
         opts.sizes.list().into_iter().partition(|&s| s <= limit);
     if let (Sizes::One(s), false) = (opts.sizes, over.is_empty()) {
@@ -97,22 +140,31 @@ fn plan(
     if sizes.is_empty() {
         return Ok(None);
     }
-    Ok(Some(Plan { test, sizes }))
+    Ok(Some(Plan { test, sizes, rails }))
 }
 
-/// Runs every test of `opts` on `dev` against the server at `addr` (`HOST:PORT`).
-pub fn run_client(addr: &str, opts: &RunOpts, out: &mut Output, dev: Device) -> Result<(), String> {
+/// Runs every test of `opts` on `devs` (one, or one per rail) against the server at
+/// `addr` (`HOST:PORT`).
+pub fn run_client(
+    addr: &str,
+    opts: &RunOpts,
+    out: &mut Output,
+    devs: Vec<Device>,
+) -> Result<(), String> {
+    if devs.is_empty() {
+        return Err("no device to run on".into());
+    }
     let mut ctl = Ctl::connect(addr, opts.common.timeout)?;
-    ctl.send(&wire::hello(dev.to_json()))?;
+    ctl.send(&wire::hello(rails::hello_json(&devs)))?;
     let peer = ctl.recv()?;
     if let Some(e) = peer.get("error").and_then(Value::as_str) {
         return Err(format!("server: {e}"));
     }
     wire::check_hello(&peer, &format!("the server at {addr}"))?;
-    out.device(&dev, Some(&peer));
+    out.device(&devs, Some(&peer));
     let mut plans = Vec::new();
     for &t in &opts.tests {
-        if let Some(p) = plan(t, opts, &dev, &peer, out)? {
+        if let Some(p) = plan(t, opts, &devs, &peer, out)? {
             plans.push(p);
         }
     }
@@ -121,7 +173,11 @@ pub fn run_client(addr: &str, opts: &RunOpts, out: &mut Output, dev: Device) -> 
         if out.closed() {
             break;
         }
-        run_test(&mut ctl, &dev, p, opts, out, (i, plans.len()))?;
+        let ends = Ends {
+            devs: &devs[..p.rails],
+            peers: &peer_names(&peer),
+        };
+        run_test(&mut ctl, &ends, p, opts, out, (i, plans.len()))?;
     }
     ctl.send(&json!({ "bye": true }))?;
     ctl.expect("server")?;
@@ -129,9 +185,15 @@ pub fn run_client(addr: &str, opts: &RunOpts, out: &mut Output, dev: Device) -> 
     Ok(())
 }
 
+/// The devices of a test's rails: this end's, and the server's names.
+struct Ends<'a> {
+    devs: &'a [Device],
+    peers: &'a [String],
+}
+
 fn run_test(
     ctl: &mut Ctl,
-    dev: &Device,
+    ends: &Ends<'_>,
     plan: &Plan,
     opts: &RunOpts,
     out: &mut Output,
@@ -143,25 +205,33 @@ fn run_test(
         qps: if test.is_latency() { 1 } else { opts.qps },
         depth: opts.depth,
         max_size: *plan.sizes.last().expect("a planned test has sizes"),
+        rails: plan.rails as u32,
     };
-    let mut res = Res::new(dev, &setup, false)?;
+    let mut rails = Vec::with_capacity(plan.rails);
+    for dev in ends.devs {
+        rails.push(Res::new(dev, &setup, false)?);
+    }
     ctl.send(&setup.to_json())?;
-    res.connect(&ctl.expect("server")?)?;
-    ctl.send(&res.to_json())?;
+    rails::connect(&mut rails, &ctl.expect("server")?)?;
+    ctl.send(&rails::res_json(&rails))?;
     ctl.expect("server")?;
     let info = TestInfo {
         test,
         qps: setup.qps,
         depth: setup.depth,
         batch: opts.batch,
+        rails: plan.rails,
     };
     let amount = match opts.duration {
         Some(d) => Amount::Duration(d),
         None => Amount::Count(opts.iters.unwrap_or(test.default_iters())),
     };
-    let qp_inline = res.qps[0].caps().max_inline_data;
+    // The smallest of every rail's QPs (rails of different devices may differ).
+    let qp_inline = rails.iter().map(|r| r.qps[0].caps().max_inline_data).min();
+    let qp_inline = qp_inline.unwrap_or(0);
     let inline_max = opts.inline.unwrap_or(qp_inline).min(qp_inline) as usize;
-    let depth = opts.depth.min(res.qps[0].limits().max_send_wr());
+    let max_wr = rails.iter().map(|r| r.qps[0].limits().max_send_wr()).min();
+    let depth = opts.depth.min(max_wr.unwrap_or(1));
     let stream = bw::Stream {
         batch: opts.batch.min(depth),
         depth,
@@ -175,20 +245,32 @@ fn run_test(
         ctl.expect("server")?;
         let n_sizes = plan.sizes.len();
         let row = if test.is_latency() {
+            let res = &mut rails[0];
             res.zero_target().map_err(|e| at.err(e))?;
             let timeout = opts.common.timeout;
             let tick = || out.progress(nth, test, (k, n_sizes), size);
-            let (rtts, sent) = lat::client(&mut res, at, amount, inline_max, timeout, tick)?;
+            let (rtts, sent) = lat::client(res, at, amount, inline_max, timeout, tick)?;
             ctl.send(&json!({ "done": sent }))?;
             ctl.expect("server")?;
             stats::latency(size, rtts)
         } else {
-            bw::prepare_client(&mut res, at);
+            for res in rails.iter_mut() {
+                bw::prepare_client(res, at);
+            }
             let tick = || out.progress(nth, test, (k, n_sizes), size);
-            let (n, elapsed) = bw::client(&mut res, at, amount, &stream, ctl, tick)?;
-            ctl.send(&json!({ "done": n }))?;
+            let (counts, elapsed) = bw::client(&mut rails, at, amount, &stream, ctl, tick)?;
+            ctl.send(&rails::done_json(&counts))?;
             ctl.expect("server")?;
-            stats::bandwidth(size, n, elapsed)
+            let total = counts.iter().sum();
+            let mut row = stats::bandwidth(size, total, elapsed);
+            if plan.rails > 1 {
+                let names = ends.devs.iter().map(|d| d.name.as_str());
+                let per = names.zip(ends.peers).zip(&counts);
+                row.rails = per
+                    .map(|((dev, peer), &n)| stats::rail(dev, peer, size, n, elapsed))
+                    .collect();
+            }
+            row
         };
         out.row(&info, row);
         if out.closed() {
@@ -199,15 +281,18 @@ fn run_test(
     Ok(())
 }
 
-/// Listens, and serves one client (or, with `--forever`, one client after another).
-pub fn run_server(opts: &ServerOpts) -> Result<(), String> {
-    let dev = Device::open(opts.common.device.as_deref(), opts.common.backend)?;
+/// Listens on `devs` (one, or one per rail), and serves one client (or, with
+/// `--forever`, one client after another).
+pub fn run_server(opts: &ServerOpts, devs: Vec<Device>) -> Result<(), String> {
+    if devs.is_empty() {
+        return Err("no device to serve on".into());
+    }
     let listener = TcpListener::bind((opts.bind.as_str(), opts.port))
         .map_err(|e| format!("cannot listen on {}:{}: {e}", opts.bind, opts.port))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let mut text = String::new();
     if !opts.announce {
-        text = format!("{}\n", dev.banner());
+        text = format!("{}\n", rails::banner(&devs));
     }
     text += &format!("listening on {addr}\n");
     let mut stdout = std::io::stdout().lock();
@@ -226,7 +311,7 @@ pub fn run_server(opts: &ServerOpts) -> Result<(), String> {
             .accept()
             .map_err(|e| format!("accepting a client on {addr}: {e}"))?;
         let result = Ctl::new(stream, peer.to_string(), opts.common.timeout)
-            .and_then(|mut ctl| serve(&mut ctl, &dev));
+            .and_then(|mut ctl| serve(&mut ctl, &devs));
         match result {
             Ok(()) if !opts.forever => return Ok(()),
             Err(e) if !opts.forever => return Err(format!("client {peer}: {e}")),
@@ -244,7 +329,7 @@ fn tell<T>(ctl: &mut Ctl, r: Result<T, String>) -> Result<T, String> {
     r
 }
 
-fn serve(ctl: &mut Ctl, dev: &Device) -> Result<(), String> {
+fn serve(ctl: &mut Ctl, devs: &[Device]) -> Result<(), String> {
     let hello = ctl.recv()?;
     if let Err(e) = wire::check_hello(&hello, &format!("client {}", ctl.peer)) {
         let theirs = hello
@@ -259,7 +344,7 @@ fn serve(ctl: &mut Ctl, dev: &Device) -> Result<(), String> {
         ));
         return Err(e);
     }
-    ctl.send(&wire::hello(dev.to_json()))?;
+    ctl.send(&wire::hello(rails::hello_json(devs)))?;
     let mut next = ctl.expect("client")?;
     loop {
         if next.get("bye").is_some() {
@@ -268,29 +353,42 @@ fn serve(ctl: &mut Ctl, dev: &Device) -> Result<(), String> {
         if next.get("setup").is_none() {
             return tell(ctl, Err(format!("unexpected control message {next}")));
         }
-        next = serve_test(ctl, dev, &next)?;
+        next = serve_test(ctl, devs, &next)?;
     }
 }
 
-/// Serves one test; returns the first message that is not one of its sizes.
-fn serve_test(ctl: &mut Ctl, dev: &Device, v: &Value) -> Result<Value, String> {
+/// Serves one test on the first `rails` of `devs`; returns the first message that is
+/// not one of its sizes.
+fn serve_test(ctl: &mut Ctl, devs: &[Device], v: &Value) -> Result<Value, String> {
     let s = tell(ctl, Setup::from_json(v).map_err(String::from))?;
-    tell(ctl, s.check_limits(&dev.name, dev.max_msg, dev.max_rdma))?;
-    if let Some(cap) = s.test.needs() {
-        if !dev.caps.contains(cap) {
-            let e = format!(
-                "{} has no {}: {} needs it",
-                dev.name,
-                cap_name(cap),
-                s.test.name()
-            );
-            return tell(ctl, Err(e));
-        }
+    let n = s.rails as usize;
+    if n > devs.len() {
+        let e = format!(
+            "the client asks for {n} rails, this server has {} device(s) ({}): start it with -d all or a list of {n}",
+            devs.len(),
+            rails::names(devs, ", ")
+        );
+        return tell(ctl, Err(e));
     }
-    let mut res = tell(ctl, Res::new(dev, &s, true))?;
-    ctl.send(&res.to_json())?;
+    let mut rails = Vec::with_capacity(n);
+    for dev in &devs[..n] {
+        tell(ctl, s.check_limits(&dev.name, dev.max_msg, dev.max_rdma))?;
+        if let Some(cap) = s.test.needs() {
+            if !dev.caps.contains(cap) {
+                let e = format!(
+                    "{} has no {}: {} needs it",
+                    dev.name,
+                    cap_name(cap),
+                    s.test.name()
+                );
+                return tell(ctl, Err(e));
+            }
+        }
+        rails.push(tell(ctl, Res::new(dev, &s, true))?);
+    }
+    ctl.send(&rails::res_json(&rails))?;
     let peer = ctl.expect("client")?;
-    tell(ctl, res.connect(&peer))?;
+    tell(ctl, rails::connect(&mut rails, &peer))?;
     ctl.send(&json!({ "connected": true }))?;
     loop {
         let v = ctl.expect("client")?;
@@ -307,16 +405,16 @@ fn serve_test(ctl: &mut Ctl, dev: &Device, v: &Value) -> Result<Value, String> {
             size: size as usize,
         };
         let prepared = if s.test.is_latency() {
-            res.zero_target().map_err(|e| at.err(e))
+            rails[0].zero_target().map_err(|e| at.err(e))
         } else {
-            bw::prepare_server(&mut res, at)
+            rails.iter_mut().try_for_each(|r| bw::prepare_server(r, at))
         };
         tell(ctl, prepared)?;
         ctl.send(&json!({ "go": true }))?;
         let r = if s.test.is_latency() {
-            lat::server(&mut res, at, ctl)
+            lat::server(&mut rails[0], at, ctl)
         } else {
-            bw::server(&mut res, at, ctl)
+            bw::server(&mut rails, at, ctl)
         };
         tell(ctl, r)?;
         ctl.send(&json!({ "ok": true }))?;

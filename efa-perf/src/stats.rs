@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+pub use crate::rails::RailStat;
+
 /// What one size measured.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Measure {
@@ -40,6 +42,9 @@ pub struct Row {
     pub iters: u64,
     /// The numbers.
     pub measure: Measure,
+    /// With several rails (bandwidth tests), each one's share; `measure` and `iters`
+    /// are then their sum.
+    pub rails: Vec<RailStat>,
 }
 
 /// The nearest-rank percentile of sorted `v`, given in per mille (990 for p99), in
@@ -69,6 +74,7 @@ pub fn latency(size: usize, mut rtt_ns: Vec<u64>) -> Row {
             max: us(rtt_ns.last().copied().unwrap_or(0)),
             avg: sum as f64 / n / 2000.0,
         },
+        rails: Vec::new(),
     }
 }
 
@@ -83,6 +89,29 @@ pub fn bandwidth(size: usize, count: u64, elapsed: Duration) -> Row {
             gbps: (size as f64 * count as f64) / secs / 1e9,
             mmps: count as f64 / secs / 1e6,
         },
+        rails: Vec::new(),
+    }
+}
+
+/// One rail's share of a bandwidth size: `count` messages of `size` bytes between
+/// `device` and the server's `peer_device`, over the whole size's `elapsed` (the time
+/// every rail shares, so that the rails' GB/s add up to the aggregate's).
+pub fn rail(
+    device: &str,
+    peer_device: &str,
+    size: usize,
+    count: u64,
+    elapsed: Duration,
+) -> RailStat {
+    let secs = elapsed.as_secs_f64().max(1e-9);
+    let bytes = (size as u64).saturating_mul(count);
+    RailStat {
+        device: device.to_string(),
+        peer_device: peer_device.to_string(),
+        msgs: count,
+        bytes,
+        gbps: bytes as f64 / secs / 1e9,
+        mmps: count as f64 / secs / 1e6,
     }
 }
 
@@ -116,5 +145,13 @@ mod tests {
             panic!()
         };
         assert!((gbps - 2.097152).abs() < 1e-9 && (mmps - 0.002).abs() < 1e-12);
+        let half = Duration::from_millis(500);
+        let r = rail("efa_1", "efa_5", 1 << 20, 400, half);
+        assert_eq!((r.msgs, r.bytes), (400, 400 << 20));
+        assert!((r.gbps - 0.8388608).abs() < 1e-9 && (r.mmps - 0.0008).abs() < 1e-12);
+        assert_eq!(
+            (r.device.as_str(), r.peer_device.as_str()),
+            ("efa_1", "efa_5")
+        );
     }
 }

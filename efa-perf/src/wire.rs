@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 /// Version of the control protocol; both ends must speak the same.
-pub const PROTOCOL: u64 = 1;
+pub const PROTOCOL: u64 = 2;
 /// What every hello starts with.
 pub const MAGIC: &str = "efa-perf";
 /// Longest line accepted from a peer.
@@ -364,7 +364,7 @@ mod tests {
         old["protocol"] = json!(PROTOCOL + 1);
         old["version"] = json!("9.9.9");
         let e = check_hello(&old, "peer").unwrap_err();
-        assert!(e.contains("runs efa-perf 9.9.9 (protocol 2)"), "{e}");
+        assert!(e.contains("runs efa-perf 9.9.9 (protocol 3)"), "{e}");
         assert!(check_hello(&json!({"x": 1}), "p")
             .unwrap_err()
             .contains("not an efa-perf"));

@@ -94,7 +94,7 @@ fn json_has_one_object_per_test_and_size() {
         .collect();
     assert_eq!(lines[0]["type"], "device");
     assert_eq!(lines[0]["software"], efa_sim_select::SOFTWARE_DEVICE);
-    assert_eq!(lines[0]["peer"]["protocol"], 1);
+    assert_eq!(lines[0]["peer"]["protocol"], 2);
     let results: Vec<&Value> = lines.iter().filter(|v| v["type"] == "result").collect();
     // 5 tests x 10 sizes (8 B .. 4 KiB; every limit is above 4 KiB).
     assert_eq!(results.len(), 50, "{lines:?}");

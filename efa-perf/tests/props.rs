@@ -17,12 +17,14 @@ fn any_setup() -> impl Strategy<Value = Setup> {
         1u32..=64,
         1u32..=65536,
         1usize..=MAX_SIZE,
+        1u32..=64,
     )
-        .prop_map(|(test, qps, depth, max_size)| Setup {
+        .prop_map(|(test, qps, depth, max_size, rails)| Setup {
             test,
             qps,
             depth,
             max_size,
+            rails,
         })
 }
 
@@ -84,8 +86,13 @@ proptest! {
         qps in any_field(),
         depth in any_field(),
         max_size in any_field(),
+        rails in prop::option::of(any_field()),
     ) {
-        let v = json!({ "setup": test, "qps": qps, "depth": depth, "max_size": max_size });
+        let mut v = json!({ "setup": test, "qps": qps, "depth": depth, "max_size": max_size });
+        // Without "rails" a set-up has one (a client of one device sends it anyway).
+        if let Some(r) = &rails {
+            v["rails"] = r.clone();
+        }
         let in_range = |x: &Value, max: u64| x.as_u64().is_some_and(|n| (1..=max).contains(&n));
         match Setup::from_json(&v) {
             Ok(s) => {
@@ -93,6 +100,7 @@ proptest! {
                 prop_assert_eq!(json!(s.depth), depth);
                 prop_assert_eq!(json!(s.max_size), max_size);
                 prop_assert!((1..=64).contains(&s.qps) && (1..=65536).contains(&s.depth));
+                prop_assert_eq!(json!(s.rails), rails.clone().unwrap_or(json!(1)));
             }
             Err(WireError::UnknownTest(_) | WireError::Field { .. }) => {}
             Err(WireError::OutOfRange { key, value, min, max }) => {
@@ -104,7 +112,8 @@ proptest! {
         let all_ok = v["setup"].as_str().and_then(Test::from_name).is_some()
             && in_range(&v["qps"], 64)
             && in_range(&v["depth"], 65536)
-            && in_range(&v["max_size"], MAX_SIZE as u64);
+            && in_range(&v["max_size"], MAX_SIZE as u64)
+            && rails.as_ref().map_or(true, |r| in_range(r, 64));
         prop_assert_eq!(Setup::from_json(&v).is_ok(), all_ok);
     }
 
