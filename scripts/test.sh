@@ -21,6 +21,9 @@ cargo test -p efa --features cuda --locked --test multi_rail
 # A 5 GiB GPU registration on the software GPU, written across and past the 4 GiB line.
 cargo test -p efa --features cuda --locked --test large_gpu_registration
 cargo build -p efa --features cuda --locked --example multi_rail
+# efa-perf's `--mem gpu` (its `cuda` feature): write_bw and read_bw over rails in the
+# software GPU's memory, every transfer verified.
+cargo test -p efa-perf --features cuda --locked --test gpu
 target_dir="${CARGO_TARGET_DIR:-target}"
 EFA_SIM_SHAPE=p5.48xlarge "$target_dir/debug/efa-sim" run --gpus 8 -- \
   "$target_dir/debug/examples/multi_rail" --bytes 1073741824 --device 1

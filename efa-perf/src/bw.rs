@@ -36,7 +36,7 @@ pub struct Stream {
 /// Posts `n` work requests (sequence numbers from `seq`) on QP `q` in one doorbell, each
 /// checked and handed to the provider as it is added (nothing staged, as perftest posts).
 fn post(res: &mut Res, at: At, q: usize, seq: u64, n: u32, inline_max: usize) -> Result<()> {
-    let (qp, peer, local) = (&mut res.qps[q], &res.peers[q], &res.local);
+    let (qp, peer, local, gpu) = (&mut res.qps[q], &res.peers[q], &res.local, &res.gpu);
     let remote = res.remote;
     let size = at.size as u64;
     let add = |s: &mut SendSession<'_>| -> Result<()> {
@@ -50,7 +50,10 @@ fn post(res: &mut Res, at: At, q: usize, seq: u64, n: u32, inline_max: usize) ->
                 Test::SendBw => s.send_imm(wr_id, peer, local.sge(0, size)?, (seq + j) as u32)?,
                 _ => {
                     let remote = remote.ok_or(Error::NoSuchDevice)?.slice(0, size)?;
-                    let src = local.sge(0, size)?;
+                    let src = match gpu {
+                        Some(g) => g.src(size)?,
+                        None => local.sge(0, size)?,
+                    };
                     if at.test == Test::ReadBw {
                         s.read(wr_id, peer, src, remote)?;
                     } else {
@@ -61,20 +64,34 @@ fn post(res: &mut Res, at: At, q: usize, seq: u64, n: u32, inline_max: usize) ->
         }
         Ok(())
     };
-    // SAFETY: `local` is not written while the size runs (the pattern is written before
-    // the first post, the read destination checked after the last completion).
+    // SAFETY: `local` (or the GPU buffer in its place) is not written while the size
+    // runs (the pattern is written before the first post, the read destination checked
+    // after the last completion).
     unsafe { qp.post_with(add) }
 }
 
 /// Prepares the client's local buffer for a size: the pattern to send or write, zeros
-/// (and zero guard bytes) to read into.
-pub fn prepare_client(res: &mut Res, at: At) {
+/// (and zero guard bytes) to read into; copied to the GPU buffer with `--mem gpu`.
+pub fn prepare_client(res: &mut Res, at: At) -> Result<(), String> {
     let buf = res.local.as_mut_slice();
     if at.test == Test::ReadBw {
         buf.fill(0);
     } else {
         pattern::fill(buf, at.size);
     }
+    load_gpu(res, at)
+}
+
+/// With `--mem gpu`, copies the host buffer's first bytes to the GPU buffer and zeroes
+/// the host's: the GPU memory alone holds the pattern, so that a transfer from anywhere
+/// else shows in the verification.
+fn load_gpu(res: &mut Res, at: At) -> Result<(), String> {
+    let Some(g) = res.gpu.as_mut() else {
+        return Ok(());
+    };
+    let r = g.load(&res.local.as_slice()[..at.size + GUARD]);
+    res.local.as_mut_slice().fill(0);
+    r.map_err(|e| rail_err(res, at, e))
 }
 
 /// The client side of one size over `rails` (one [`Res`] per device; one without `-d`
@@ -124,8 +141,16 @@ pub fn client(
         if !posting && all_done == all_posted {
             let elapsed = start.elapsed();
             if at.test == Test::ReadBw {
+                let mut copy = Vec::new();
                 for res in rails.iter() {
-                    let got = &res.local.as_slice()[..at.size + GUARD];
+                    let got = match &res.gpu {
+                        Some(g) => {
+                            copy.resize(at.size + GUARD, 0);
+                            g.read(false, &mut copy).map_err(|e| rail_err(res, at, e))?;
+                            &copy[..]
+                        }
+                        None => &res.local.as_slice()[..at.size + GUARD],
+                    };
                     pattern::check(&got[..at.size], at.size, None)
                         .and_then(|()| pattern::check_untouched(&got[at.size..], at.size))
                         .map_err(|e| rail_err(res, at, e))?;
@@ -199,11 +224,15 @@ fn rail_counts(rails: &[Res], done: &[u64], posted: &[u64]) -> String {
 /// Prepares the server's buffers for a size: a zeroed RDMA-write target, the pattern
 /// at the RDMA-read source.
 pub fn prepare_server(res: &mut Res, at: At) -> Result<(), String> {
-    res.zero_target().map_err(|e| at.err(e))?;
+    res.zero_target().map_err(|e| rail_err(res, at, e))?;
     if at.test == Test::ReadBw {
         pattern::fill(res.local.as_mut_slice(), at.size);
     }
-    Ok(())
+    match res.gpu.as_mut() {
+        Some(_) if at.test == Test::ReadBw => load_gpu(res, at),
+        Some(g) => g.zero_target().map_err(|e| rail_err(res, at, e)),
+        None => Ok(()),
+    }
 }
 
 /// The server side of one size over `rails`: for SENDs, receives and checks every
@@ -216,13 +245,15 @@ pub fn server(rails: &mut [Res], at: At, ctl: &mut Ctl) -> Result<(), String> {
         crate::rails::done_counts(&ctl.expect("client")?, rails.len())?;
         let mut got = vec![0u8; at.size + GUARD];
         for res in rails.iter() {
-            if let Some(t) = &res.target {
-                t.copy_to_slice(0, &mut got)
-                    .map_err(|e| e.to_string())
-                    .and_then(|()| pattern::check(&got[..at.size], at.size, None))
-                    .and_then(|()| pattern::check_untouched(&got[at.size..], at.size))
-                    .map_err(|e| rail_err(res, at, e))?;
-            }
+            let copied = match (&res.gpu, &res.target) {
+                (Some(g), _) if at.test == Test::WriteBw => g.read(true, &mut got),
+                (None, Some(t)) => t.copy_to_slice(0, &mut got).map_err(|e| e.to_string()),
+                _ => continue,
+            };
+            copied
+                .and_then(|()| pattern::check(&got[..at.size], at.size, None))
+                .and_then(|()| pattern::check_untouched(&got[at.size..], at.size))
+                .map_err(|e| rail_err(res, at, e))?;
         }
         return Ok(());
     }

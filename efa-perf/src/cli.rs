@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+pub use crate::gpu::Memory;
 pub use crate::rails::DeviceSel;
 pub use crate::size::{format_size, parse_size, size_option, SizeError};
 use crate::test::Test;
@@ -45,6 +46,10 @@ options:
                          device at once (its own PD, CQ, -q QPs and buffers, on both
                          ends; -n counts per rail), reported per rail and in total;
                          latency tests run on the first device only (a note says so)
+      --mem M            host (the default) or gpu: write_bw's and read_bw's buffers
+                         in GPU memory, each rail's on the GPU nearest its device (a
+                         build with --features cuda; efa-sim's software GPU stands in
+                         where there is none); each end chooses its own
       --backend B        data path: auto (direct where the device hands out its
                          queues, else the provider; the default), direct, or provider
                          (libefa's); each end chooses its own
@@ -72,6 +77,8 @@ pub struct Common {
     pub progress: bool,
     /// `--backend`.
     pub backend: efa::Backend,
+    /// `--mem`.
+    pub mem: Memory,
 }
 
 impl Default for Common {
@@ -82,6 +89,7 @@ impl Default for Common {
             json: false,
             progress: true,
             backend: efa::Backend::Auto,
+            mem: Memory::Host,
         }
     }
 }
@@ -285,6 +293,7 @@ pub fn parse(argv: Vec<String>) -> Result<Command, String> {
             "--json" => common.json = true,
             "--no-progress" => common.progress = false,
             "--backend" => common.backend = parse_backend(&args.value(&name, inline)?)?,
+            "--mem" => common.mem = Memory::parse(&args.value(&name, inline)?)?,
             "--bind" if server => bind = args.value(&name, inline)?,
             "--forever" if server => forever = true,
             "--announce" if server => announce = true,

@@ -30,6 +30,7 @@
 pub mod backend;
 pub mod bw;
 pub mod cli;
+pub mod gpu;
 pub mod lat;
 pub mod local;
 pub mod output;

@@ -78,7 +78,8 @@ fn start(opts: &RunOpts) -> Result<(Server, String), String> {
     .arg(format!(
         "--backend={}",
         crate::cli::backend_name(opts.common.backend)
-    ));
+    ))
+    .arg(format!("--mem={}", opts.common.mem.name()));
     if let Some(d) = opts.common.devices.to_arg() {
         cmd.arg(format!("--ib-dev={d}"));
     }

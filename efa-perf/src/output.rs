@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::gpu::Memory;
 use crate::rails::{self, RailStat};
 use crate::res::Device;
 use crate::stats::{Measure, Row};
@@ -25,6 +26,8 @@ pub struct TestInfo {
     pub batch: u32,
     /// Rails (devices on each end), each with `qps` QPs: 1 without `-d all` or a list.
     pub rails: usize,
+    /// Where this end's RDMA buffers are.
+    pub memory: Memory,
 }
 
 /// The client's output.
@@ -165,6 +168,7 @@ impl Output {
                     m.insert("mmsg_per_s".into(), json!(mmps));
                     let bytes = (row.size as u64).saturating_mul(row.iters);
                     m.insert("bytes".into(), json!(bytes));
+                    m.insert("memory".into(), json!(info.memory.name()));
                     if !row.rails.is_empty() {
                         let each: Vec<Value> = row.rails.iter().map(rail_json).collect();
                         m.insert("rails".into(), Value::Array(each));
@@ -191,6 +195,11 @@ impl Output {
         } else {
             format!("{} QPs", info.qps)
         };
+        let gpu = if info.memory == Memory::Gpu {
+            "  GPU memory"
+        } else {
+            ""
+        };
         let rule = "-".repeat(92);
         self.line(&rule);
         if info.test.is_latency() {
@@ -204,7 +213,7 @@ impl Output {
             ));
         } else if info.rails > 1 {
             self.line(&format!(
-                " {}  SRD  {} rails  {qps} per rail  {} in flight per QP  {} per doorbell",
+                " {}  SRD  {} rails  {qps} per rail  {} in flight per QP  {} per doorbell{gpu}",
                 info.test.name(),
                 info.rails,
                 info.depth,
@@ -216,7 +225,7 @@ impl Output {
             ));
         } else {
             self.line(&format!(
-                " {}  SRD  {qps}  {} in flight per QP  {} per doorbell",
+                " {}  SRD  {qps}  {} in flight per QP  {} per doorbell{gpu}",
                 info.test.name(),
                 info.depth,
                 info.batch

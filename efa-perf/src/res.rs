@@ -6,6 +6,7 @@ use std::sync::Arc;
 use efa::*;
 use serde_json::{json, Value};
 
+use crate::gpu::{GpuBufs, Memory, Roles};
 use crate::test::Test;
 use crate::wire;
 
@@ -267,12 +268,16 @@ pub struct Res {
     pub remote: Option<RemoteBuffer>,
     /// With several rails, this one's device (errors name it); `None` with one.
     pub rail: Option<String>,
+    /// With `--mem gpu` (`write_bw`, `read_bw`): the RDMA buffers in GPU memory, which
+    /// then take the place of `local` (as source or destination) and `target`.
+    pub gpu: Option<GpuBufs>,
     pd: SharedPd,
 }
 
 impl Res {
-    /// Makes everything one end of `s` needs.
-    pub fn new(dev: &Device, s: &Setup, server: bool) -> Result<Res, String> {
+    /// Makes everything one end of `s` needs, its RDMA buffers in `mem` (GPU memory for
+    /// `write_bw` and `read_bw` only).
+    pub fn new(dev: &Device, s: &Setup, server: bool, mem: Memory) -> Result<Res, String> {
         let e = |what: &str, err: Error| format!("{}: {what}: {err}", dev.name);
         let ctx = &dev.ctx;
         let pd: SharedPd = Arc::new(Pd::new(Arc::clone(ctx)).map_err(|x| e("PD", x))?);
@@ -319,7 +324,17 @@ impl Res {
             Test::WriteBw => server,
             _ => false,
         };
-        let target = if is_target {
+        let gpu = if mem.gpu_for(s.test) {
+            let roles = Roles {
+                local: !is_target,
+                read_source,
+                target: is_target,
+            };
+            Some(GpuBufs::new(&pd, &dev.name, buf_bytes, roles)?)
+        } else {
+            None
+        };
+        let target = if is_target && gpu.is_none() {
             let t = Mr::new_remote_write(
                 Arc::clone(&pd),
                 zeroed(buf_bytes)?,
@@ -355,6 +370,7 @@ impl Res {
             peers: Vec::new(),
             remote: None,
             rail: (s.rails > 1).then(|| dev.name.clone()),
+            gpu,
             pd,
         };
         for q in 0..res.qps.len() {
@@ -373,12 +389,14 @@ impl Res {
             .map(|q| wire::hex(&q.endpoint().to_bytes()))
             .collect();
         let remote = match (
+            &self.gpu,
             &self.target,
             self.local.access().contains(AccessFlags::REMOTE_READ),
         ) {
-            (Some(t), _) => Some(t.remote()),
-            (None, true) => Some(self.local.remote()),
-            (None, false) => None,
+            (Some(g), _, _) => g.remote(),
+            (None, Some(t), _) => Some(t.remote()),
+            (None, None, true) => Some(self.local.remote()),
+            (None, None, false) => None,
         };
         json!({ "endpoints": eps, "remote": remote.map(|r| wire::hex(&r.to_bytes())) })
     }

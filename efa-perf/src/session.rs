@@ -8,6 +8,7 @@ use std::net::TcpListener;
 use serde_json::{json, Value};
 
 use crate::cli::{RunOpts, ServerOpts, Sizes};
+use crate::gpu::Memory;
 use crate::output::{Output, TestInfo};
 use crate::poll::{Amount, At};
 use crate::res::{Device, Res, Setup};
@@ -207,9 +208,29 @@ fn run_test(
         max_size: *plan.sizes.last().expect("a planned test has sizes"),
         rails: plan.rails as u32,
     };
+    let mem = opts.common.mem;
     let mut rails = Vec::with_capacity(plan.rails);
     for dev in ends.devs {
-        rails.push(Res::new(dev, &setup, false)?);
+        rails.push(Res::new(dev, &setup, false, mem)?);
+    }
+    if mem.gpu_for(test) {
+        let each: Vec<String> = rails
+            .iter()
+            .zip(ends.devs)
+            .filter_map(|(r, d)| Some(format!("{} on GPU {}", d.name, r.gpu.as_ref()?.ordinal())))
+            .collect();
+        let msg = format!(
+            "{}: this end's buffers in GPU memory: {}",
+            test.name(),
+            each.join(", ")
+        );
+        out.note(Some(test), &msg);
+    } else if mem == Memory::Gpu {
+        let msg = format!(
+            "{} uses host memory: --mem gpu covers write_bw and read_bw",
+            test.name()
+        );
+        out.note(Some(test), &msg);
     }
     ctl.send(&setup.to_json())?;
     rails::connect(&mut rails, &ctl.expect("server")?)?;
@@ -221,6 +242,11 @@ fn run_test(
         depth: setup.depth,
         batch: opts.batch,
         rails: plan.rails,
+        memory: if mem.gpu_for(test) {
+            Memory::Gpu
+        } else {
+            Memory::Host
+        },
     };
     let amount = match opts.duration {
         Some(d) => Amount::Duration(d),
@@ -255,7 +281,7 @@ fn run_test(
             stats::latency(size, rtts)
         } else {
             for res in rails.iter_mut() {
-                bw::prepare_client(res, at);
+                bw::prepare_client(res, at)?;
             }
             let tick = || out.progress(nth, test, (k, n_sizes), size);
             let (counts, elapsed) = bw::client(&mut rails, at, amount, &stream, ctl, tick)?;
@@ -311,7 +337,7 @@ pub fn run_server(opts: &ServerOpts, devs: Vec<Device>) -> Result<(), String> {
             .accept()
             .map_err(|e| format!("accepting a client on {addr}: {e}"))?;
         let result = Ctl::new(stream, peer.to_string(), opts.common.timeout)
-            .and_then(|mut ctl| serve(&mut ctl, &devs));
+            .and_then(|mut ctl| serve(&mut ctl, &devs, opts.common.mem));
         match result {
             Ok(()) if !opts.forever => return Ok(()),
             Err(e) if !opts.forever => return Err(format!("client {peer}: {e}")),
@@ -329,7 +355,7 @@ fn tell<T>(ctl: &mut Ctl, r: Result<T, String>) -> Result<T, String> {
     r
 }
 
-fn serve(ctl: &mut Ctl, devs: &[Device]) -> Result<(), String> {
+fn serve(ctl: &mut Ctl, devs: &[Device], mem: Memory) -> Result<(), String> {
     let hello = ctl.recv()?;
     if let Err(e) = wire::check_hello(&hello, &format!("client {}", ctl.peer)) {
         let theirs = hello
@@ -353,13 +379,13 @@ fn serve(ctl: &mut Ctl, devs: &[Device]) -> Result<(), String> {
         if next.get("setup").is_none() {
             return tell(ctl, Err(format!("unexpected control message {next}")));
         }
-        next = serve_test(ctl, devs, &next)?;
+        next = serve_test(ctl, devs, mem, &next)?;
     }
 }
 
-/// Serves one test on the first `rails` of `devs`; returns the first message that is
-/// not one of its sizes.
-fn serve_test(ctl: &mut Ctl, devs: &[Device], v: &Value) -> Result<Value, String> {
+/// Serves one test on the first `rails` of `devs`, its RDMA buffers in `mem`; returns the
+/// first message that is not one of its sizes.
+fn serve_test(ctl: &mut Ctl, devs: &[Device], mem: Memory, v: &Value) -> Result<Value, String> {
     let s = tell(ctl, Setup::from_json(v).map_err(String::from))?;
     let n = s.rails as usize;
     if n > devs.len() {
@@ -384,7 +410,7 @@ fn serve_test(ctl: &mut Ctl, devs: &[Device], v: &Value) -> Result<Value, String
                 return tell(ctl, Err(e));
             }
         }
-        rails.push(tell(ctl, Res::new(dev, &s, true))?);
+        rails.push(tell(ctl, Res::new(dev, &s, true, mem))?);
     }
     ctl.send(&rails::res_json(&rails))?;
     let peer = ctl.expect("client")?;
