@@ -5,7 +5,7 @@ use std::time::Duration;
 
 pub use crate::gpu::Memory;
 pub use crate::rails::DeviceSel;
-pub use crate::size::{format_size, parse_size, size_option, SizeError};
+pub use crate::size::{format_size, parse_size, size_option, SizeError, Sizes};
 use crate::test::Test;
 
 /// Default TCP port of the control connection (perftest's).
@@ -90,38 +90,6 @@ impl Default for Common {
             progress: true,
             backend: efa::Backend::Auto,
             mem: Memory::Host,
-        }
-    }
-}
-
-/// Which sizes to run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Sizes {
-    /// `-s`: exactly this one.
-    One(usize),
-    /// Powers of two in `[min, max]`.
-    Sweep {
-        /// Smallest.
-        min: usize,
-        /// Largest.
-        max: usize,
-    },
-}
-
-impl Sizes {
-    /// The sizes, in order.
-    pub fn list(&self) -> Vec<usize> {
-        match *self {
-            Sizes::One(s) => vec![s],
-            Sizes::Sweep { min, max } => {
-                let mut v = Vec::new();
-                let mut s = min.next_power_of_two();
-                while s <= max {
-                    v.push(s);
-                    s *= 2;
-                }
-                v
-            }
         }
     }
 }

@@ -1,7 +1,40 @@
 //! Sizes on the command line: digits with an optional K, M or G suffix (KiB, MiB, GiB),
-//! from 1 byte to [`MAX_SIZE`] inclusive; anything else is a typed error, never a panic.
+//! from 1 byte to [`MAX_SIZE`] inclusive; anything else is a typed error, never a panic;
+//! and the sizes a run takes ([`Sizes`]).
 
 use crate::cli::MAX_SIZE;
+
+/// Which sizes to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sizes {
+    /// `-s`: exactly this one.
+    One(usize),
+    /// Powers of two in `[min, max]`.
+    Sweep {
+        /// Smallest.
+        min: usize,
+        /// Largest.
+        max: usize,
+    },
+}
+
+impl Sizes {
+    /// The sizes, in order.
+    pub fn list(&self) -> Vec<usize> {
+        match *self {
+            Sizes::One(s) => vec![s],
+            Sizes::Sweep { min, max } => {
+                let mut v = Vec::new();
+                let mut s = min.next_power_of_two();
+                while s <= max {
+                    v.push(s);
+                    s *= 2;
+                }
+                v
+            }
+        }
+    }
+}
 
 /// Why [`parse_size`] rejected a string.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
