@@ -1,7 +1,8 @@
 //! `-d all` and `-d` lists: the bandwidth tests run one rail per device at once, on
 //! efa-sim's instance shapes (the 2-NIC one and a p5's 32 NICs), every transfer verified,
 //! reported per rail and in aggregate (text and `--json`); latency tests stay on the first
-//! device and say so; a device that does not exist is bad input (exit 2) naming it.
+//! device and say so; a device that does not exist is bad input (exit 2) naming it, as is
+//! `--mem gpu` in a build without the `cuda` feature.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
@@ -302,4 +303,20 @@ fn a_server_on_all_devices_serves_a_client_of_fewer_rails() {
         (r["iterations"].as_u64(), r["verified"].as_bool()),
         (Some(10), Some(true))
     );
+}
+
+#[test]
+fn mem_gpu_needs_the_cuda_feature_and_is_bad_input_without_it() {
+    let o = perf(
+        "2nic",
+        &["local", "--mem", "gpu", "-n", "5", "-s", "4K", "write_bw"],
+    );
+    if cfg!(feature = "cuda") {
+        // tests/gpu.rs checks what it does; here only that this build accepts it.
+        assert!(o.status.success(), "{}", text(&o.stderr));
+    } else {
+        bad_input(&o, "--mem gpu: this efa-perf was built without GPU support");
+    }
+    let o = perf("2nic", &["local", "--mem", "disk"]);
+    bad_input(&o, "--mem \"disk\": must be host or gpu");
 }
