@@ -57,6 +57,10 @@ pub struct Qp {
     /// The rings were handed to a consumer (`efadv_query_qp_wqs`): the watcher looks at
     /// this QP's doorbell.
     exposed: AtomicBool,
+    /// The send queue's doorbell is a trapped page: its stores reach the device on the
+    /// storing thread, and the watcher leaves it alone (else it could take a doorbell's
+    /// work between the store and the trap's own consumption).
+    sq_trapped: AtomicBool,
     dead: AtomicBool,
 }
 
@@ -184,6 +188,7 @@ impl Qp {
                 rq: RecvQueue::new(rq_cfg, gen),
                 modify_lock: Mutex::new(()),
                 exposed: AtomicBool::new(false),
+                sq_trapped: AtomicBool::new(false),
                 dead: AtomicBool::new(false),
             });
             rt.qps.set(idx as usize, qp.clone());
@@ -273,7 +278,9 @@ impl Qp {
         if !self.exposed.swap(true, Ordering::AcqRel) {
             self.pd.rt.watcher.start(&self.pd.rt);
             let me: std::sync::Weak<dyn crate::ring::mmio::DoorbellListener> = self.me.clone();
-            self.sq_dev.ring().arm_doorbell(me);
+            if self.sq_dev.ring().arm_doorbell(me) {
+                self.sq_trapped.store(true, Ordering::Release);
+            }
         }
         let rq = self.rq_dev.ring();
         // Receive descriptors are not batched: one doorbell may cover the whole ring.
@@ -283,8 +290,10 @@ impl Qp {
         )
     }
 
-    pub(crate) fn is_exposed(&self) -> bool {
-        self.exposed.load(Ordering::Acquire)
+    /// Whether the watcher should look at the send-queue doorbell: handed out, and
+    /// plain memory (not a trapped page).
+    pub(crate) fn sq_watched(&self) -> bool {
+        self.exposed.load(Ordering::Acquire) && !self.sq_trapped.load(Ordering::Acquire)
     }
 
     /// `ibv_modify_qp` (model §3.2): EOPNOTSUPP for attributes EFA does not
@@ -482,6 +491,7 @@ impl crate::ring::mmio::DoorbellListener for Qp {
         }
     }
     fn trap_opened(&self) {
+        self.sq_trapped.store(false, Ordering::Release);
         super::runtime::stats::bump(&self.pd.rt.stats.opened_traps);
     }
 }

@@ -73,7 +73,7 @@ fn scan(rt: &Runtime) -> bool {
     {
         let g = Guard::enter();
         rt.qps.for_each(&g, |_, q| {
-            if q.is_exposed() && q.sq_dev().has_news() {
+            if q.sq_watched() && q.sq_dev().has_news() {
                 qps.extend(q.arc());
             }
         });

@@ -187,11 +187,15 @@ impl Ring {
         }
     }
 
-    /// Stores to the consumer's doorbell address reach `listener` from now on (a ring
-    /// whose doorbell is in plain memory ignores this).
-    pub fn arm_doorbell(&self, listener: std::sync::Weak<dyn mmio::DoorbellListener>) {
-        if let DoorbellHome::Mmio(page) = &self.doorbell {
-            page.arm(listener);
+    /// Stores to the consumer's doorbell address reach `listener` from now on; false
+    /// for a ring whose doorbell is in plain memory (nothing to arm).
+    pub fn arm_doorbell(&self, listener: std::sync::Weak<dyn mmio::DoorbellListener>) -> bool {
+        match &self.doorbell {
+            DoorbellHome::Mmio(page) => {
+                page.arm(listener);
+                true
+            }
+            DoorbellHome::Heap(_) => false,
         }
     }
 

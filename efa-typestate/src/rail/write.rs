@@ -35,7 +35,8 @@ struct RailRun<'a> {
     window: u64,
     posted: u64,
     done: u64,
-    tally: RailTally,
+    /// Chunks completed without error.
+    chunks_ok: u64,
     /// The index of its notice chunk until that is posted.
     notice: Option<u64>,
     /// When its chunks still in flight are cut off by a reset (set once posting stops).
@@ -45,6 +46,26 @@ struct RailRun<'a> {
 impl RailRun<'_> {
     fn in_flight(&self) -> u64 {
         self.posted.saturating_sub(self.done)
+    }
+
+    /// What rail `rail` moved: whole chunks but for the transfer's last, which may be
+    /// short (counted here, once, rather than per completion). That chunk is the notice
+    /// of rail `notices - 1`, posted only after all of that rail's other chunks
+    /// succeeded; it succeeded too when it was posted and every completion the rail
+    /// counted succeeded (a reset that cut chunks off counts them done, not succeeded).
+    fn tally(&self, rail: usize, plan: &Plan) -> RailTally {
+        let whole = self.chunks_ok.saturating_mul(u64::from(plan.chunk));
+        let has_last = plan.notices > 0 && rail == (plan.notices as usize).wrapping_sub(1);
+        let last_ok = has_last && self.notice.is_none() && self.chunks_ok == self.done;
+        let short = if last_ok {
+            u64::from(plan.chunk).saturating_sub(plan.chunk_len(plan.total.saturating_sub(1)))
+        } else {
+            0
+        };
+        RailTally {
+            chunks: self.chunks_ok,
+            bytes: whole.saturating_sub(short),
+        }
     }
 }
 
@@ -109,7 +130,11 @@ impl<'a, P, Q: CompletionQueue, X> Rails<'a, P, Q, X> {
         let mut runs = ArrayVec::<RailRun<'s>, MAX_RAILS>::new();
         let plan = self.plan(src, remote, &opts, &mut runs)?;
         let out = self.run(&mut runs, plan, &opts, &mut others);
-        let tallies: ArrayVec<RailTally, MAX_RAILS> = runs.iter().map(|r| r.tally).collect();
+        let tallies: ArrayVec<RailTally, MAX_RAILS> = runs
+            .iter()
+            .enumerate()
+            .map(|(i, r)| r.tally(i, &plan))
+            .collect();
         if let Some(p) = out.panic {
             panic::resume_unwind(p);
         }
@@ -198,7 +223,7 @@ impl<'a, P, Q: CompletionQueue, X> Rails<'a, P, Q, X> {
                     .max(1),
                 posted: 0,
                 done: 0,
-                tally: RailTally::default(),
+                chunks_ok: 0,
                 notice: None,
                 cut_off: None,
             });
@@ -256,14 +281,22 @@ impl<'a, P, Q: CompletionQueue, X> Rails<'a, P, Q, X> {
             }
             let mut progressed = false;
             if first.is_none() && panicked.is_none() {
-                for r in (turn..n).chain(0..turn) {
+                for k in 0..n {
+                    // Rails from `turn` on, wrapping (cheaper than chaining two ranges).
+                    // (turn < n and k < n: nothing wraps.)
+                    let left = n.wrapping_sub(turn);
+                    let r = if k < left {
+                        turn.wrapping_add(k)
+                    } else {
+                        k.wrapping_sub(left)
+                    };
                     let want = plan.bulk.saturating_sub(cursor);
                     if want == 0 {
                         break;
                     }
                     match self.post(r, &mut runs[r], cursor, want, SendOp::Write) {
                         Ok(k) => {
-                            cursor = cursor.saturating_add(k);
+                            cursor = cursor.wrapping_add(k); // k <= want: stays <= bulk
                             progressed |= k > 0;
                         }
                         Err(e) => {
@@ -272,7 +305,7 @@ impl<'a, P, Q: CompletionQueue, X> Rails<'a, P, Q, X> {
                         }
                     }
                 }
-                turn = turn.saturating_add(1);
+                turn = turn.wrapping_add(1);
                 if turn >= n {
                     turn = 0;
                 }
@@ -329,13 +362,11 @@ impl<'a, P, Q: CompletionQueue, X> Rails<'a, P, Q, X> {
                         && runs.get(s).is_some_and(|run| run.qpn == c.qp_num());
                     if ours {
                         let run = &mut runs[s];
-                        run.done = run.done.saturating_add(1);
+                        // Counts of this transfer's chunks (fewer than 2^62): no wrap.
+                        run.done = run.done.wrapping_add(1);
                         match c.into_error() {
                             None => {
-                                let index = off & (1u64 << plan.shift).wrapping_sub(1);
-                                run.tally.chunks = run.tally.chunks.saturating_add(1);
-                                run.tally.bytes =
-                                    run.tally.bytes.saturating_add(plan.chunk_len(index));
+                                run.chunks_ok = run.chunks_ok.wrapping_add(1);
                             }
                             Some(e) => {
                                 first.get_or_insert((Some(s), e));
@@ -363,6 +394,7 @@ impl<'a, P, Q: CompletionQueue, X> Rails<'a, P, Q, X> {
     /// one doorbell; returns how many. The credits are the queue's depth, so a full queue
     /// ([`Error::SendQueueFull`]) means someone else posts to the rail's QP: an error of
     /// that rail, never a retry loop.
+    #[inline(always)]
     fn post<'s>(
         &'s self,
         r: usize,
@@ -394,7 +426,7 @@ impl<'a, P, Q: CompletionQueue, X> Rails<'a, P, Q, X> {
         match unsafe { qp.post_send(&batch) } {
             Ok(()) => {
                 let k = batch.len() as u64;
-                run.posted = run.posted.saturating_add(k);
+                run.posted = run.posted.wrapping_add(k); // at most the chunks: no wrap
                 Ok(k)
             }
             Err(e) => Err(e),
