@@ -115,7 +115,10 @@
 //! `cargo run --release -p efa-bench --example callgrind` (efa-sim, x86-64, Rust 1.95, gcc 12
 //! -O3). The C and `ours` sides post through efa-sim's libefa, whose doorbell runs the
 //! software device's work inline; the direct side's doorbell is a store that efa-sim's
-//! watcher thread acts on, on another thread. So `dev` (the inclusive cost of efa-sim's
+//! watcher thread acts on, on another thread (the example runs its children with
+//! efa-sim's doorbell trap off, `mmio_trap=0`: callgrind's fault contexts are not exact
+//! enough for it; outside callgrind that store is consumed on the storing thread, in the
+//! trap's signal handler). So `dev` (the inclusive cost of efa-sim's
 //! `DeviceSq::process` within the C side's count) is shown, and the comparison that
 //! carries over is against `C-dev` and `ours-dev`, the library's and provider's own work:
 //!

@@ -61,6 +61,8 @@ pub struct Qp {
     /// storing thread, and the watcher leaves it alone (else it could take a doorbell's
     /// work between the store and the trap's own consumption).
     sq_trapped: AtomicBool,
+    /// The trapped doorbell's value when the watcher last saw news it left alone.
+    watch_mark: AtomicU32,
     dead: AtomicBool,
 }
 
@@ -189,6 +191,7 @@ impl Qp {
                 modify_lock: Mutex::new(()),
                 exposed: AtomicBool::new(false),
                 sq_trapped: AtomicBool::new(false),
+                watch_mark: AtomicU32::new(NO_MARK),
                 dead: AtomicBool::new(false),
             });
             rt.qps.set(idx as usize, qp.clone());
@@ -290,10 +293,24 @@ impl Qp {
         )
     }
 
-    /// Whether the watcher should look at the send-queue doorbell: handed out, and
-    /// plain memory (not a trapped page).
-    pub(crate) fn sq_watched(&self) -> bool {
-        self.exposed.load(Ordering::Acquire) && !self.sq_trapped.load(Ordering::Acquire)
+    /// Whether the watcher should have the device look at the send queue now: its rings
+    /// were handed out and its doorbell announces WQEs not consumed. Where the doorbell is
+    /// a trapped page, only news already there, unchanged, at the watcher's previous look:
+    /// a WQE whose phase the consumer fixed in place after its doorbell (no store
+    /// announces that), never the store the trap is consuming right now.
+    pub(crate) fn sq_needs_watcher(&self) -> bool {
+        if !self.exposed.load(Ordering::Acquire) {
+            return false;
+        }
+        if !self.sq_dev.has_news() {
+            self.watch_mark.store(NO_MARK, Ordering::Relaxed);
+            return false;
+        }
+        if !self.sq_trapped.load(Ordering::Acquire) {
+            return true;
+        }
+        let db = self.sq_dev.ring().doorbell().read();
+        self.watch_mark.swap(db, Ordering::Relaxed) == db
     }
 
     /// `ibv_modify_qp` (model §3.2): EOPNOTSUPP for attributes EFA does not
@@ -482,6 +499,9 @@ impl Qp {
         Ok(())
     }
 }
+
+/// No doorbell value seen (a doorbell holds a 16-bit producer index).
+const NO_MARK: u32 = u32::MAX;
 
 /// The send queue's doorbell as MMIO: a consumer's store arrives here, on its thread.
 impl crate::ring::mmio::DoorbellListener for Qp {

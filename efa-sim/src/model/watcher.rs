@@ -6,8 +6,8 @@
 //! doorbells itself. A send-queue doorbell it stores to is normally trapped and consumed
 //! on the storing thread ([`crate::ring::mmio`]); the watcher covers the rest. The first
 //! ring query starts one watcher thread per device. It looks at the send-queue doorbells
-//! of every QP whose rings were handed out (news only where the doorbell is plain memory:
-//! profile `mmio_trap=0`, or a page a store the trap could not decode opened) and at the
+//! of every QP whose rings were handed out (where the doorbell is trapped, only news that
+//! outlived a scan: a WQE whose phase was fixed in place after its doorbell) and at the
 //! doorbells of such CQs (consumer index, arm bit), and has the device act on what
 //! changed, on the watcher's thread.
 //!
@@ -73,7 +73,7 @@ fn scan(rt: &Runtime) -> bool {
     {
         let g = Guard::enter();
         rt.qps.for_each(&g, |_, q| {
-            if q.sq_watched() && q.sq_dev().has_news() {
+            if q.sq_needs_watcher() {
                 qps.extend(q.arc());
             }
         });

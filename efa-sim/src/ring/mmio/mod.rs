@@ -221,7 +221,9 @@ unsafe fn take(info: *mut libc::siginfo_t, ctx: *mut c_void) -> bool {
     let store = unsafe { decode_at(uc) };
     let offset = addr - page;
     match store {
-        Some(s) if offset + usize::from(s.width) <= PAGE => {
+        // Only the faulting store itself: a context whose program counter is not that
+        // instruction's (callgrind without precise registers) gives another address.
+        Some(s) if s.addr == addr as u64 && offset + usize::from(s.width) <= PAGE => {
             // SAFETY: rw + offset .. + width is inside efa-sim's writable view of the page.
             let old = unsafe { store_into((rw + offset) as *mut u8, s) };
             // SAFETY: as decode_at; the context is the thread's, resumed after we return.
@@ -290,12 +292,13 @@ unsafe fn store_into(at: *mut u8, s: decode::Store) -> u64 {
 /// `uc` is a faulting thread's context; its program counter points at readable code.
 #[cfg(target_arch = "x86_64")]
 unsafe fn decode_at(uc: &libc::ucontext_t) -> Option<decode::Store> {
-    let rip = uc.uc_mcontext.gregs[libc::REG_RIP as usize] as usize as *const u8;
+    let rip_value = uc.uc_mcontext.gregs[libc::REG_RIP as usize] as u64;
+    let rip = rip_value as usize as *const u8;
     let mut code = [0u8; decode::X86_MAX_LEN];
     // Read one byte at a time, only as many as the instruction has: the bytes after it
     // may be on an unmapped page.
     for have in 0..code.len() {
-        match decode::x86_64_parse(&code[..have], |r| x86_reg(uc, r)) {
+        match decode::x86_64_parse(&code[..have], rip_value, |r| x86_reg(uc, r)) {
             Ok(s) => return Some(s),
             Err(decode::Stop::Other) => return None,
             Err(decode::Stop::Short) => {}
@@ -304,7 +307,7 @@ unsafe fn decode_at(uc: &libc::ucontext_t) -> Option<decode::Store> {
         // decoder asked for this one as part of it.
         code[have] = unsafe { core::ptr::read_volatile(rip.add(have)) };
     }
-    decode::x86_64(&code, |r| x86_reg(uc, r))
+    decode::x86_64(&code, rip_value, |r| x86_reg(uc, r))
 }
 
 /// Where general register `r` (the encoding's numbering) is in the saved context.
@@ -364,7 +367,8 @@ unsafe fn step_over(uc: &mut libc::ucontext_t, s: decode::Store, old: u64) {
 unsafe fn decode_at(uc: &libc::ucontext_t) -> Option<decode::Store> {
     // SAFETY: caller: the faulting instruction word is readable and 4-byte aligned.
     let insn = unsafe { core::ptr::read_volatile(uc.uc_mcontext.pc as *const u32) };
-    decode::aarch64(insn, |r| uc.uc_mcontext.regs[usize::from(r)])
+    let m = &uc.uc_mcontext;
+    decode::aarch64(insn, m.sp, |r| m.regs[usize::from(r)])
 }
 
 /// Moves the program counter past the store.
