@@ -20,7 +20,7 @@ use crate::sys::CUcontext;
 ///   and its drop), copies ([`copy_to_device`](crate::copy_to_device),
 ///   [`copy_to_host`](crate::copy_to_host), [`fill`](crate::fill), the `GpuMr` and
 ///   `SplitGpuMr` copies), export ([`export_dmabuf`](crate::export_dmabuf)), registration
-///   ([`register`](crate::register), [`SplitGpuMr::new`](crate::SplitGpuMr::new)) and
+///   ([`register`](crate::register()), [`SplitGpuMr::new`](crate::SplitGpuMr::new)) and
 ///   [`Device::flush_gpudirect_writes`]. A call for GPU 1 made while GPU 0's context is
 ///   current runs in GPU 1's context and leaves GPU 0's current.
 /// * **the caller's current context, checked**: [`Driver::flush_current_context`] flushes

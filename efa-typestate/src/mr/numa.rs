@@ -313,6 +313,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(miri, ignore)] // mmap and mbind are outside Miri
     fn node_zero_exists_everywhere_and_other_nodes_are_reported() {
         let mut b = NumaBuffer::new(3 * page_size() + 5, Some(0)).unwrap();
         assert_eq!(b.len(), 3 * page_size() + 5);
