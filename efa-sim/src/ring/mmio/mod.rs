@@ -16,6 +16,9 @@
 //! as before: slower, never wrong. A fault outside these pages goes to the handler that
 //! was installed before efa-sim's (the default action if none was).
 //!
+//! Under ThreadSanitizer (whose runtime performs atomic stores while holding its own
+//! locks) doorbells stay plain memory, as with `mmio_trap=0`.
+//!
 //! Programs that install their own `SIGSEGV` handler after efa-sim must chain to the one
 //! they replaced (as the JVM, libsigsegv and Python's `faulthandler` do), or set the
 //! profile key `mmio_trap=0`: the doorbells are then plain memory and only the watcher
@@ -55,10 +58,25 @@ unsafe impl Send for MmioPage {}
 // SAFETY: as above.
 unsafe impl Sync for MmioPage {}
 
+/// Whether stores may trap in this process. Not under ThreadSanitizer: it makes atomic
+/// stores inside its runtime, holding its own locks, and a trap taken there would run the
+/// device's work (more atomics) inside them, which deadlocks. Its runtime is in the
+/// process when `__tsan_init` is.
+pub fn traps_usable() -> bool {
+    static USABLE: OnceLock<bool> = OnceLock::new();
+    *USABLE.get_or_init(|| {
+        // SAFETY: a symbol lookup in the loaded objects; the name is NUL-terminated.
+        unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__tsan_init".as_ptr()) }.is_null()
+    })
+}
+
 impl MmioPage {
-    /// Maps a zeroed page twice (None when the system refuses: the caller keeps its
-    /// doorbell in plain memory).
+    /// Maps a zeroed page twice (None when the system refuses, or under ThreadSanitizer
+    /// ([`traps_usable`]): the caller keeps its doorbell in plain memory).
     pub fn new() -> Option<MmioPage> {
+        if !traps_usable() {
+            return None;
+        }
         // SAFETY: creating an anonymous memory file touches no memory of ours.
         let fd = unsafe { libc::memfd_create(c"efa-sim-doorbell".as_ptr(), libc::MFD_CLOEXEC) };
         if fd < 0 {
