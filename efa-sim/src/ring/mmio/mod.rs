@@ -226,13 +226,14 @@ unsafe fn take(info: *mut libc::siginfo_t, ctx: *mut c_void) -> bool {
     // SAFETY: a SIGSEGV's siginfo carries the fault address.
     let addr = unsafe { info.si_addr() } as usize;
     let page = addr & !(PAGE - 1);
-    let (rw, listener) = {
-        let map = pages().read().unwrap_or_else(|e| e.into_inner());
-        let Some(e) = map.get(&page) else {
-            return false;
-        };
-        (e.rw, e.listener.upgrade())
+    // The page stays registered, so mapped, while this guard lives: `MmioPage::drop`
+    // takes the write lock before it unmaps (a consumer storing to a queue another of
+    // its threads destroys must not have efa-sim write into memory unmapped meanwhile).
+    let map = pages().read().unwrap_or_else(|e| e.into_inner());
+    let Some(entry) = map.get(&page) else {
+        return false;
     };
+    let (rw, listener) = (entry.rw, entry.listener.upgrade());
     // SAFETY: caller: ctx is the interrupted thread's context.
     let uc = unsafe { &mut *ctx.cast::<libc::ucontext_t>() };
     // SAFETY: the program counter points at the instruction that faulted (readable code).
@@ -242,8 +243,10 @@ unsafe fn take(info: *mut libc::siginfo_t, ctx: *mut c_void) -> bool {
         // Only the faulting store itself: a context whose program counter is not that
         // instruction's (callgrind without precise registers) gives another address.
         Some(s) if s.addr == addr as u64 && offset + usize::from(s.width) <= PAGE => {
-            // SAFETY: rw + offset .. + width is inside efa-sim's writable view of the page.
+            // SAFETY: rw + offset .. + width is inside efa-sim's writable view of the
+            // page, mapped while `map` is held.
             let old = unsafe { store_into((rw + offset) as *mut u8, s) };
+            drop(map);
             // SAFETY: as decode_at; the context is the thread's, resumed after we return.
             unsafe { step_over(uc, s, old) };
             // A queue being destroyed takes the store as plain memory.
@@ -252,8 +255,8 @@ unsafe fn take(info: *mut libc::siginfo_t, ctx: *mut c_void) -> bool {
             }
         }
         _ => {
-            // SAFETY: our own consumer view; the store is then retried and lands in
-            // the shared page, where the watcher sees it.
+            // SAFETY: our own consumer view, mapped while `map` is held; the store is
+            // then retried and lands in the shared page, where the watcher sees it.
             unsafe {
                 libc::mprotect(
                     page as *mut c_void,
@@ -261,6 +264,7 @@ unsafe fn take(info: *mut libc::siginfo_t, ctx: *mut c_void) -> bool {
                     libc::PROT_READ | libc::PROT_WRITE,
                 )
             };
+            drop(map);
             if let Some(l) = listener {
                 l.trap_opened();
             }
