@@ -25,6 +25,7 @@
 //! sees them.
 
 pub mod decode;
+mod stack;
 
 use core::ffi::c_void;
 use core::ptr::NonNull;
@@ -185,7 +186,10 @@ fn install() {
         new.sa_sigaction = on_segv as *const () as usize;
         // NODEFER: a fault inside the device's work (a program's bug) must not find
         // SIGSEGV blocked, and threads started there must not inherit it blocked.
-        new.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
+        // ONSTACK: where a thread has an alternate signal stack, a fault on its
+        // overflowed stack can still be delivered (and passed on to the handler that
+        // reports it); the device's work then runs on a stack of its own (`stack`).
+        new.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER | libc::SA_ONSTACK;
         // SAFETY: as above.
         let mut old: libc::sigaction = unsafe { core::mem::zeroed() };
         // SAFETY: both structs are valid; the handler is an extern "C" fn of the
@@ -273,12 +277,19 @@ unsafe fn take(info: *mut libc::siginfo_t, ctx: *mut c_void) -> bool {
     true
 }
 
-/// Runs the device's work; a panic there must not unwind through the signal frame.
+/// Runs the device's work on this thread's device stack (the handler may be on a small
+/// alternate stack); a panic there must not unwind through the signal frame.
 fn notify(listener: &Arc<dyn DoorbellListener>) {
-    let run = std::panic::AssertUnwindSafe(|| listener.doorbell_written());
-    if std::panic::catch_unwind(run).is_err() {
-        std::process::abort();
+    extern "C" fn work(arg: *mut c_void) {
+        // SAFETY: `arg` is the `&Arc` `notify` passed, alive for this call.
+        let listener = unsafe { &*arg.cast::<Arc<dyn DoorbellListener>>() };
+        let run = std::panic::AssertUnwindSafe(|| listener.doorbell_written());
+        if std::panic::catch_unwind(run).is_err() {
+            std::process::abort();
+        }
     }
+    let arg = core::ptr::from_ref(listener).cast_mut().cast::<c_void>();
+    stack::run_on_device_stack(work, arg);
 }
 
 /// Stores `s` at `at` (efa-sim's view); the old value for an exchange.
