@@ -7,7 +7,7 @@
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use efa_typestate::{DeviceAddressMemory, DmaBufMemory};
+use efa_typestate::{AccessFlags, DeviceAddressMemory, DmaBufMemory};
 
 use crate::align::ExportRange;
 use crate::error::{Error, Result};
@@ -22,6 +22,19 @@ pub(crate) fn check_device_range<M: DeviceMemory + ?Sized>(mem: &M) -> Result<i3
     }
     let driver = driver_of(mem)?;
     device_of_pointer(driver, mem.device_ptr())
+}
+
+/// [`check_device_range`], after the rule remote access adds: memory a peer may read or
+/// write must stay allocated if its registration is leaked. Returns the device ordinal.
+pub(crate) fn check_registration<M: DeviceMemory + ?Sized>(
+    mem: &M,
+    access: AccessFlags,
+) -> Result<i32> {
+    let remote = AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
+    if access.intersects(remote) && !M::STAYS_ALLOCATED_IF_LEAKED {
+        return Err(Error::RemoteAccessNeedsOwnedMemory);
+    }
+    check_device_range(mem)
 }
 
 /// Device memory `M` together with the dma-buf exported for the pages around it

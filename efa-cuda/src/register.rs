@@ -25,7 +25,7 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::flush::{FlushScope, Flushed};
 use crate::memory::{driver_of, DeviceMemory};
-use crate::owners::{check_device_range, CudaAddress, CudaDmaBuf};
+use crate::owners::{check_registration, CudaAddress, CudaDmaBuf};
 
 /// Which path a registration took.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,11 +103,7 @@ impl<P, M: DeviceMemory> GpuMr<P, M> {
         P: Parent<Target = Pd<C>> + Clone,
         C: Parent<Target = Context>,
     {
-        let remote = AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
-        if access.intersects(remote) && !M::STAYS_ALLOCATED_IF_LEAKED {
-            return Err(Error::RemoteAccessNeedsOwnedMemory);
-        }
-        let ordinal = check_device_range(&mem)?;
+        let ordinal = check_registration(&mem, access)?;
         let _ctx = driver_of(&mem)?.device(ordinal)?.make_current()?;
         match Self::new_dmabuf(pd.clone(), mem, access) {
             Ok(mr) => Ok(mr),

@@ -35,7 +35,7 @@ use crate::driver::Driver;
 use crate::error::{Error, Result};
 use crate::flush::{FlushScope, Flushed};
 use crate::memory::{driver_of, DeviceMemory};
-use crate::owners::check_device_range;
+use crate::owners::check_registration;
 use crate::register::GpuMr;
 
 /// `len` bytes at `offset` of device memory shared through an [`Arc`]: one piece of a
@@ -289,11 +289,7 @@ impl<P, M: DeviceMemory> SplitGpuMr<P, M> {
         P: Parent<Target = Pd<C>> + Clone,
         C: Parent<Target = Context>,
     {
-        let remote = AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
-        if access.intersects(remote) && !M::STAYS_ALLOCATED_IF_LEAKED {
-            return Err(Error::RemoteAccessNeedsOwnedMemory);
-        }
-        let ordinal = check_device_range(&mem)?;
+        let ordinal = check_registration(&mem, access)?;
         let driver = driver_of(&mem)?;
         let device_max = pd.context().query_device()?.max_mr_size();
         let page = host_page_size();
