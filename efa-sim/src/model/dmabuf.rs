@@ -59,8 +59,7 @@ const DMABUF_ACCESS: AccessFlags = ACCESS_LOCAL_WRITE
 
 /// The host page size (the kernel's `PAGE_SIZE`).
 fn page() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as u64
+    crate::ring::host_page_size() as u64
 }
 
 /// What an fd is.

@@ -34,6 +34,16 @@ use crate::model::Errno;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
+/// The host page size (the kernel's `PAGE_SIZE`, at least 4 KiB), read once.
+pub fn host_page_size() -> usize {
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        // SAFETY: sysconf has no preconditions.
+        let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        usize::try_from(p).unwrap_or(0).max(4096)
+    })
+}
+
 /// A doorbell register: one 32-bit word on its own cache line.
 #[repr(C, align(64))]
 pub struct Doorbell(AtomicU32);

@@ -33,8 +33,11 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Once, OnceLock, RwLock, Weak};
 
-/// Bytes of a trapped page (the doorbell register sits at its start).
-const PAGE: usize = 4096;
+/// Bytes of a trapped page, the host's page size (4 KiB, or 64 KiB on some aarch64
+/// kernels); the doorbell register sits at its start.
+pub(super) fn page() -> usize {
+    super::host_page_size()
+}
 /// `si_code` of a fault on a mapped page that forbids the access (asm-generic/siginfo.h;
 /// the libc crate does not name it for Linux).
 const SEGV_ACCERR: i32 = 2;
@@ -87,11 +90,11 @@ impl MmioPage {
             // SAFETY: a fresh shared mapping of the memory file; no existing memory is
             // touched and failure is reported as MAP_FAILED.
             let p =
-                unsafe { libc::mmap(core::ptr::null_mut(), PAGE, prot, libc::MAP_SHARED, fd, 0) };
+                unsafe { libc::mmap(core::ptr::null_mut(), page(), prot, libc::MAP_SHARED, fd, 0) };
             (p != libc::MAP_FAILED).then(|| p.cast::<u8>())
         };
         // SAFETY: fd is the memory file made above.
-        let sized = unsafe { libc::ftruncate(fd, PAGE as libc::off_t) } == 0;
+        let sized = unsafe { libc::ftruncate(fd, page() as libc::off_t) } == 0;
         let rw = if sized {
             map(libc::PROT_READ | libc::PROT_WRITE)
         } else {
@@ -106,14 +109,14 @@ impl MmioPage {
                     // A forked child must not share a live register with its parent
                     // (rdma-core marks queue memory MADV_DONTFORK the same way).
                     // SAFETY: advice on our own page-aligned mapping.
-                    unsafe { libc::madvise(p.as_ptr().cast(), PAGE, libc::MADV_DONTFORK) };
+                    unsafe { libc::madvise(p.as_ptr().cast(), page(), libc::MADV_DONTFORK) };
                 }
                 Some(MmioPage { rw, user })
             }
             (rw, user) => {
                 for p in [rw, user].into_iter().flatten() {
                     // SAFETY: a mapping made above, referenced nowhere else.
-                    unsafe { libc::munmap(p.as_ptr().cast(), PAGE) };
+                    unsafe { libc::munmap(p.as_ptr().cast(), page()) };
                 }
                 None
             }
@@ -154,7 +157,7 @@ impl Drop for MmioPage {
             .remove(&(self.user.as_ptr() as usize));
         for p in [self.rw, self.user] {
             // SAFETY: exactly the mappings made in `new`; the consumer's queue is gone.
-            unsafe { libc::munmap(p.as_ptr().cast(), PAGE) };
+            unsafe { libc::munmap(p.as_ptr().cast(), page()) };
         }
     }
 }
@@ -229,7 +232,8 @@ unsafe fn take(info: *mut libc::siginfo_t, ctx: *mut c_void) -> bool {
     }
     // SAFETY: a SIGSEGV's siginfo carries the fault address.
     let addr = unsafe { info.si_addr() } as usize;
-    let page = addr & !(PAGE - 1);
+    let page_len = page();
+    let page = addr & !(page_len - 1);
     // The page stays registered, so mapped, while this guard lives: `MmioPage::drop`
     // takes the write lock before it unmaps (a consumer storing to a queue another of
     // its threads destroys must not have efa-sim write into memory unmapped meanwhile).
@@ -246,7 +250,7 @@ unsafe fn take(info: *mut libc::siginfo_t, ctx: *mut c_void) -> bool {
     match store {
         // Only the faulting store itself: a context whose program counter is not that
         // instruction's (callgrind without precise registers) gives another address.
-        Some(s) if s.addr == addr as u64 && offset + usize::from(s.width) <= PAGE => {
+        Some(s) if s.addr == addr as u64 && offset + usize::from(s.width) <= page_len => {
             // SAFETY: rw + offset .. + width is inside efa-sim's writable view of the
             // page, mapped while `map` is held.
             let old = unsafe { store_into((rw + offset) as *mut u8, s) };
@@ -264,7 +268,7 @@ unsafe fn take(info: *mut libc::siginfo_t, ctx: *mut c_void) -> bool {
             unsafe {
                 libc::mprotect(
                     page as *mut c_void,
-                    PAGE,
+                    page_len,
                     libc::PROT_READ | libc::PROT_WRITE,
                 )
             };

@@ -11,10 +11,8 @@
 use core::ffi::c_void;
 use std::cell::Cell;
 
-/// Bytes of a device stack (without its guard page).
+/// Bytes of a device stack (without its guard page, one system page below it).
 const STACK: usize = 512 << 10;
-/// The guard page below it.
-const GUARD: usize = 4096;
 
 /// This thread's device stack: its mapping's base (guard included), or null.
 struct DeviceStack(Cell<*mut u8>);
@@ -23,9 +21,9 @@ impl Drop for DeviceStack {
     fn drop(&mut self) {
         let base = self.0.get();
         if !base.is_null() {
-            // SAFETY: the mapping made in `top`, of GUARD + STACK bytes; the thread is
+            // SAFETY: the mapping made in `top`, of super::page() + STACK bytes; the thread is
             // exiting, so nothing runs on it any more.
-            unsafe { libc::munmap(base.cast(), GUARD + STACK) };
+            unsafe { libc::munmap(base.cast(), super::page() + STACK) };
         }
     }
 }
@@ -44,7 +42,7 @@ fn top() -> Option<*mut u8> {
                 let p = unsafe {
                     libc::mmap(
                         core::ptr::null_mut(),
-                        GUARD + STACK,
+                        super::page() + STACK,
                         libc::PROT_READ | libc::PROT_WRITE,
                         libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
                         -1,
@@ -55,11 +53,11 @@ fn top() -> Option<*mut u8> {
                     return None;
                 }
                 // SAFETY: the lowest page of the mapping just made: an overflow faults.
-                unsafe { libc::mprotect(p, GUARD, libc::PROT_NONE) };
+                unsafe { libc::mprotect(p, super::page(), libc::PROT_NONE) };
                 s.0.set(p.cast());
             }
-            // SAFETY: GUARD + STACK bytes are mapped from the base.
-            Some(unsafe { s.0.get().add(GUARD + STACK) })
+            // SAFETY: super::page() + STACK bytes are mapped from the base.
+            Some(unsafe { s.0.get().add(super::page() + STACK) })
         })
         .ok()
         .flatten()
