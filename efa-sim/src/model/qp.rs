@@ -58,8 +58,9 @@ pub struct Qp {
     /// this QP's doorbell.
     exposed: AtomicBool,
     /// The send queue's doorbell is a trapped page: its stores reach the device on the
-    /// storing thread, and the watcher leaves it alone (else it could take a doorbell's
-    /// work between the store and the trap's own consumption).
+    /// storing thread, and the watcher acts only on news that outlived one of its scans
+    /// (else it could take a doorbell's work between the store and the trap's own
+    /// consumption; see `sq_needs_watcher`).
     sq_trapped: AtomicBool,
     /// The trapped doorbell's value when the watcher last saw news it left alone.
     watch_mark: AtomicU32,
