@@ -93,6 +93,76 @@ fn an_error_in_the_session_posts_nothing() {
     let _ = (&ctx, &b, &cqb);
 }
 
+/// A direct session writes its first `max_batch` WQEs straight into the send queue and
+/// stages the rest: the device must see none of them before the commit's doorbell, none
+/// of an aborted session ever (not even once a later doorbell passes their slots), and
+/// all of a committed one.
+#[test]
+fn a_direct_session_shows_the_device_nothing_before_its_commit() {
+    let cfg = QpConfig::srd().backend(Backend::Direct);
+    pair!(ctx, pd, cqa, cqb, a, b, to_b, _to_a, cfg, QpConfig::srd());
+    let mut a = a;
+    assert_eq!(a.backend(), Backend::Direct);
+    let max_batch = a.wq_layout().unwrap().0.max_batch as u64;
+    let depth = u64::from(a.limits().max_send_wr());
+    // Past one doorbell's worth, so that some WQEs go to the staging area.
+    let n = (max_batch + 3).min(depth);
+    assert!(n > max_batch, "max_batch {max_batch} depth {depth}");
+    let src = pd
+        .register(vec![7u8; 8 * n as usize], AccessFlags::empty())
+        .unwrap();
+    let target = write_target(&pd, 8 * n as usize);
+    let session = |a: &mut Qp<&BPd<'_>, Rts>, first: u64, fail: bool| {
+        let before = target.to_vec();
+        // SAFETY: `src` is never written; every completion is polled below.
+        unsafe {
+            a.post_with(|s| {
+                for i in 0..n {
+                    s.write(
+                        first + i,
+                        &to_b,
+                        src.sge(i * 8, 8)?,
+                        target.remote().slice(i * 8, 8)?,
+                    )?;
+                }
+                // Time for efa-sim's doorbell watcher to scan the queue many times over.
+                std::thread::sleep(Duration::from_millis(50));
+                assert_eq!(
+                    target.to_vec(),
+                    before,
+                    "the device wrote before the commit"
+                );
+                if fail {
+                    return Err(Error::Timeout);
+                }
+                Ok(())
+            })
+        }
+    };
+    assert_eq!(session(&mut a, 100, true), Err(Error::Timeout));
+    expect_none(&cqa, Duration::from_millis(100));
+    assert!(target.to_vec().iter().all(|&x| x == 0));
+    // One write rings the doorbell past the aborted session's first slot: only it runs.
+    // SAFETY: as above.
+    unsafe { a.post_with(|s| s.write(1, &to_b, src.sge(0, 8)?, target.remote().slice(0, 8)?)) }
+        .unwrap();
+    assert_eq!(expect_n(&cqa, 1)[0].wr_id(), 1);
+    expect_none(&cqa, Duration::from_millis(100));
+    let landed = target.to_vec();
+    assert_eq!(&landed[..8], &[7u8; 8]);
+    assert!(landed[8..].iter().all(|&x| x == 0), "an aborted WQE ran");
+    // A committed session: every write lands and completes once.
+    session(&mut a, 200, false).unwrap();
+    let mut ids: Vec<u64> = expect_n(&cqa, n as usize)
+        .iter()
+        .map(|c| c.wr_id())
+        .collect();
+    ids.sort();
+    assert_eq!(ids, (200..200 + n).collect::<Vec<_>>());
+    assert!(target.to_vec().iter().all(|&x| x == 7));
+    let _ = (&ctx, &b, &cqb);
+}
+
 #[test]
 fn a_session_is_checked_as_a_batch_is() {
     pair!(ctx, pd, cqa, cqb, a, b, to_b, _to_a);

@@ -83,7 +83,7 @@ impl<'q> SendSession<'q> {
         #[cfg(feature = "std")]
         if let Some(d) = &mut self.direct {
             // SAFETY: the WR's SGE list and inline bytes are borrowed for this call.
-            unsafe { d.push(&StagedSend::of(&wr)) }?;
+            unsafe { d.push(StagedSend::of(&wr)) }?;
             self.added += 1;
             return Ok(());
         }

@@ -30,8 +30,9 @@
 //!   units; every `max_batch` WQEs and at the end of a post the stores are flushed and
 //!   the doorbell is written with the 16-bit producer count (libefa's `wr_complete`). A
 //!   batch that rings before its end is encoded once beforehand, so it stays all or
-//!   nothing; a `post_with` session stages its WQEs in host memory until it commits
-//!   (libefa's local queue).
+//!   nothing. A `post_with` session stores its first `max_batch` WQEs straight into the
+//!   ring (beyond the doorbell, which only its commit writes) and stages later ones in
+//!   host memory until it commits (libefa's local queue).
 //! * RQ: one descriptor per SGE, then `to_device_barrier` and the doorbell with the
 //!   descriptor count, once per post.
 //! * CQ: rdma-core's libefa writes the CQ doorbell (consumer index, `cmd_sn`, arm bit 0)
@@ -56,7 +57,7 @@ use super::barrier::{
     DEVICE_BARRIERS_PROVEN,
 };
 use super::cqe::{decode_cqe_words, is_pending, CqDoorbell, CQE_SIZE, FLAGS};
-use super::fast::{one_buf_wqe, OneBufOp, WqeWords};
+use super::fast::{one_buf_wqe, wqe_bytes, OneBufOp, WqeWords};
 use super::rx::{encode_rx_wqe, RX_DESC_SIZE};
 use super::wqe::{
     encode_tx_wqe, encode_tx_wqe_128, Destination, RemoteAddr, TxControl, TxData, TxOp,
@@ -97,8 +98,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 struct SqState {
     pc: Producer,
     slots: Slots,
-    /// Host copies of the WQEs of an open session (`post_with`), one SQ entry each, by
-    /// ring slot: libefa's `local_queue`. They reach the SQ when the session commits.
+    /// Host copies of the WQEs of an open session (`post_with`) past its first
+    /// `max_batch`, one SQ entry each, by ring slot: libefa's `local_queue`. They reach
+    /// the SQ when the session commits.
     /// As 8-byte words, `entry_size / 8` per entry.
     staged: Box<[u64]>,
 }
@@ -288,7 +290,7 @@ impl DirectQp {
         }
         let mut st = self.sq_state.lock();
         let n = u32::try_from(wrs.len()).map_err(|_| Error::SendQueueFull)?;
-        if st.slots.outstanding() + n > st.slots.capacity() {
+        if st.slots.outstanding().saturating_add(n) > st.slots.capacity() {
             return Err(Error::SendQueueFull);
         }
         if n > self.max_batch {
@@ -400,6 +402,8 @@ impl DirectQp {
     /// Opens a posting session ([`DirectSession`]): holds the SQ lock until it ends.
     pub(crate) fn begin(&self) -> DirectSession<'_> {
         let st = self.sq_state.lock();
+        // The session's first WQEs are stored into the ring as they are added.
+        wc_start();
         DirectSession {
             qp: self,
             start: st.pc.count,
@@ -524,6 +528,7 @@ impl DirectQp {
     }
 
     /// The `wr_id` of a completion of this QP, freeing its slot (None: stale).
+    #[inline(always)]
     fn complete(&self, recv: bool, req_id: u16) -> Option<u64> {
         if recv {
             self.rq_state.lock().slots.complete(req_id)
