@@ -124,40 +124,52 @@
 //!
 //! | case | C | ours | direct | dev | C-dev | ours-dev | direct/C-dev | direct/ours-dev |
 //! |---|---:|---:|---:|---:|---:|---:|---:|---:|
-//! | send_sge | 1833.6 | 1864.0 | 217.0 | 1441.0 | 392.6 | 423.0 | 0.553 | 0.513 |
-//! | write | 1442.6 | 1481.1 | 235.1 | 1054.0 | 388.6 | 427.1 | 0.605 | 0.550 |
-//! | send_inline | 1801.7 | 1817.8 | 311.7 | 1347.1 | 454.6 | 470.8 | 0.686 | 0.662 |
-//! | send_2sge | 2097.6 | 2187.2 | 415.1 | 1632.0 | 465.6 | 555.2 | 0.891 | 0.748 |
-//! | write_batch32 | 36035.1 | 38627.1 | 9211.1 | 26452.2 | 9582.9 | 12174.9 | 0.961 | 0.757 |
-//! | round_trip16 | 37934.1 | 40407.1 | n/a | 19403.1 | 18531.0 | 21004.0 | n/a | n/a |
+//! | send_sge | 1862.6 | 1893.0 | 219.0 | 1467.0 | 395.6 | 426.0 | 0.553 | 0.514 |
+//! | write | 1463.6 | 1502.0 | 237.1 | 1072.0 | 391.6 | 430.1 | 0.605 | 0.551 |
+//! | send_inline | 1835.6 | 1851.8 | 310.7 | 1378.0 | 457.6 | 473.8 | 0.679 | 0.656 |
+//! | send_2sge | 2132.6 | 2222.2 | 414.1 | 1664.0 | 468.6 | 558.2 | 0.884 | 0.742 |
+//! | write_batch32 | 36524.1 | 39180.1 | 6316.1 | 26938.2 | 9585.9 | 12241.9 | 0.659 | 0.516 |
+//! | round_trip16 | 38350.1 | 40872.1 | n/a | 19774.1 | 18576.0 | 21098.0 | n/a | n/a |
 //! | poll_empty_ext | 107.0 | 113.0 | 22.0 | 0 | 107.0 | 113.0 | 0.206 | 0.195 |
 //! | poll_empty_classic | 136.0 | 139.0 | 20.0 | 0 | 136.0 | 139.0 | 0.147 | 0.144 |
-//! | drain32_ext | 10945.0 | 11248.0 | 6482.0 | 0 | 10945.0 | 11248.0 | 0.592 | 0.576 |
-//! | drain32_classic | 7558.0 | 7572.0 | 6216.0 | 0 | 7558.0 | 7572.0 | 0.822 | 0.821 |
+//! | drain32_ext | 10981.0 | 11284.0 | 5906.0 | 0 | 10981.0 | 11284.0 | 0.538 | 0.523 |
+//! | drain32_classic | 7657.0 | 7671.0 | 5673.0 | 0 | 7657.0 | 7671.0 | 0.741 | 0.740 |
 //! | build_batch32 | 1118.0 | 1516.0 | 1516.0 | 0 | 1118.0 | 1516.0 | 1.356 | 1.000 |
 //! | endpoint_codec | 22.0 | 21.0 | 21.0 | 0 | 22.0 | 21.0 | 0.955 | 1.000 |
 //!
 //! `round_trip16` has no direct figure: its posting thread polls until the device has
 //! answered, and on efa-sim the direct side's device work is on the watcher thread, so the
-//! count measures that wait (4.35 million instructions), not the library. The
-//! `build_batch32` row is the same code on both rigs (no post); its 1,516 is above the
-//! 1,127 of the table above, measured before issue 26's changes to the staged request:
-//! not yet investigated.
+//! count measures that wait (millions of instructions, varying run to run), not the
+//! library. The `build_batch32` row is the same code on both rigs (no post); its 1,516 is
+//! above the 1,127 of the table above, measured before issue 26: per request 47
+//! instructions against C's 35, the loop's own code showing where (callgrind
+//! `--dump-instr=yes` on `vs_ours_build_writes`): the overflow tests of the SGE's and the
+//! remote range's checks, the AH number the direct backend needs stored with each request
+//! (a load and a store), and four loop-invariant words of the request that the register
+//! allocator keeps on the stack and reloads every iteration. Packing the remote QP number
+//! and qkey into one word (as `len_lkey` is) was tried: 1,549, worse.
 //!
 //! The goals set for the direct side, per unit as above: at most 60 instructions per
-//! 64-byte write in a batch of 32 (now 288: the checks of each request, ~95, its session
-//! staging, ~120, and the copy at commit, ~45), at most 120 for a single post including
-//! its doorbell (now 235: ~64 of checks and batch building shared with the provider side,
-//! the rest the post), at most 25 for an empty poll (met: 22 and 20), at most 40 per
-//! completion drained (now 203: decoding, the QP lookup, freeing the request-id slot under
-//! the queue's lock, and building the `Completion`). What got it there from the first
-//! direct version (382, 437 per batched write, 102 and 261): a spin lock instead of
-//! `std::sync::Mutex`, one-SGE WQEs built as eight words in registers and stored straight
-//! into the ring slot (`direct/fast.rs`), slots by mask and shift, an empty poll that reads
-//! the published consumer index and the head entry without the lock, and completions
-//! decoded from the entry's words. What remains would take a batch that encodes while it
-//! is built (so a session need not stage and copy) and a drain that writes each field
-//! into its `Completion` slot once.
+//! 64-byte write in a batch of 32 (now 197), at most 120 for a single post including its
+//! doorbell (now 237), at most 25 for an empty poll (met: 22 and 20), at most 40 per
+//! completion drained (now 185). What got them there from the first direct version (382,
+//! 437 per batched write, 102 and 261): a spin lock instead of `std::sync::Mutex`, one-SGE
+//! WQEs built as eight words in registers and stored straight into the ring slot
+//! (`direct/fast.rs`), slots by mask and shift, an empty poll that reads the published
+//! consumer index and the head entry without the lock, completions decoded from the
+//! entry's words; then (288 to 197 per batched write) a session that stores its first
+//! `max_batch` WQEs straight into their SQ slots beyond the doorbell instead of staging
+//! all of them and copying at commit (efa-sim's `max_batch` is 16, so half of a batch of
+//! 32 is still staged, and copied at commit with a fixed-size, unrolled copy), its common
+//! shape inlined into the caller with the request passed by value (so that it is written
+//! to memory only on the cold path), and (203 to 185 per completion) the request-id slot's
+//! release inlined into the poll. What remains, per batched write: the checks of each
+//! request (about 60 with the SGE's and the remote range's), the WQE's words (about 25),
+//! the request-id slot (about 15), and the session's bookkeeping and register spills; per
+//! completion: the decoding, the QP lookup, the slot's release under the queue's lock (as
+//! libefa's `efa_wq_put_wrid_idx_unlocked` takes it), the status mapping and the 64-byte
+//! `Completion`. Reaching 60 and 40 would take dropping checks or the stale-completion
+//! defence; neither is on the table.
 //!
 //! On efa-sim the provider costs 1,200 to 1,900 instructions per post, so the time
 //! ratios criterion reports there are closer to 1 than on EFA hardware, where a post

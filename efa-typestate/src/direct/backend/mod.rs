@@ -78,7 +78,6 @@ mod session;
 mod slots;
 mod spin;
 pub use cq::DirectCq;
-use session::write_words;
 pub(crate) use session::DirectSession;
 use slots::{Producer, Slots};
 

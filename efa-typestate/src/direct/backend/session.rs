@@ -220,20 +220,3 @@ impl Drop for DirectSession<'_> {
         self.abort_in_place();
     }
 }
-
-/// Writes `bytes` (a multiple of 8 long) at `at` as volatile 8-byte stores.
-///
-/// # Safety
-/// `at` is valid for `N` bytes of writes, 8-aligned, and nobody reads them meanwhile.
-pub(super) unsafe fn write_words<const N: usize>(at: usize, bytes: &[u8; N]) {
-    for (i, c) in bytes.chunks_exact(8).enumerate() {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(c);
-        // SAFETY: word `i` lies within the caller's `N` bytes.
-        unsafe {
-            (at as *mut u64)
-                .add(i)
-                .write_volatile(u64::from_ne_bytes(w))
-        };
-    }
-}
