@@ -24,6 +24,7 @@ pub fn classes(py: Python<'_>) -> PyResult<&(Py<PyType>, Py<PyType>)> {
 
 pub const EINVAL: i32 = 22;
 pub const EBADF: i32 = 9;
+pub const EOPNOTSUPP: i32 = 95;
 const EBUSY: i32 = 16;
 const EIO: i32 = 5;
 
