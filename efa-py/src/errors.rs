@@ -76,6 +76,11 @@ pub fn invalid(operation: &str, message: String) -> PyErr {
     Python::with_gil(|py| raise(py, operation, EINVAL, message))
 }
 
+/// A refused argument with its own `errno` (e.g. `EFAULT` for an unreadable address).
+pub fn invalid_errno(operation: &str, errno: i32, message: String) -> PyErr {
+    Python::with_gil(|py| raise(py, operation, errno, message))
+}
+
 /// The error for closing a handle a call in another thread is still using (it runs
 /// without the GIL); the handle stays open.
 pub fn busy(what: &str) -> PyErr {
