@@ -2,7 +2,7 @@
 //! completions (`WC`).
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use efa_typestate::{
     ArrayVec, CompChannel as RChannel, Completion, CompletionFlags, CompletionQueue, Cq as RCq,
@@ -53,8 +53,9 @@ pub struct CompChannel {
     #[pyo3(get)]
     context: Py<Context>,
     /// The CQs made on this channel, to hand back from `get_cq_event` (weak: a CQ keeps
-    /// its channel, not the other way round).
-    cqs: Vec<(efa_typestate::CqId, PyObject)>,
+    /// its channel, not the other way round). Behind a lock, not `&mut self`: a CQ may
+    /// be made on the channel while another thread waits in `get_cq_event`.
+    cqs: Mutex<Vec<(efa_typestate::CqId, PyObject)>>,
 }
 
 impl CompChannel {
@@ -64,7 +65,7 @@ impl CompChannel {
         Ok(CompChannel {
             inner: Some(Arc::new(ch)),
             context: ctx.clone().unbind(),
-            cqs: Vec::new(),
+            cqs: Mutex::new(Vec::new()),
         })
     }
     fn get(&self) -> PyResult<&SChannel> {
@@ -87,17 +88,22 @@ impl CompChannel {
         let ev = py
             .allow_threads(|| ch.get_event())
             .or_raise("ibv_get_cq_event")?;
-        for (id, weak) in &self.cqs {
-            if *id == ev.cq() {
-                let cq = weak.call0(py)?;
-                if let Ok(c) = cq.downcast_bound::<CQ>(py) {
-                    // A shared borrow: only `close()` borrows a CQ mutably, under the GIL
-                    // this thread holds, so it cannot be in progress.
-                    if let Ok(c) = c.try_borrow() {
-                        c.unacked.fetch_add(1, Ordering::Relaxed);
-                    }
-                    return Ok(cq);
+        let matching: Vec<PyObject> = {
+            let cqs = self.cqs.lock().unwrap_or_else(|e| e.into_inner());
+            cqs.iter()
+                .filter(|(id, _)| *id == ev.cq())
+                .map(|(_, weak)| weak.clone_ref(py))
+                .collect()
+        };
+        for weak in matching {
+            let cq = weak.call0(py)?;
+            if let Ok(c) = cq.downcast_bound::<CQ>(py) {
+                // A shared borrow: only `close()` borrows a CQ mutably, under the GIL this
+                // thread holds, so it cannot be in progress.
+                if let Ok(c) = c.try_borrow() {
+                    c.unacked.fetch_add(1, Ordering::Relaxed);
                 }
+                return Ok(cq);
             }
         }
         Ok(py.None())
@@ -193,7 +199,10 @@ impl CQ {
                 .import("weakref")?
                 .getattr("ref")?
                 .call1((obj.bind(py),))?;
-            ch.borrow_mut(py).cqs.push((id, weakref.unbind()));
+            // Shared: another thread may be waiting in this channel's `get_cq_event`.
+            let ch = ch.try_borrow(py).map_err(|_| busy("CompChannel"))?;
+            let mut cqs = ch.cqs.lock().unwrap_or_else(|e| e.into_inner());
+            cqs.push((id, weakref.unbind()));
         }
         Ok(obj)
     }

@@ -1,8 +1,11 @@
 """Completion events as the package keeps them: `CQ.ack_events` refuses to acknowledge
 more events than `get_cq_event` returned for that CQ, and `req_notify(solicited_only=True)`
-raises the EFA provider's EOPNOTSUPP."""
+raises the EFA provider's EOPNOTSUPP; a CQ can be made on a channel while another thread
+waits on it."""
 
 import errno
+import threading
+import time
 
 import pytest
 
@@ -56,5 +59,30 @@ def test_solicited_only_notification_raises_the_providers_eopnotsupp(ctx, pd, pa
     # The CQ stays usable: a plain request still arms it.
     assert _one_event(ctx, pd, pair, ch, cq) is cq
     cq.ack_events(1)
+    cq.close()
+    ch.close()
+
+
+def test_a_cq_can_be_made_on_a_channel_another_thread_waits_on(ctx, pd, pair):
+    ch = ctx.create_comp_channel()
+    woke = []
+    t = threading.Thread(target=lambda: woke.append(ch.get_cq_event()), daemon=True)
+    t.start()
+    try:
+        time.sleep(0.2)  # the thread is blocked in get_cq_event, without the GIL
+        cq = ctx.create_cq(256, channel=ch)  # was a PanicException (channel borrowed)
+        qp = pd.create_qp(efa.QPInitAttr(send_cq=cq, recv_cq=cq, max_send_wr=64))
+        qp.prepare(qkey=QKEY)
+        ms = efa.reg_tensor(pd, bytearray(8), 0)
+        md = efa.reg_tensor(pd, bytearray(8), ALL)
+        cq.req_notify()
+        qp.post_send(send_wr(1, ms.sge(8), pair.to_b, efa.WROpcode.RDMA_WRITE,
+                             remote_addr=md.addr, rkey=md.rkey))
+    finally:
+        t.join(10)
+    assert woke == [cq]  # the waiter is handed the CQ made while it waited
+    cq.ack_events(1)
+    assert poll_n(cq, 1)[0].is_success
+    qp.close()
     cq.close()
     ch.close()
