@@ -345,12 +345,10 @@ impl Context {
             .or_raise("ibv_query_gid")?
             .into())
     }
-    /// Number of completion vectors (one on EFA).
+    /// Number of completion vectors (`comp_vector` of `create_cq` is below it).
     #[getter]
-    fn num_comp_vectors(&self) -> PyResult<i32> {
-        // SAFETY-free read through the safe API is not offered; EFA exposes one vector
-        // per device as seen by verbs users, and efa-sim reports the same.
-        self.get().map(|_| 1)
+    fn num_comp_vectors(&self) -> PyResult<u32> {
+        Ok(self.get()?.num_comp_vectors())
     }
     /// The file descriptor of asynchronous device events.
     #[getter]

@@ -1,7 +1,11 @@
 """Queries report what the device reports: `PortAttr` against a direct C `ibv_query_port`,
-`QP.query` with the package's keys and `ibv_query_qp`'s values."""
+`QP.query` with the package's keys and `ibv_query_qp`'s values, `num_comp_vectors` as the
+device counts them."""
 
 import ctypes
+import os
+import subprocess
+import sys
 
 import efa
 
@@ -73,3 +77,25 @@ def test_qp_query_returns_the_packages_keys_as_ibv_query_qp_reports_them(ctx, pd
                      "port_num": 1, "pkey_index": 0, "rnr_retry": 3}
     assert isinstance(cap, efa.QPCap) and cap.max_send_wr >= 64
     qp.close()
+
+
+CHILD = """
+import efa
+ctx = efa.get_efa_device_list()[0].open()
+print(ctx.num_comp_vectors)
+ctx.create_cq(64, comp_vector=2)
+try:
+    ctx.create_cq(64, comp_vector=3)
+    print("vector 3 taken")
+except efa.EfaError as e:
+    print("vector 3 refused", e.errno)
+"""
+
+
+def test_num_comp_vectors_is_the_devices():
+    # A device with three vectors (efa-sim's profile, in a process of its own).
+    env = dict(os.environ, EFA_SIM_PROFILE="num_comp_vectors=3")
+    out = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["3", "vector 3 refused 22"]

@@ -406,6 +406,14 @@ impl Context {
         unsafe { (*self.as_ptr()).async_fd }
     }
 
+    /// Completion vectors of the device (`ibv_context.num_comp_vectors`): a CQ's
+    /// [`comp_vector`](crate::CqOptions::comp_vector) is below it.
+    pub fn num_comp_vectors(&self) -> u32 {
+        // SAFETY: valid context; num_comp_vectors is a plain field set at open.
+        let n = unsafe { (*self.as_ptr()).num_comp_vectors };
+        u32::try_from(n).unwrap_or(0)
+    }
+
     /// Blocks until the next async event, returns it acknowledged.
     pub fn get_async_event(&self) -> Result<AsyncEvent> {
         let mut ev = RawAsyncEvent {

@@ -61,3 +61,21 @@ fn qp_attr_has_the_devices_port_and_pkey_index() {
     assert_eq!(a.port_num, 1, "EFA QPs live on port 1");
     assert_eq!((a.state, a.qkey), (QpStateKind::Rts, 0x77));
 }
+
+#[test]
+fn num_comp_vectors_is_the_devices() {
+    in_child(
+        "num_comp_vectors_is_the_devices",
+        &[("EFA_SIM_PROFILE", "num_comp_vectors=3")],
+        || {
+            let ctx = open(0);
+            assert_eq!(ctx.num_comp_vectors(), 3, "the profile's count");
+            // SAFETY: live context; a plain field.
+            let raw = unsafe { (*ctx.as_ptr()).num_comp_vectors };
+            assert_eq!(i64::from(ctx.num_comp_vectors()), i64::from(raw));
+            // The last vector takes a CQ; one past it is the device's to refuse.
+            ctx.create_cq(CqOptions::new(64).comp_vector(2)).unwrap();
+            assert!(ctx.create_cq(CqOptions::new(64).comp_vector(3)).is_err());
+        },
+    );
+}
