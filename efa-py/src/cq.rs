@@ -1,7 +1,8 @@
 //! Completion queues (classic `CQ`, extended `CQEx`), completion channels and work
 //! completions (`WC`).
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use efa_typestate::{
     ArrayVec, CompChannel as RChannel, Completion, CompletionFlags, CompletionQueue, Cq as RCq,
@@ -52,8 +53,9 @@ pub struct CompChannel {
     #[pyo3(get)]
     context: Py<Context>,
     /// The CQs made on this channel, to hand back from `get_cq_event` (weak: a CQ keeps
-    /// its channel, not the other way round).
-    cqs: Vec<(efa_typestate::CqId, PyObject)>,
+    /// its channel, not the other way round). Behind a lock, not `&mut self`: a CQ may
+    /// be made on the channel while another thread waits in `get_cq_event`.
+    cqs: Mutex<Vec<(efa_typestate::CqId, PyObject)>>,
 }
 
 impl CompChannel {
@@ -63,7 +65,7 @@ impl CompChannel {
         Ok(CompChannel {
             inner: Some(Arc::new(ch)),
             context: ctx.clone().unbind(),
-            cqs: Vec::new(),
+            cqs: Mutex::new(Vec::new()),
         })
     }
     fn get(&self) -> PyResult<&SChannel> {
@@ -78,19 +80,30 @@ impl CompChannel {
     fn fd(&self) -> PyResult<i32> {
         Ok(self.get()?.fd())
     }
-    /// Blocks (without the GIL) until a CQ event arrives; returns that CQ. The Rust core
-    /// acknowledges each event as it reads it.
+    /// Blocks (without the GIL) until a CQ event arrives; returns that CQ, which counts
+    /// the event as received and not yet acknowledged (`CQ.ack_events`). The Rust core
+    /// acknowledges each event to libibverbs as it reads it.
     fn get_cq_event(&self, py: Python<'_>) -> PyResult<PyObject> {
         let ch = Arc::clone(self.get()?);
         let ev = py
             .allow_threads(|| ch.get_event())
             .or_raise("ibv_get_cq_event")?;
-        for (id, weak) in &self.cqs {
-            if *id == ev.cq() {
-                let cq = weak.call0(py)?;
-                if !cq.is_none(py) {
-                    return Ok(cq);
+        let matching: Vec<PyObject> = {
+            let cqs = self.cqs.lock().unwrap_or_else(|e| e.into_inner());
+            cqs.iter()
+                .filter(|(id, _)| *id == ev.cq())
+                .map(|(_, weak)| weak.clone_ref(py))
+                .collect()
+        };
+        for weak in matching {
+            let cq = weak.call0(py)?;
+            if let Ok(c) = cq.downcast_bound::<CQ>(py) {
+                // A shared borrow: only `close()` borrows a CQ mutably, under the GIL this
+                // thread holds, so it cannot be in progress.
+                if let Ok(c) = c.try_borrow() {
+                    c.unacked.fetch_add(1, Ordering::Relaxed);
                 }
+                return Ok(cq);
             }
         }
         Ok(py.None())
@@ -116,6 +129,9 @@ impl CompChannel {
 /// A completion queue: classic (`ibv_create_cq`) or, as the `CQEx` subclass, extended.
 #[pyclass(module = "efa._efa", subclass, weakref)]
 pub struct CQ {
+    /// Events `CompChannel.get_cq_event` returned for this CQ and `ack_events` has not
+    /// acknowledged yet (atomic: read through shared borrows).
+    unacked: AtomicU32,
     pub(crate) inner: Option<AnyCq>,
     #[pyo3(get)]
     context: Py<Context>,
@@ -166,6 +182,7 @@ impl CQ {
         };
         let id = with_cq!(&inner, q => q.id());
         let base = CQ {
+            unacked: AtomicU32::new(0),
             inner: Some(inner),
             context: ctx.clone().unbind(),
             channel: channel.as_ref().map(|c| c.clone_ref(py)),
@@ -182,7 +199,10 @@ impl CQ {
                 .import("weakref")?
                 .getattr("ref")?
                 .call1((obj.bind(py),))?;
-            ch.borrow_mut(py).cqs.push((id, weakref.unbind()));
+            // Shared: another thread may be waiting in this channel's `get_cq_event`.
+            let ch = ch.try_borrow(py).map_err(|_| busy("CompChannel"))?;
+            let mut cqs = ch.cqs.lock().unwrap_or_else(|e| e.into_inner());
+            cqs.push((id, weakref.unbind()));
         }
         Ok(obj)
     }
@@ -217,24 +237,43 @@ impl CQ {
         }
         Ok(out)
     }
-    /// Arms the CQ: the next completion wakes its channel. EFA offers no solicited-only
-    /// notification.
+    /// Arms the CQ: the next completion wakes its channel. `solicited_only=True` raises
+    /// `EfaError` with `EOPNOTSUPP`, the EFA provider's answer (it arms nothing then).
     #[pyo3(signature = (solicited_only=false))]
     fn req_notify(&self, solicited_only: bool) -> PyResult<()> {
+        let cq = self.get()?;
         if solicited_only {
-            return Err(crate::errors::invalid(
-                "ibv_req_notify_cq",
-                "solicited-only notification is not offered by EFA".into(),
-            ));
+            return Err(Python::with_gil(|py| {
+                crate::errors::raise(
+                    py,
+                    "ibv_req_notify_cq",
+                    crate::errors::EOPNOTSUPP,
+                    "solicited-only notification is not supported by EFA (the provider \
+                     answers EOPNOTSUPP and does not arm the CQ)"
+                        .into(),
+                )
+            }));
         }
-        with_cq!(self.get()?, q => q.request_notify()).or_raise("ibv_req_notify_cq")
+        with_cq!(cq, q => q.request_notify()).or_raise("ibv_req_notify_cq")
     }
-    /// Acknowledges events; the Rust core acknowledges each event as `get_cq_event`
-    /// reads it, so this only checks the CQ is open.
+    /// Acknowledges `nevents` of the events `get_cq_event` returned for this CQ;
+    /// `ValueError` (as in the package) for more than were received and not yet
+    /// acknowledged. The Rust core has already acknowledged each event to libibverbs as it
+    /// read it, so this keeps the count only.
     #[pyo3(signature = (nevents=1))]
     fn ack_events(&self, nevents: u32) -> PyResult<()> {
-        let _ = nevents;
-        self.get().map(|_| ())
+        self.get()?;
+        self.unacked
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                n.checked_sub(nevents)
+            })
+            .map(|_| ())
+            .map_err(|held| {
+                pyo3::exceptions::PyValueError::new_err(format!(
+                    "cannot acknowledge more CQ events than were received ({nevents} \
+                     acknowledged, {held} received and not yet acknowledged)"
+                ))
+            })
     }
     /// The CQ's granted depth.
     #[getter]

@@ -202,8 +202,8 @@ pub struct PortAttr {
 impl PortAttr {
     fn __repr__(&self) -> String {
         format!(
-            "PortAttr(state={}, max_msg_sz={}, active_mtu={})",
-            self.state, self.max_msg_sz, self.active_mtu
+            "PortAttr(state={}, max_msg_sz={}, max_mtu={}, active_mtu={}, lid={})",
+            self.state, self.max_msg_sz, self.max_mtu, self.active_mtu, self.lid
         )
     }
 }
@@ -326,14 +326,14 @@ impl Context {
             state: p.state,
             max_msg_sz: p.max_msg_sz,
             active_mtu: p.active_mtu,
-            max_mtu: p.active_mtu,
+            max_mtu: p.max_mtu,
             gid_tbl_len: p.gid_tbl_len,
             link_layer: p.link_layer,
             active_width: p.active_width,
             active_speed: p.active_speed,
-            lid: 0,
-            pkey_tbl_len: 1,
-            port_cap_flags: 0,
+            lid: p.lid,
+            pkey_tbl_len: p.pkey_tbl_len,
+            port_cap_flags: p.port_cap_flags,
         })
     }
     /// The device GID, the EFA device's network address.
@@ -345,12 +345,10 @@ impl Context {
             .or_raise("ibv_query_gid")?
             .into())
     }
-    /// Number of completion vectors (one on EFA).
+    /// Number of completion vectors (`comp_vector` of `create_cq` is below it).
     #[getter]
-    fn num_comp_vectors(&self) -> PyResult<i32> {
-        // SAFETY-free read through the safe API is not offered; EFA exposes one vector
-        // per device as seen by verbs users, and efa-sim reports the same.
-        self.get().map(|_| 1)
+    fn num_comp_vectors(&self) -> PyResult<u32> {
+        Ok(self.get()?.num_comp_vectors())
     }
     /// The file descriptor of asynchronous device events.
     #[getter]

@@ -24,6 +24,7 @@ pub fn classes(py: Python<'_>) -> PyResult<&(Py<PyType>, Py<PyType>)> {
 
 pub const EINVAL: i32 = 22;
 pub const EBADF: i32 = 9;
+pub const EOPNOTSUPP: i32 = 95;
 const EBUSY: i32 = 16;
 const EIO: i32 = 5;
 
@@ -73,6 +74,11 @@ pub fn closed(what: &str) -> PyErr {
 /// A refused argument, as the Rust core refuses its own (EINVAL).
 pub fn invalid(operation: &str, message: String) -> PyErr {
     Python::with_gil(|py| raise(py, operation, EINVAL, message))
+}
+
+/// A refused argument with its own `errno` (e.g. `EFAULT` for an unreadable address).
+pub fn invalid_errno(operation: &str, errno: i32, message: String) -> PyErr {
+    Python::with_gil(|py| raise(py, operation, errno, message))
 }
 
 /// The error for closing a handle a call in another thread is still using (it runs

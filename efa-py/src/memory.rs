@@ -1,5 +1,6 @@
 //! The memory behind a host registration: a Python object's buffer, kept alive (and
-//! pinned, through the memoryview the Python side took) for as long as it is registered.
+//! pinned, through the memoryview the Python side took) for as long as it is registered;
+//! and `read_own`, the copy of an inline send's bytes named by an integer address.
 //! The crate's other `unsafe` code: the posts and their hand-off to a GIL-free thread
 //! (`post.rs`), a zeroed `ibv_qp_attr` (`qp.rs`) and borrowing a caller's dma-buf fd to
 //! duplicate it (`pd.rs`); each block states why it holds.
@@ -61,4 +62,72 @@ unsafe impl RegionMemory for PyMemory {
             owner,
         }
     }
+}
+
+#[repr(C)]
+struct IoVec {
+    base: *mut core::ffi::c_void,
+    len: usize,
+}
+
+// glibc's (declared here: the crate takes no libc dependency).
+extern "C" {
+    fn getpid() -> core::ffi::c_int;
+    fn process_vm_readv(
+        pid: core::ffi::c_int,
+        local: *const IoVec,
+        liovcnt: core::ffi::c_ulong,
+        remote: *const IoVec,
+        riovcnt: core::ffi::c_ulong,
+        flags: core::ffi::c_ulong,
+    ) -> isize;
+}
+
+const EFAULT: i32 = 14;
+
+/// Copies `out.len()` bytes at the integer address `addr` of this process into `out`, for
+/// an inline send whose SGE names its bytes by address only (as the package allows). The
+/// kernel does the reading (`process_vm_readv` on this process): an address that is not
+/// readable host memory (unmapped, device memory) is an `EfaError` (`EFAULT`), not a
+/// crash. Nothing keeps a reference to the memory after the call.
+pub fn read_own(addr: u64, out: &mut [u8]) -> PyResult<()> {
+    if out.is_empty() {
+        return Ok(());
+    }
+    let fail = |errno: i32, why: String| crate::errors::invalid_errno("post_send", errno, why);
+    let Ok(base) = usize::try_from(addr) else {
+        return Err(fail(
+            EFAULT,
+            format!("address 0x{addr:x} is not one of this process"),
+        ));
+    };
+    let local = IoVec {
+        base: out.as_mut_ptr().cast(),
+        len: out.len(),
+    };
+    let remote = IoVec {
+        base: base as *mut core::ffi::c_void,
+        len: out.len(),
+    };
+    // SAFETY: `local` describes `out`, writable for its length; `remote` is only read, by
+    // the kernel, which checks it against this process's mappings (EFAULT otherwise)
+    // and never lets Rust code form a reference to it.
+    let n = unsafe { process_vm_readv(getpid(), &local, 1, &remote, 1, 0) };
+    if n == out.len() as isize {
+        return Ok(());
+    }
+    let errno = match n {
+        -1 => std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(EFAULT),
+        _ => EFAULT, // a partial read: the range runs into memory that is not readable
+    };
+    Err(fail(
+        errno,
+        format!(
+            "inline SGE 0x{addr:x}+{} is not readable host memory of this process ({})",
+            out.len(),
+            std::io::Error::from_raw_os_error(errno)
+        ),
+    ))
 }

@@ -297,6 +297,37 @@ impl MR {
         }
         .or_raise("MR.read")
     }
+    /// Copies the registered bytes at `addr` into `out` for an inline send: through the
+    /// host view of a buffer object's registration, or from the address itself for an
+    /// integer-address one (memory the caller keeps valid while it is registered; read by
+    /// `read_own`, so an unreadable address is an error, not a crash). Device memory
+    /// (dma-buf, CUDA) has no bytes the host can inline.
+    pub(crate) fn inline_bytes(&self, addr: u64, out: &mut [u8]) -> PyResult<()> {
+        let kind = self.get()?;
+        let end = addr.checked_add(out.len() as u64);
+        if addr < self.base || end.map_or(true, |e| e > self.base.saturating_add(self.len)) {
+            return Err(invalid(
+                "post_send",
+                format!(
+                    "inline SGE 0x{addr:x}+{} is outside its memory region (0x{:x}+{})",
+                    out.len(),
+                    self.base,
+                    self.len
+                ),
+            ));
+        }
+        match kind {
+            MrKind::Local(_) | MrKind::Remote(_) if self.host_view => {
+                self.copy_out((addr - self.base) as usize, out)
+            }
+            MrKind::Local(_) | MrKind::Remote(_) => crate::memory::read_own(addr, out),
+            MrKind::DmaBuf(_) | MrKind::Gpu(_) => Err(invalid(
+                "post_send",
+                "an inline send copies host bytes; this SGE's memory region is device memory"
+                    .into(),
+            )),
+        }
+    }
     /// Adds this MR to its PD's lkey table (after it became a Python object).
     pub(crate) fn index(mr: &Bound<'_, MR>) -> PyResult<()> {
         let py = mr.py();

@@ -78,19 +78,23 @@ impl<'py> Items<'_, 'py> {
     }
 }
 
-/// One SGE of a plan: which borrowed MR, and the range.
+/// One SGE of a plan: which borrowed MR (none: an inline request's integer address), and
+/// the range.
 #[derive(Clone, Copy)]
 struct PlannedSge {
-    mr: usize,
+    mr: Option<usize>,
     addr: u64,
     len: u32,
 }
 
-/// Reads a WR's SGE list, borrowing each SGE's MR into `mrs`.
+/// Reads a WR's SGE list, borrowing each SGE's MR into `mrs`. An `inline` request's SGE
+/// made from an integer address names its bytes by address alone (they are copied at the
+/// post; its lkey is not used), as in the package.
 fn plan_sges<'py>(
     qp: &QP,
     py: Python<'py>,
     sg_list: &Py<PyList>,
+    inline: bool,
     mrs: &mut ArrayVec<PyRef<'py, MR>, { CHUNK * MAX_SGE }>,
 ) -> PyResult<ArrayVec<PlannedSge, MAX_SGE>> {
     let l = sg_list.bind(py);
@@ -103,9 +107,14 @@ fn plan_sges<'py>(
     let mut out = ArrayVec::new();
     for item in l.iter() {
         let s = item.downcast::<SGE>()?.get();
-        mrs.push(mr_of(qp, py, s)?);
+        let mr = if inline && s.mr.is_none() {
+            None
+        } else {
+            mrs.push(mr_of(qp, py, s)?);
+            Some(mrs.len() - 1)
+        };
         out.push(PlannedSge {
-            mr: mrs.len() - 1,
+            mr,
             addr: s.addr,
             len: s.length,
         });
@@ -114,20 +123,23 @@ fn plan_sges<'py>(
 }
 
 fn sge_of<'a>(mrs: &'a [PyRef<'_, MR>], p: PlannedSge) -> PyResult<Sge<'a>> {
-    let mr = &mrs[p.mr];
+    // Only inline requests plan SGEs without an MR, and their bytes are copied instead.
+    let mr =
+        p.mr.and_then(|i| mrs.get(i))
+            .ok_or_else(|| invalid("post", "an SGE without a memory region".into()))?;
     let kind: &MrKind = mr.get()?;
     kind.sge_at(p.addr, u64::from(p.len), mr.base)
         .or_raise("post")
 }
 
-/// Copies the bytes of `sges` into `out` (inline sends); host registrations only.
+/// Copies the bytes of `sges` into `out` (inline sends): host registrations, and integer
+/// addresses of this process's memory (registered or not).
 fn copy_inline(
     mrs: &[PyRef<'_, MR>],
     sges: &[PlannedSge],
     out: &mut ArrayVec<u8, INLINE_MAX>,
 ) -> PyResult<()> {
     for p in sges {
-        let mr = &mrs[p.mr];
         let start = out.len();
         let end = start + p.len as usize;
         if end > INLINE_MAX {
@@ -137,8 +149,10 @@ fn copy_inline(
             ));
         }
         out.extend(core::iter::repeat(0).take(p.len as usize));
-        let offset = p.addr.checked_sub(mr.base).unwrap_or(u64::MAX) as usize;
-        mr.copy_out(offset, &mut out[start..end])?;
+        match p.mr.and_then(|i| mrs.get(i)) {
+            Some(mr) => mr.inline_bytes(p.addr, &mut out[start..end])?,
+            None => crate::memory::read_own(p.addr, &mut out[start..end])?,
+        }
     }
     Ok(())
 }
@@ -197,7 +211,7 @@ fn post_send_chunk(
             qpn: wr.remote_qpn,
             qkey: wr.remote_qkey,
             inline: wr.send_flags & INLINE != 0,
-            sges: plan_sges(qp, py, &wr.sg_list, &mut mrs)?,
+            sges: plan_sges(qp, py, &wr.sg_list, wr.send_flags & INLINE != 0, &mut mrs)?,
         });
     }
     // Pass 2: SGE lists and inline bytes staged on the stack, then the work requests.
@@ -264,7 +278,7 @@ pub fn post_recv(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()
         for i in start..end {
             let item = list.get_item(i)?;
             let wr = item.downcast::<RecvWR>()?.borrow();
-            plans.push((wr.wr_id, plan_sges(qp, py, &wr.sg_list, &mut mrs)?));
+            plans.push((wr.wr_id, plan_sges(qp, py, &wr.sg_list, false, &mut mrs)?));
         }
         let mut lists: ArrayVec<Option<SgeList<'_, MAX_SGE>>, CHUNK> = ArrayVec::new();
         for (_, sges) in &plans {

@@ -386,15 +386,18 @@ impl QP {
             .modify(&mut attr, attr_mask)
             .or_raise("ibv_modify_qp")
     }
-    /// `(attrs, cap)`: the QP's attributes as a dict and its capacities.
+    /// `(attrs, cap)`: the QP's attributes as a dict (the package's keys: `qp_state`,
+    /// `qkey`, `sq_psn`, `port_num`, `pkey_index`, `rnr_retry`, as `ibv_query_qp`
+    /// reports them) and its capacities.
     fn query<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyDict>, QPCap)> {
         let a = self.get()?.query().or_raise("ibv_query_qp")?;
         let d = PyDict::new(py);
         d.set_item("qp_state", state_num(a.state))?;
         d.set_item("qkey", a.qkey)?;
         d.set_item("sq_psn", a.sq_psn)?;
+        d.set_item("port_num", a.port_num)?;
+        d.set_item("pkey_index", a.pkey_index)?;
         d.set_item("rnr_retry", a.rnr_retry)?;
-        d.set_item("qp_num", self.qp_num)?;
         let c = a.caps;
         Ok((
             d,

@@ -26,6 +26,10 @@ def main():
     out.flush()
     remote = efa.EndpointInfo.from_bytes(sys.stdin.buffer.read(24))
     peer = remote.peer(pd)  # EFA: the RDMA target needs an AH for the initiator
+    if mode == "echo":
+        # The parent's RDMA write waits for this: sooner, it finds no AH (unknown peer).
+        out.write(b"R")
+        out.flush()
     deadline = time.monotonic() + 10
     got = []
     while not got and time.monotonic() < deadline:

@@ -30,6 +30,7 @@ def test_send_both_ways_and_rdma_write_between_processes(ctx, pd, cq):
         p.stdin.write(efa.local_endpoint_info(qp, qkey=QKEY).to_bytes())
         p.stdin.flush()
         peer = remote.peer(pd)
+        assert p.stdout.read(1) == b"R"  # the peer has its AH for us: RDMA may start
         src = bytearray(b"across processes" + bytes(48))
         back = bytearray(64)
         ms, mb = efa.reg_tensor(pd, src, 0), efa.reg_tensor(pd, back, ALL)

@@ -151,12 +151,28 @@ impl core::fmt::Debug for DeviceAttr {
 pub struct PortAttr {
     /// `ibv_port_state` (4 = active).
     pub state: u32,
+    /// Physical state (IB encoding: 5 = link up).
+    pub phys_state: u8,
     /// Largest message in bytes (the real send/receive size limit on EFA).
     pub max_msg_sz: u32,
+    /// Largest MTU the port supports (`ibv_mtu` enum; on EFA the device MTU, as active).
+    pub max_mtu: u32,
     /// Active MTU enum (`IBV_MTU_4096` = 5 on EFA).
     pub active_mtu: u32,
     /// GID table length (1 on EFA).
     pub gid_tbl_len: i32,
+    /// P_Key table length (1 on EFA).
+    pub pkey_tbl_len: u16,
+    /// `IBV_PORT_*` capability bits (none on EFA).
+    pub port_cap_flags: u32,
+    /// The port's LID (0 on EFA, which has no subnet manager).
+    pub lid: u16,
+    /// The subnet manager's LID (0 on EFA).
+    pub sm_lid: u16,
+    /// LID mask control.
+    pub lmc: u8,
+    /// Virtual lanes supported (IB encoding).
+    pub max_vl_num: u8,
     /// Link layer (0 = unspecified on EFA).
     pub link_layer: u8,
     /// Active width (IB encoding).
@@ -347,9 +363,17 @@ impl Context {
         let raw = unsafe { raw.assume_init() };
         Ok(PortAttr {
             state: raw.state,
+            phys_state: raw.phys_state,
             max_msg_sz: raw.max_msg_sz,
+            max_mtu: raw.max_mtu,
             active_mtu: raw.active_mtu,
             gid_tbl_len: raw.gid_tbl_len,
+            pkey_tbl_len: raw.pkey_tbl_len,
+            port_cap_flags: raw.port_cap_flags,
+            lid: raw.lid,
+            sm_lid: raw.sm_lid,
+            lmc: raw.lmc,
+            max_vl_num: raw.max_vl_num,
             link_layer: raw.link_layer,
             active_width: raw.active_width,
             active_speed: raw.active_speed,
@@ -380,6 +404,14 @@ impl Context {
     pub fn async_fd(&self) -> i32 {
         // SAFETY: valid context; async_fd is a plain field set at open.
         unsafe { (*self.as_ptr()).async_fd }
+    }
+
+    /// Completion vectors of the device (`ibv_context.num_comp_vectors`): a CQ's
+    /// [`comp_vector`](crate::CqOptions::comp_vector) is below it.
+    pub fn num_comp_vectors(&self) -> u32 {
+        // SAFETY: valid context; num_comp_vectors is a plain field set at open.
+        let n = unsafe { (*self.as_ptr()).num_comp_vectors };
+        u32::try_from(n).unwrap_or(0)
     }
 
     /// Blocks until the next async event, returns it acknowledged.

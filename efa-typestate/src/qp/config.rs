@@ -216,6 +216,10 @@ pub struct QpAttr {
     pub sq_psn: u32,
     /// RNR retry count (7 = forever; [`RnrRetry::from_raw`] reads it).
     pub rnr_retry: u8,
+    /// The port the QP is bound to (1 on EFA).
+    pub port_num: u8,
+    /// The P_Key table index (0 on EFA, which has one P_Key).
+    pub pkey_index: u16,
     /// Granted limits.
     pub caps: QpCaps,
 }

@@ -343,6 +343,7 @@ impl QpInner {
         // SAFETY: all-zero is a valid ibv_qp_init_attr (pointers null, integers 0).
         let mut init: ffi::ibv_qp_init_attr = unsafe { core::mem::zeroed() };
         let mask = ATTR_STATE | ATTR_QKEY | ATTR_SQ_PSN | ATTR_CAP | ATTR_RNR_RETRY;
+        let mask = mask | ATTR_PORT | ATTR_PKEY_INDEX;
         // SAFETY: valid QP and out-structs.
         let rc = unsafe { ffi::ibv_query_qp(self.qp.as_ptr(), &mut a, mask as c_int, &mut init) };
         if rc != 0 {
@@ -353,6 +354,8 @@ impl QpInner {
             qkey: a.qkey,
             sq_psn: a.sq_psn,
             rnr_retry: a.rnr_retry,
+            port_num: a.port_num,
+            pkey_index: a.pkey_index,
             caps: QpCaps {
                 max_send_wr: a.cap.max_send_wr,
                 max_recv_wr: a.cap.max_recv_wr,
