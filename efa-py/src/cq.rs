@@ -5,14 +5,15 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use efa_typestate::{
-    ArrayVec, CompChannel as RChannel, Completion, CompletionFlags, CompletionQueue, Cq as RCq,
-    CqOptions, ExtCq as RExtCq,
+    ArrayVec, CompChannel as RChannel, Completion, CompletionQueue, Cq as RCq, CqOptions,
+    ExtCq as RExtCq,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
-use crate::device::{Context, Gid, SCtx};
+use crate::device::{Context, SCtx};
 use crate::errors::{busy, closed, OrRaise};
+use crate::wc::WcPool;
 
 pub type SChannel = Arc<RChannel<SCtx>>;
 
@@ -32,17 +33,17 @@ macro_rules! with_cq {
     };
 }
 
-/// Polls up to `N` completions into `out` as `WC`s; returns `(N, how many)`.
+/// Polls up to `N` completions into `out` as `WC`s (from `pool`); returns `(N, how
+/// many)`.
 fn poll_into<const N: usize>(
     cq: &AnyCq,
     out: &Bound<'_, PyList>,
     sgid: bool,
+    pool: &WcPool,
 ) -> PyResult<(usize, usize)> {
     let mut buf = ArrayVec::<Completion, N>::new();
     let n = with_cq!(cq, q => q.poll(&mut buf)).or_raise("ibv_poll_cq")?;
-    for c in &buf {
-        out.append(WC::from_completion(c, sgid))?;
-    }
+    pool.append(out.py(), out, &buf, sgid)?;
     Ok((N, n))
 }
 
@@ -139,6 +140,8 @@ pub struct CQ {
     channel: Option<Py<CompChannel>>,
     sgid: bool,
     unsolicited: bool,
+    /// The `WC`s polls handed out, rewritten once the program dropped them.
+    pool: WcPool,
 }
 
 /// An extended EFA completion queue (`efadv_create_cq`): sender GIDs and unsolicited
@@ -188,6 +191,7 @@ impl CQ {
             channel: channel.as_ref().map(|c| c.clone_ref(py)),
             sgid,
             unsolicited,
+            pool: WcPool::default(),
         };
         let obj: PyObject = if ext {
             Py::new(py, PyClassInitializer::from(base).add_subclass(CQEx {}))?.into_any()
@@ -222,13 +226,13 @@ impl CQ {
         // `num_entries` stay in the CQ), until the CQ runs dry.
         while left > 0 {
             let (asked, got) = match left {
-                64.. => poll_into::<64>(cq, &out, self.sgid)?,
-                32..=63 => poll_into::<32>(cq, &out, self.sgid)?,
-                16..=31 => poll_into::<16>(cq, &out, self.sgid)?,
-                8..=15 => poll_into::<8>(cq, &out, self.sgid)?,
-                4..=7 => poll_into::<4>(cq, &out, self.sgid)?,
-                2..=3 => poll_into::<2>(cq, &out, self.sgid)?,
-                _ => poll_into::<1>(cq, &out, self.sgid)?,
+                64.. => poll_into::<64>(cq, &out, self.sgid, &self.pool)?,
+                32..=63 => poll_into::<32>(cq, &out, self.sgid, &self.pool)?,
+                16..=31 => poll_into::<16>(cq, &out, self.sgid, &self.pool)?,
+                8..=15 => poll_into::<8>(cq, &out, self.sgid, &self.pool)?,
+                4..=7 => poll_into::<4>(cq, &out, self.sgid, &self.pool)?,
+                2..=3 => poll_into::<2>(cq, &out, self.sgid, &self.pool)?,
+                _ => poll_into::<1>(cq, &out, self.sgid, &self.pool)?,
             };
             left -= got;
             if got < asked {
@@ -331,115 +335,4 @@ pub struct CQAttr {
     entry_size: u32,
     num_entries: u32,
     doorbell_addr: usize,
-}
-
-/// A work completion.
-#[pyclass(module = "efa._efa", frozen, get_all)]
-pub struct WC {
-    wr_id: u64,
-    status: u32,
-    opcode: u32,
-    vendor_err: u32,
-    byte_len: u32,
-    imm_data: u32,
-    qp_num: u32,
-    src_qp: u32,
-    wc_flags: u32,
-    slid: u16,
-    sgid: Option<Gid>,
-    unsolicited: bool,
-}
-
-impl WC {
-    fn from_completion(c: &Completion, sgid: bool) -> WC {
-        let flags = c.flags();
-        WC {
-            wr_id: c.wr_id(),
-            status: c.status().0,
-            opcode: c.opcode().0,
-            vendor_err: c.efa_status().0,
-            byte_len: c.byte_len(),
-            imm_data: c.imm().unwrap_or(0),
-            qp_num: c.qp_num(),
-            src_qp: c.src_qp(),
-            wc_flags: flags.bits() & 0xffff,
-            slid: c.slid(),
-            sgid: if sgid {
-                c.sender_gid().map(Gid::from)
-            } else {
-                None
-            },
-            unsolicited: flags.contains(CompletionFlags::UNSOLICITED),
-        }
-    }
-}
-
-#[pymethods]
-impl WC {
-    /// True if the work request completed successfully.
-    #[getter]
-    fn is_success(&self) -> bool {
-        self.status == 0
-    }
-    /// The status in words, as libibverbs' `ibv_wc_status_str` gives them.
-    #[getter]
-    fn status_str(&self) -> &'static str {
-        const WORDS: [&str; 22] = [
-            "success",
-            "local length error",
-            "local QP operation error",
-            "local EE context operation error",
-            "local protection error",
-            "Work Request Flushed Error",
-            "memory management operation error",
-            "bad response error",
-            "local access error",
-            "remote invalid request error",
-            "remote access error",
-            "remote operation error",
-            "transport retry counter exceeded",
-            "RNR retry counter exceeded",
-            "local RDD violation error",
-            "remote invalid RD request",
-            "aborted error",
-            "invalid EE context number",
-            "invalid EE context state",
-            "fatal error",
-            "response timeout error",
-            "general error",
-        ];
-        WORDS
-            .get(self.status as usize)
-            .copied()
-            .unwrap_or("unknown")
-    }
-    /// Raises `CompletionError` (an `EfaError`) if this completion failed.
-    fn raise_for_status(slf: &Bound<'_, Self>) -> PyResult<()> {
-        let me = slf.get();
-        if me.status == 0 {
-            return Ok(());
-        }
-        let rust = efa_typestate::Error::Completion {
-            status: efa_typestate::WcStatus(me.status),
-            efa: efa_typestate::EfaStatus(me.vendor_err),
-        };
-        let msg = format!("work request {}: {rust}", me.wr_id);
-        let py = slf.py();
-        let completion_error = &crate::errors::classes(py)?.1;
-        let err = PyErr::from_type(
-            completion_error.bind(py).clone(),
-            (slf.clone().unbind(), msg),
-        );
-        Err(err)
-    }
-    fn __repr__(&self) -> String {
-        format!(
-            "WC(wr_id={}, status={}, opcode={}, byte_len={}, qp_num={})",
-            self.wr_id,
-            self.status_str(),
-            self.opcode,
-            self.byte_len,
-            self.qp_num
-        )
-    }
 }

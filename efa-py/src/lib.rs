@@ -1,7 +1,7 @@
 //! `efa._efa`: the `efa` Python package's handles on the efa-typestate core.
 //!
 //! One module per concept: [`device`] (devices, context, attributes), [`pd`] (PD, MR,
-//! AH), [`cq`] (CQs, channels, completions), [`qp`] (queue pairs), [`wr`] (SGEs and work
+//! AH), [`cq`] (CQs, channels), [`wc`] (work completions), [`qp`] (queue pairs), [`wr`] (SGEs and work
 //! requests), [`post`] (posting), [`memory`] (Python buffers as registered memory),
 //! [`errors`]. The pure-Python parts (enums, endpoint exchange, tensor helpers,
 //! `efa.cuda`) are in `python/efa/`.
@@ -19,6 +19,7 @@ mod memory;
 mod pd;
 mod post;
 mod qp;
+mod wc;
 mod wr;
 
 #[pymodule]
@@ -45,7 +46,7 @@ fn _efa(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<cq::CQ>()?;
     m.add_class::<cq::CQEx>()?;
     m.add_class::<cq::CQAttr>()?;
-    m.add_class::<cq::WC>()?;
+    m.add_class::<wc::WC>()?;
     m.add_class::<cq::CompChannel>()?;
     m.add_class::<qp::QP>()?;
     m.add_class::<qp::QPCap>()?;

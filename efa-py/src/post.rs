@@ -12,7 +12,9 @@ use efa_typestate::{
     ArrayVec, Payload, RecvBatch, RecvBufs, RemoteBuffer, SendBatch, SendOp, SendWr, Sge, SgeList,
 };
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use pyo3::types::{PyList, PyType};
+use pyo3::PyClass;
+use std::marker::PhantomData;
 
 use crate::errors::{invalid, OrRaise};
 use crate::pd::{MrKind, AH, MR};
@@ -78,6 +80,41 @@ impl<'py> Items<'_, 'py> {
     }
 }
 
+/// A class's type object, looked up once per post: PyO3's `downcast` looks it up on
+/// every call (about a hundred instructions), and a post downcasts twice per work request.
+struct TypeOf<'py, T>(Bound<'py, PyType>, PhantomData<T>);
+
+impl<'py, T: PyClass> TypeOf<'py, T> {
+    fn new(py: Python<'py>) -> Self {
+        TypeOf(py.get_type::<T>(), PhantomData)
+    }
+    /// `obj` as a `T`: an exact type match is taken as is, anything else goes through
+    /// `downcast` (which raises the usual `TypeError`).
+    fn cast<'a>(&self, obj: &'a Bound<'py, PyAny>) -> PyResult<&'a Bound<'py, T>> {
+        if obj.get_type_ptr() == self.0.as_type_ptr() {
+            // SAFETY: `self.0` is `T`'s type object (made only by `new`), and `obj`'s
+            // type is exactly it.
+            return Ok(unsafe { obj.downcast_unchecked::<T>() });
+        }
+        Ok(obj.downcast::<T>()?)
+    }
+}
+
+/// The type objects a post of `W`s (`SendWR` or `RecvWR`) reads.
+struct Types<'py, W> {
+    wr: TypeOf<'py, W>,
+    sge: TypeOf<'py, SGE>,
+}
+
+impl<'py, W: PyClass> Types<'py, W> {
+    fn new(py: Python<'py>) -> Self {
+        Types {
+            wr: TypeOf::new(py),
+            sge: TypeOf::new(py),
+        }
+    }
+}
+
 /// One SGE of a plan: which borrowed MR (none: an inline request's integer address), and
 /// the range.
 #[derive(Clone, Copy)]
@@ -93,6 +130,7 @@ struct PlannedSge {
 fn plan_sges<'py>(
     qp: &QP,
     py: Python<'py>,
+    sge_type: &TypeOf<'py, SGE>,
     sg_list: &Py<PyList>,
     inline: bool,
     mrs: &mut ArrayVec<PyRef<'py, MR>, { CHUNK * MAX_SGE }>,
@@ -106,7 +144,7 @@ fn plan_sges<'py>(
     }
     let mut out = ArrayVec::new();
     for item in l.iter() {
-        let s = item.downcast::<SGE>()?.get();
+        let s = sge_type.cast(&item)?.get();
         let mr = if inline && s.mr.is_none() {
             None
         } else {
@@ -170,23 +208,25 @@ struct Plan {
 }
 
 pub fn post_send(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()> {
+    let t = Types::<SendWR>::new(py);
     let list = Items::of(wrs);
     let n = list.len();
     let mut start = 0;
     while start < n {
         let end = (start + CHUNK).min(n);
-        if !post_simple_chunk(qp, py, &list, start, end)? {
-            post_send_chunk(qp, py, &list, start, end)?;
+        if !post_simple_chunk(qp, py, &t, &list, start, end)? {
+            post_send_chunk(qp, py, &t, &list, start, end)?;
         }
         start = end;
     }
     Ok(())
 }
 
-fn post_send_chunk(
+fn post_send_chunk<'py>(
     qp: &QP,
-    py: Python<'_>,
-    list: &Items<'_, '_>,
+    py: Python<'py>,
+    t: &Types<'py, SendWR>,
+    list: &Items<'_, 'py>,
     start: usize,
     end: usize,
 ) -> PyResult<()> {
@@ -196,7 +236,7 @@ fn post_send_chunk(
     let mut plans: ArrayVec<Plan, CHUNK> = ArrayVec::new();
     for i in start..end {
         let item = list.get_item(i)?;
-        let wr = item.downcast::<SendWR>()?.borrow();
+        let wr = t.wr.cast(&item)?.borrow();
         if wr.send_flags & SIGNALED == 0 && !qp.sq_sig_all {
             return Err(not_signaled(wr.wr_id));
         }
@@ -211,7 +251,14 @@ fn post_send_chunk(
             qpn: wr.remote_qpn,
             qkey: wr.remote_qkey,
             inline: wr.send_flags & INLINE != 0,
-            sges: plan_sges(qp, py, &wr.sg_list, wr.send_flags & INLINE != 0, &mut mrs)?,
+            sges: plan_sges(
+                qp,
+                py,
+                &t.sge,
+                &wr.sg_list,
+                wr.send_flags & INLINE != 0,
+                &mut mrs,
+            )?,
         });
     }
     // Pass 2: SGE lists and inline bytes staged on the stack, then the work requests.
@@ -268,6 +315,7 @@ struct Staged<'b, T>(&'b T);
 unsafe impl<T> Send for Staged<'_, T> {}
 
 pub fn post_recv(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()> {
+    let t = Types::<RecvWR>::new(py);
     let list = Items::of(wrs);
     let n = list.len();
     let mut start = 0;
@@ -277,8 +325,11 @@ pub fn post_recv(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()
         let mut plans: ArrayVec<(u64, ArrayVec<PlannedSge, MAX_SGE>), CHUNK> = ArrayVec::new();
         for i in start..end {
             let item = list.get_item(i)?;
-            let wr = item.downcast::<RecvWR>()?.borrow();
-            plans.push((wr.wr_id, plan_sges(qp, py, &wr.sg_list, false, &mut mrs)?));
+            let wr = t.wr.cast(&item)?.borrow();
+            plans.push((
+                wr.wr_id,
+                plan_sges(qp, py, &t.sge, &wr.sg_list, false, &mut mrs)?,
+            ));
         }
         let mut lists: ArrayVec<Option<SgeList<'_, MAX_SGE>>, CHUNK> = ArrayVec::new();
         for (_, sges) in &plans {
@@ -348,10 +399,11 @@ fn send_op(op: u32, remote: RemoteBuffer, imm: u32) -> PyResult<SendOp> {
 
 /// The common shape in one pass: every request has one SGE whose owner is its MR, and
 /// none is inline. Returns false (nothing posted, nothing checked) for any other list.
-fn post_simple_chunk(
+fn post_simple_chunk<'py>(
     qp: &QP,
-    py: Python<'_>,
-    list: &Items<'_, '_>,
+    py: Python<'py>,
+    t: &Types<'py, SendWR>,
+    list: &Items<'_, 'py>,
     start: usize,
     end: usize,
 ) -> PyResult<bool> {
@@ -373,7 +425,7 @@ fn post_simple_chunk(
     let mut recs: ArrayVec<Rec, CHUNK> = ArrayVec::new();
     for i in start..end {
         let item = list.get_item(i)?;
-        let wr = item.downcast::<SendWR>()?.borrow();
+        let wr = t.wr.cast(&item)?.borrow();
         if wr.send_flags & INLINE != 0 {
             return Ok(false);
         }
@@ -382,7 +434,7 @@ fn post_simple_chunk(
             return Ok(false);
         }
         let sge_obj = sgl.get_item(0)?;
-        let sge = sge_obj.downcast::<SGE>()?.get();
+        let sge = t.sge.cast(&sge_obj)?.get();
         let Some(mr) = &sge.mr else {
             return Ok(false);
         };

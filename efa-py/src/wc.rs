@@ -1,0 +1,286 @@
+//! Work completions (`WC`) and the pool `CQ.poll` takes them from.
+//!
+//! A `WC` is immutable to Python (no setters), but its fields are atomics: a CQ keeps
+//! the `WC`s its polls handed out ([`WcPool`]) and rewrites one in place, instead of
+//! allocating a new object, once nothing but the pool refers to it (its reference count
+//! is 1, read with the GIL held). A `WC` the program still holds is never touched again.
+//! Creating and freeing a PyO3 object costs several hundred instructions (the type
+//! object's lookup, the allocation, the deallocation), more than the rest of a poll per
+//! completion; with the pool, a loop that drops its completions before the next poll
+//! allocates none.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+use efa_typestate::{Completion, CompletionFlags};
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+
+use crate::device::Gid;
+
+/// Most `WC`s one CQ keeps for reuse.
+const POOL_MAX: usize = 256;
+
+/// A work completion.
+#[pyclass(module = "efa._efa", frozen)]
+pub struct WC {
+    wr_id: AtomicU64,
+    status: AtomicU32,
+    opcode: AtomicU32,
+    vendor_err: AtomicU32,
+    byte_len: AtomicU32,
+    imm_data: AtomicU32,
+    qp_num: AtomicU32,
+    src_qp: AtomicU32,
+    wc_flags: AtomicU32,
+    slid: AtomicU32,
+    /// The sender GID's bytes, meaningful when `has_sgid`.
+    sgid: [AtomicU64; 2],
+    has_sgid: AtomicBool,
+    unsolicited: AtomicBool,
+}
+
+impl WC {
+    fn from_completion(c: &Completion, sgid: bool) -> WC {
+        let wc = WC {
+            wr_id: AtomicU64::new(0),
+            status: AtomicU32::new(0),
+            opcode: AtomicU32::new(0),
+            vendor_err: AtomicU32::new(0),
+            byte_len: AtomicU32::new(0),
+            imm_data: AtomicU32::new(0),
+            qp_num: AtomicU32::new(0),
+            src_qp: AtomicU32::new(0),
+            wc_flags: AtomicU32::new(0),
+            slid: AtomicU32::new(0),
+            sgid: [AtomicU64::new(0), AtomicU64::new(0)],
+            has_sgid: AtomicBool::new(false),
+            unsolicited: AtomicBool::new(false),
+        };
+        wc.set(c, sgid);
+        wc
+    }
+
+    /// Every field from `c` (the sender GID only if the CQ reports them: `sgid`).
+    fn set(&self, c: &Completion, sgid: bool) {
+        let flags = c.flags();
+        self.wr_id.store(c.wr_id(), Relaxed);
+        self.status.store(c.status().0, Relaxed);
+        self.opcode.store(c.opcode().0, Relaxed);
+        self.vendor_err.store(c.efa_status().0, Relaxed);
+        self.byte_len.store(c.byte_len(), Relaxed);
+        self.imm_data.store(c.imm().unwrap_or(0), Relaxed);
+        self.qp_num.store(c.qp_num(), Relaxed);
+        self.src_qp.store(c.src_qp(), Relaxed);
+        self.wc_flags.store(flags.bits() & 0xffff, Relaxed);
+        self.slid.store(u32::from(c.slid()), Relaxed);
+        let gid = if sgid { c.sender_gid() } else { None };
+        if let Some(g) = gid {
+            let (mut lo, mut hi) = ([0u8; 8], [0u8; 8]);
+            lo.copy_from_slice(&g.as_bytes()[..8]);
+            hi.copy_from_slice(&g.as_bytes()[8..]);
+            self.sgid[0].store(u64::from_ne_bytes(lo), Relaxed);
+            self.sgid[1].store(u64::from_ne_bytes(hi), Relaxed);
+        }
+        self.has_sgid.store(gid.is_some(), Relaxed);
+        self.unsolicited
+            .store(flags.contains(CompletionFlags::UNSOLICITED), Relaxed);
+    }
+
+    fn status_value(&self) -> u32 {
+        self.status.load(Relaxed)
+    }
+}
+
+#[pymethods]
+impl WC {
+    #[getter]
+    fn wr_id(&self) -> u64 {
+        self.wr_id.load(Relaxed)
+    }
+    #[getter]
+    fn status(&self) -> u32 {
+        self.status_value()
+    }
+    #[getter]
+    fn opcode(&self) -> u32 {
+        self.opcode.load(Relaxed)
+    }
+    #[getter]
+    fn vendor_err(&self) -> u32 {
+        self.vendor_err.load(Relaxed)
+    }
+    #[getter]
+    fn byte_len(&self) -> u32 {
+        self.byte_len.load(Relaxed)
+    }
+    #[getter]
+    fn imm_data(&self) -> u32 {
+        self.imm_data.load(Relaxed)
+    }
+    #[getter]
+    fn qp_num(&self) -> u32 {
+        self.qp_num.load(Relaxed)
+    }
+    #[getter]
+    fn src_qp(&self) -> u32 {
+        self.src_qp.load(Relaxed)
+    }
+    #[getter]
+    fn wc_flags(&self) -> u32 {
+        self.wc_flags.load(Relaxed)
+    }
+    #[getter]
+    fn slid(&self) -> u32 {
+        self.slid.load(Relaxed)
+    }
+    /// The sender's GID, when the CQ reports sender GIDs and the device gave one.
+    #[getter]
+    fn sgid(&self) -> Option<Gid> {
+        if !self.has_sgid.load(Relaxed) {
+            return None;
+        }
+        let mut g = [0u8; 16];
+        g[..8].copy_from_slice(&self.sgid[0].load(Relaxed).to_ne_bytes());
+        g[8..].copy_from_slice(&self.sgid[1].load(Relaxed).to_ne_bytes());
+        Some(Gid(g))
+    }
+    /// Whether this is an unsolicited RDMA write with immediate (no receive consumed).
+    #[getter]
+    fn unsolicited(&self) -> bool {
+        self.unsolicited.load(Relaxed)
+    }
+    /// True if the work request completed successfully.
+    #[getter]
+    fn is_success(&self) -> bool {
+        self.status_value() == 0
+    }
+    /// The status in words, as libibverbs' `ibv_wc_status_str` gives them.
+    #[getter]
+    fn status_str(&self) -> &'static str {
+        const WORDS: [&str; 22] = [
+            "success",
+            "local length error",
+            "local QP operation error",
+            "local EE context operation error",
+            "local protection error",
+            "Work Request Flushed Error",
+            "memory management operation error",
+            "bad response error",
+            "local access error",
+            "remote invalid request error",
+            "remote access error",
+            "remote operation error",
+            "transport retry counter exceeded",
+            "RNR retry counter exceeded",
+            "local RDD violation error",
+            "remote invalid RD request",
+            "aborted error",
+            "invalid EE context number",
+            "invalid EE context state",
+            "fatal error",
+            "response timeout error",
+            "general error",
+        ];
+        WORDS
+            .get(self.status_value() as usize)
+            .copied()
+            .unwrap_or("unknown")
+    }
+    /// Raises `CompletionError` (an `EfaError`) if this completion failed.
+    fn raise_for_status(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let me = slf.get();
+        let status = me.status_value();
+        if status == 0 {
+            return Ok(());
+        }
+        let rust = efa_typestate::Error::Completion {
+            status: efa_typestate::WcStatus(status),
+            efa: efa_typestate::EfaStatus(me.vendor_err()),
+        };
+        let msg = format!("work request {}: {rust}", me.wr_id());
+        let py = slf.py();
+        let completion_error = &crate::errors::classes(py)?.1;
+        let err = PyErr::from_type(
+            completion_error.bind(py).clone(),
+            (slf.clone().unbind(), msg),
+        );
+        Err(err)
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "WC(wr_id={}, status={}, opcode={}, byte_len={}, qp_num={})",
+            self.wr_id(),
+            self.status_str(),
+            self.opcode(),
+            self.byte_len(),
+            self.qp_num()
+        )
+    }
+}
+
+/// The `WC`s one CQ handed out, for reuse (see the module docs), each with the number
+/// of polls in a row that found it still held by the program.
+///
+/// A `WC` held at one poll is usually free by the next (a loop variable still naming the
+/// last completion of a `for` over the previous poll's list); one held at two polls in a
+/// row is taken to be kept, and the pool forgets it (the program's reference keeps it
+/// alive), so a program that keeps every completion costs the pool at most two looks at
+/// each.
+#[derive(Default)]
+pub struct WcPool {
+    wcs: Mutex<Vec<(Py<WC>, u8)>>,
+}
+
+impl WcPool {
+    /// Appends a `WC` of each of `done` to `out`: pooled ones that nobody else holds,
+    /// rewritten, and new ones (kept in the pool while it has room) for the rest.
+    pub fn append(
+        &self,
+        py: Python<'_>,
+        out: &Bound<'_, PyList>,
+        done: &[Completion],
+        sgid: bool,
+    ) -> PyResult<()> {
+        // A poll from a finaliser that runs inside this one (a collection triggered by an
+        // allocation here) finds the pool taken: it allocates, it does not wait.
+        let Ok(mut wcs) = self.wcs.try_lock() else {
+            for c in done {
+                out.append(Py::new(py, WC::from_completion(c, sgid))?)?;
+            }
+            return Ok(());
+        };
+        let mut at = 0;
+        for c in done {
+            // The next pooled `WC` only the pool holds (reference count 1: the GIL is
+            // held, so no other thread can take a reference meanwhile).
+            while let Some((wc, held)) = wcs.get_mut(at) {
+                if wc.get_refcnt(py) == 1 {
+                    break;
+                }
+                *held += 1;
+                if *held >= 2 {
+                    // Kept by the program: its reference keeps it alive, so dropping ours
+                    // frees nothing here.
+                    drop(wcs.swap_remove(at));
+                } else {
+                    at += 1;
+                }
+            }
+            if let Some((wc, held)) = wcs.get_mut(at) {
+                *held = 0;
+                wc.get().set(c, sgid);
+                out.append(wc.bind(py))?;
+                at += 1;
+                continue;
+            }
+            let wc = Py::new(py, WC::from_completion(c, sgid))?;
+            out.append(wc.bind(py))?;
+            if wcs.len() < POOL_MAX {
+                wcs.push((wc, 0));
+                at = wcs.len();
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,75 @@
+"""`CQ.poll` reuses the `WC` objects the program dropped (no allocation per completion)
+and never touches one the program still holds."""
+
+import ctypes
+import sys
+
+import efa
+from conftest import ALL, poll_n
+
+
+def write_wrs(pair, src, dst, first, n):
+    return [
+        efa.SendWR(wr_id=first + i, sg_list=[src.sge(8, 8 * i)],
+                   opcode=efa.WROpcode.RDMA_WRITE, send_flags=efa.SendFlags.SIGNALED,
+                   remote_addr=dst.addr + 8 * i, rkey=dst.rkey, dest=pair.to_b)
+        for i in range(n)
+    ]
+
+
+def test_a_kept_completion_is_never_rewritten_and_dropped_ones_are_reused(pair, pd):
+    n = 8
+    buf_s, buf_d = (ctypes.c_char * (8 * n))(), (ctypes.c_char * (8 * n))()
+    src = pd.reg_mr(ctypes.addressof(buf_s), 8 * n, ALL)
+    dst = pd.reg_mr(ctypes.addressof(buf_d), 8 * n, ALL)
+
+    pair.a.post_send(write_wrs(pair, src, dst, 100, n))
+    kept = poll_n(pair.cq, n)
+    kept_ids = sorted(wc.wr_id for wc in kept)
+    assert kept_ids == list(range(100, 100 + n))
+    kept_objects = {id(wc) for wc in kept}
+
+    # The program holds `kept`: the next poll must give other objects, and leave these.
+    pair.a.post_send(write_wrs(pair, src, dst, 200, n))
+    second = poll_n(pair.cq, n)
+    assert sorted(wc.wr_id for wc in second) == list(range(200, 200 + n))
+    assert not kept_objects & {id(wc) for wc in second}
+    assert sorted(wc.wr_id for wc in kept) == kept_ids
+    assert all(wc.status == 0 and wc.opcode == efa.WCOpcode.RDMA_WRITE for wc in kept)
+
+    # Dropped: the next poll hands the same objects back, rewritten, and allocates no
+    # WC (the blocks still allocated after it: the list `poll_n` returns, nothing per WC).
+    second_objects = {id(wc) for wc in second}
+    del second
+    pair.a.post_send(write_wrs(pair, src, dst, 300, n))
+    before = sys.getallocatedblocks()
+    third = poll_n(pair.cq, n)
+    allocated = sys.getallocatedblocks() - before
+    assert allocated < n, "%d blocks for %d completions" % (allocated, n)
+    assert sorted(wc.wr_id for wc in third) == list(range(300, 300 + n))
+    assert {id(wc) for wc in third} == second_objects
+    assert sorted(wc.wr_id for wc in kept) == kept_ids
+    for h in (src, dst):
+        h.close()
+
+
+def test_a_reused_completion_carries_only_its_own_fields(pair, pd):
+    """A reused WC that held a SEND with immediate becomes a write without one: no field
+    of the earlier completion survives."""
+    buf = (ctypes.c_char * 64)()
+    mr = pd.reg_mr(ctypes.addressof(buf), 64, ALL)
+    pair.b.post_recv(efa.RecvWR(wr_id=7, sg_list=[mr.sge(32, 32)]))
+    pair.a.post_send(efa.SendWR(wr_id=8, sg_list=[mr.sge(16)],
+                                opcode=efa.WROpcode.SEND_WITH_IMM, imm_data=0x1234,
+                                send_flags=efa.SendFlags.SIGNALED, dest=pair.to_b))
+    got = {wc.wr_id: (wc.opcode, wc.byte_len, wc.imm_data, wc.wc_flags)
+           for wc in poll_n(pair.cq, 2)}
+    assert got[7][2] == 0x1234 and got[7][1] == 16 and got[7][3] != 0
+    pair.a.post_send(efa.SendWR(wr_id=9, sg_list=[mr.sge(8)],
+                                opcode=efa.WROpcode.RDMA_WRITE,
+                                send_flags=efa.SendFlags.SIGNALED,
+                                remote_addr=mr.addr + 48, rkey=mr.rkey, dest=pair.to_b))
+    (wc,) = poll_n(pair.cq, 1)
+    assert (wc.wr_id, wc.status, wc.imm_data, wc.wc_flags, wc.byte_len) == (9, 0, 0, 0, 0)
+    assert wc.src_qp == 0 and wc.sgid is None and not wc.unsolicited
+    mr.close()
