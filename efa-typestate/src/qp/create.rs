@@ -6,7 +6,8 @@ use core::ptr::NonNull;
 
 use super::config::{Backend, QpCaps, QpConfig, QpType};
 use super::device_limits;
-use super::raw::{PostRecvFn, QpInner, SendFns, EFA_PORT};
+use super::raw::{QpInner, EFA_PORT};
+use super::send_fns::{PostRecvFn, SendFns};
 use super::{Qp, Reset};
 use crate::context::{Context, DeviceCaps};
 use crate::cq::CompletionQueue;
