@@ -158,34 +158,7 @@ impl WC {
     /// The status in words, as libibverbs' `ibv_wc_status_str` gives them.
     #[getter]
     fn status_str(&self) -> &'static str {
-        const WORDS: [&str; 22] = [
-            "success",
-            "local length error",
-            "local QP operation error",
-            "local EE context operation error",
-            "local protection error",
-            "Work Request Flushed Error",
-            "memory management operation error",
-            "bad response error",
-            "local access error",
-            "remote invalid request error",
-            "remote access error",
-            "remote operation error",
-            "transport retry counter exceeded",
-            "RNR retry counter exceeded",
-            "local RDD violation error",
-            "remote invalid RD request",
-            "aborted error",
-            "invalid EE context number",
-            "invalid EE context state",
-            "fatal error",
-            "response timeout error",
-            "general error",
-        ];
-        WORDS
-            .get(self.status_value() as usize)
-            .copied()
-            .unwrap_or("unknown")
+        efa_typestate::WcStatus(self.status_value()).description()
     }
     /// Raises `CompletionError` (an `EfaError`) if this completion failed.
     fn raise_for_status(slf: &Bound<'_, Self>) -> PyResult<()> {

@@ -79,3 +79,18 @@ fn num_comp_vectors_is_the_devices() {
         },
     );
 }
+
+#[test]
+fn a_status_in_words_is_libibverbs_ibv_wc_status_str() {
+    assert_eq!(WcStatus::SUCCESS.description(), "success");
+    assert_eq!(
+        WcStatus::REM_ACCESS_ERR.description(),
+        "remote access error"
+    );
+    assert_eq!(
+        WcStatus::WR_FLUSH_ERR.description(),
+        "Work Request Flushed Error"
+    );
+    assert_eq!(WcStatus::GENERAL_ERR.description(), "general error");
+    assert_eq!(WcStatus(1000).description(), "unknown");
+}

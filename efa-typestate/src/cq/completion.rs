@@ -43,6 +43,21 @@ impl WcStatus {
     /// General error.
     pub const GENERAL_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_GENERAL_ERR);
 
+    /// The status in words, from libibverbs' `ibv_wc_status_str` (e.g. "remote access
+    /// error"; "unknown" for a value it does not know).
+    pub fn description(self) -> &'static str {
+        // SAFETY: `ibv_wc_status_str` takes any value and returns a pointer into a static
+        // table of NUL-terminated strings (or a static "unknown"), never freed.
+        let s = unsafe { ffi::ibv_wc_status_str(self.0) };
+        if s.is_null() {
+            return "unknown";
+        }
+        // SAFETY: non-null, NUL-terminated, static (above).
+        unsafe { core::ffi::CStr::from_ptr(s) }
+            .to_str()
+            .unwrap_or("unknown")
+    }
+
     /// The C enumerator name.
     pub fn name(self) -> &'static str {
         use ibv_wc_status::*;
