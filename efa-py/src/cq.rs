@@ -39,11 +39,11 @@ fn poll_into<const N: usize>(
     cq: &AnyCq,
     out: &Bound<'_, PyList>,
     sgid: bool,
-    pool: &WcPool,
+    (pool, at): (&WcPool, &mut usize),
 ) -> PyResult<(usize, usize)> {
     let mut buf = ArrayVec::<Completion, N>::new();
     let n = with_cq!(cq, q => q.poll(&mut buf)).or_raise("ibv_poll_cq")?;
-    pool.append(out.py(), out, &buf, sgid)?;
+    pool.append(out.py(), out, &buf, sgid, at)?;
     Ok((N, n))
 }
 
@@ -222,17 +222,19 @@ impl CQ {
         let cq = self.get()?;
         let out = PyList::empty(py);
         let mut left = num_entries;
+        // Where the WC pool is looked at next, across this poll's provider calls.
+        let mut at = 0;
         // One provider poll per power of two at most `left` (completions beyond
         // `num_entries` stay in the CQ), until the CQ runs dry.
         while left > 0 {
             let (asked, got) = match left {
-                64.. => poll_into::<64>(cq, &out, self.sgid, &self.pool)?,
-                32..=63 => poll_into::<32>(cq, &out, self.sgid, &self.pool)?,
-                16..=31 => poll_into::<16>(cq, &out, self.sgid, &self.pool)?,
-                8..=15 => poll_into::<8>(cq, &out, self.sgid, &self.pool)?,
-                4..=7 => poll_into::<4>(cq, &out, self.sgid, &self.pool)?,
-                2..=3 => poll_into::<2>(cq, &out, self.sgid, &self.pool)?,
-                _ => poll_into::<1>(cq, &out, self.sgid, &self.pool)?,
+                64.. => poll_into::<64>(cq, &out, self.sgid, (&self.pool, &mut at))?,
+                32..=63 => poll_into::<32>(cq, &out, self.sgid, (&self.pool, &mut at))?,
+                16..=31 => poll_into::<16>(cq, &out, self.sgid, (&self.pool, &mut at))?,
+                8..=15 => poll_into::<8>(cq, &out, self.sgid, (&self.pool, &mut at))?,
+                4..=7 => poll_into::<4>(cq, &out, self.sgid, (&self.pool, &mut at))?,
+                2..=3 => poll_into::<2>(cq, &out, self.sgid, (&self.pool, &mut at))?,
+                _ => poll_into::<1>(cq, &out, self.sgid, (&self.pool, &mut at))?,
             };
             left -= got;
             if got < asked {

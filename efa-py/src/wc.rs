@@ -21,6 +21,15 @@ use crate::device::Gid;
 /// Most `WC`s one CQ keeps for reuse.
 const POOL_MAX: usize = 256;
 
+/// `WC` objects made so far (the pool's tests read it: `efa._efa._wc_created()`).
+static CREATED: AtomicU64 = AtomicU64::new(0);
+
+/// How many `WC` objects this process has made (for tests of the pool).
+#[pyfunction]
+pub fn _wc_created() -> u64 {
+    CREATED.load(Relaxed)
+}
+
 /// A work completion.
 #[pyclass(module = "efa._efa", frozen)]
 pub struct WC {
@@ -42,6 +51,7 @@ pub struct WC {
 
 impl WC {
     fn from_completion(c: &Completion, sgid: bool) -> WC {
+        CREATED.fetch_add(1, Relaxed);
         let wc = WC {
             wr_id: AtomicU64::new(0),
             status: AtomicU32::new(0),
@@ -207,13 +217,17 @@ pub struct WcPool {
 
 impl WcPool {
     /// Appends a `WC` of each of `done` to `out`: pooled ones that nobody else holds,
-    /// rewritten, and new ones (kept in the pool while it has room) for the rest.
+    /// rewritten, and new ones (kept in the pool while it has room) for the rest. `at`
+    /// is where the pool is looked at next: 0 for the first call of one `CQ.poll`, then
+    /// carried from call to call of it (the `WC`s its earlier calls put in `out` are the
+    /// program's now, but not for long: they must not count as held).
     pub fn append(
         &self,
         py: Python<'_>,
         out: &Bound<'_, PyList>,
         done: &[Completion],
         sgid: bool,
+        at: &mut usize,
     ) -> PyResult<()> {
         // A poll from a finaliser that runs inside this one (a collection triggered by an
         // allocation here) finds the pool taken: it allocates, it does not wait.
@@ -223,11 +237,24 @@ impl WcPool {
             }
             return Ok(());
         };
-        let mut at = 0;
+        let mut i = (*at).min(wcs.len());
+        let result = Self::fill(py, out, done, sgid, &mut wcs, &mut i);
+        *at = i;
+        result
+    }
+
+    fn fill(
+        py: Python<'_>,
+        out: &Bound<'_, PyList>,
+        done: &[Completion],
+        sgid: bool,
+        wcs: &mut Vec<(Py<WC>, u8)>,
+        at: &mut usize,
+    ) -> PyResult<()> {
         for c in done {
             // The next pooled `WC` only the pool holds (reference count 1: the GIL is
             // held, so no other thread can take a reference meanwhile).
-            while let Some((wc, held)) = wcs.get_mut(at) {
+            while let Some((wc, held)) = wcs.get_mut(*at) {
                 if wc.get_refcnt(py) == 1 {
                     break;
                 }
@@ -235,23 +262,23 @@ impl WcPool {
                 if *held >= 2 {
                     // Kept by the program: its reference keeps it alive, so dropping ours
                     // frees nothing here.
-                    drop(wcs.swap_remove(at));
+                    drop(wcs.swap_remove(*at));
                 } else {
-                    at += 1;
+                    *at += 1;
                 }
             }
-            if let Some((wc, held)) = wcs.get_mut(at) {
+            if let Some((wc, held)) = wcs.get_mut(*at) {
                 *held = 0;
                 wc.get().set(c, sgid);
                 out.append(wc.bind(py))?;
-                at += 1;
+                *at += 1;
                 continue;
             }
             let wc = Py::new(py, WC::from_completion(c, sgid))?;
             out.append(wc.bind(py))?;
             if wcs.len() < POOL_MAX {
                 wcs.push((wc, 0));
-                at = wcs.len();
+                *at = wcs.len();
             }
         }
         Ok(())
