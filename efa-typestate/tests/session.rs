@@ -261,3 +261,90 @@ fn a_dyn_qp_opens_a_session_only_in_rts() {
     assert!(!called);
     let _ = (&ctx, &b, &cqb);
 }
+
+/// A poll of the send CQ inside a session, on its thread, would wait for the send queue's
+/// lock the session holds (libefa's `wqlock` as much as the direct backend's state): it is
+/// refused with a typed error instead of hanging, on both backends, and loses nothing.
+#[test]
+fn polling_the_send_cq_inside_a_session_is_refused_not_a_hang() {
+    for backend in [Backend::Direct, Backend::Provider] {
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            poll_inside_a_session(backend);
+            let _ = done.send(());
+        });
+        // A regression hangs the thread above (spinning for the lock): fail, do not wait.
+        finished
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("{backend:?}: the poll inside the session hung"));
+    }
+}
+
+fn poll_inside_a_session(backend: Backend) {
+    let cfg = QpConfig::srd().backend(backend);
+    let ctx = common::open(0);
+    let pd = ctx.alloc_pd().unwrap();
+    let cqa = ctx
+        .create_ext_cq(CqOptions::new(1024).backend(backend))
+        .unwrap();
+    let cqb = ctx
+        .create_ext_cq(CqOptions::new(1024).backend(backend))
+        .unwrap();
+    let mut a = rts_qp(&pd, &cqa, &cfg, QKEY_A);
+    let b = rts_qp(&pd, &cqb, &cfg, QKEY_B);
+    assert_eq!(a.backend(), backend);
+    let to_b = pd.connect(&b.endpoint()).unwrap();
+    let src = pd.register(vec![1u8; 64], AccessFlags::empty()).unwrap();
+    let target = write_target(&pd, 64);
+    let write = |s: &mut SendSession<'_>, id: u64| {
+        s.write(
+            id,
+            &to_b,
+            src.sge(0, 8)?,
+            target.remote().slice(id * 8, 8)?,
+        )
+    };
+    // SAFETY: `src` is never written; every completion is polled below.
+    unsafe { a.post_with(|s| write(s, 1)) }.unwrap();
+    // Its completion is in `cqa` by now (one process, efa-sim): the poll below would meet it.
+    std::thread::sleep(Duration::from_millis(50));
+    // SAFETY: as above.
+    let inside = unsafe {
+        a.post_with(|s| {
+            write(s, 2)?;
+            let mut out = ArrayVec::<Completion, 4>::new();
+            let refused = cqa.poll(&mut out);
+            // Another CQ (the receiver's) is not the session's send CQ: it polls.
+            let other = cqb.poll(&mut out);
+            Ok((refused, other, out.len()))
+        })
+    }
+    .unwrap();
+    assert_eq!(
+        inside,
+        (
+            Err(Error::Invalid(InvalidInput::PollInSession)),
+            Ok(0),
+            0
+        ),
+        "{backend:?}"
+    );
+    // After the session the CQ polls again, and both writes complete: nothing was lost.
+    let mut ids: Vec<u64> = expect_n(&cqa, 2).iter().map(|c| c.wr_id()).collect();
+    ids.sort();
+    assert_eq!(ids, [1, 2], "{backend:?}");
+    // A session that panics ends too: its mark goes with it.
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: nothing is posted (the closure panics).
+        let _ = unsafe {
+            a.post_with(|s| -> Result<()> {
+                write(s, 3)?;
+                panic!("in the session")
+            })
+        };
+    }));
+    assert!(panicked.is_err());
+    let mut out = ArrayVec::<Completion, 4>::new();
+    assert_eq!(cqa.poll(&mut out), Ok(0), "{backend:?}");
+    let _ = (&ctx, &b);
+}

@@ -220,6 +220,8 @@ impl<C> Cq<C> {
             return Err(super::no_room(N));
         }
         #[cfg(feature = "std")]
+        super::in_session::check(self.raw.as_ptr())?;
+        #[cfg(feature = "std")]
         if let Some(d) = &self.direct {
             return Ok(d.poll_each(want, |c| out.push(WorkCompletion::from_completion(&c))));
         }
@@ -265,12 +267,14 @@ impl<C> CompletionQueue for Cq<C> {
     fn poll<const N: usize>(&self, out: &mut ArrayVec<Completion, N>) -> Result<usize> {
         #[cfg(feature = "std")]
         if let Some(d) = &self.direct {
-            return d.poll(out);
+            return d.poll(out, || super::in_session::check(self.raw.as_ptr()));
         }
         let want = out.remaining_capacity().min(c_int::MAX as usize);
         if want == 0 {
             return Err(super::no_room(N));
         }
+        #[cfg(feature = "std")]
+        super::in_session::check(self.raw.as_ptr())?;
         // SAFETY: `len <= N`, so this is the start of the spare capacity.
         let spare = unsafe { out.as_mut_ptr().add(out.len()) }.cast::<ffi::ibv_wc>();
         // SAFETY: valid CQ; the spare capacity (`want` slots of 64 bytes) has room for

@@ -377,11 +377,13 @@ impl<C> CompletionQueue for ExtCq<C> {
     fn poll<const N: usize>(&self, out: &mut ArrayVec<Completion, N>) -> Result<usize> {
         #[cfg(feature = "std")]
         if let Some(d) = &self.direct {
-            return d.poll(out);
+            return d.poll(out, || super::in_session::check(self.as_cq_ptr()));
         }
         if out.is_full() {
             return Err(super::no_room(N));
         }
+        #[cfg(feature = "std")]
+        super::in_session::check(self.as_cq_ptr())?;
         let mut attr = ffi::ibv_poll_cq_attr { comp_mask: 0 };
         // SAFETY: valid CQ and attr with comp_mask 0.
         let rc = unsafe { (self.ops.start_poll)(self.raw.as_ptr(), &mut attr) };

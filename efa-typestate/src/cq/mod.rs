@@ -18,6 +18,8 @@ mod classic;
 mod completion;
 mod extended;
 #[cfg(feature = "std")]
+pub(crate) mod in_session;
+#[cfg(feature = "std")]
 mod wait;
 mod work_completion;
 

@@ -155,6 +155,12 @@ pub enum InvalidInput {
     /// A transfer must poll the QP's own send CQ: completions of another CQ (or
     /// another device, whose QP numbers overlap) say nothing about its chunks.
     NotSendCq,
+    /// A CQ polled inside a posting session ([`Qp::post_with`](crate::Qp::post_with)),
+    /// on the session's thread, of a QP whose sends complete on it: the session holds
+    /// the send queue's lock, which completing that queue's requests needs, so the poll
+    /// would wait for itself (see `cq/in_session.rs`). Poll after the session, or from
+    /// another thread.
+    PollInSession,
     /// A poll into an output buffer with no room left.
     OutputFull {
         /// The buffer's capacity.
@@ -300,6 +306,12 @@ impl fmt::Display for InvalidInput {
                 "waiting for {wanted} completions with room for {room}"
             ),
             Deregistered => write!(f, "the memory region is no longer registered"),
+            PollInSession => write!(
+                f,
+                "a CQ polled inside a posting session of a QP whose sends complete on it \
+                 (the session holds the send queue's lock, which its completions need): \
+                 poll after the session, or from another thread"
+            ),
             OutputFull { capacity } => write!(
                 f,
                 "the output buffer (capacity {capacity}) is full: take completions out first"

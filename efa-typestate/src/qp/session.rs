@@ -133,9 +133,15 @@ impl<P> Qp<P, Rts> {
     /// can post to this QP (another post would wait for that lock forever).
     ///
     /// On a [`Backend::Direct`](crate::Backend::Direct) QP the session holds the direct
-    /// send queue's lock instead, encodes each request into a host staging area as it is
-    /// added (libefa's local queue), and copies them into the send queue, with the
-    /// doorbell every `max_batch` WQEs, when `build` returns `Ok`.
+    /// send queue's lock instead, writes each request into its send-queue slot beyond the
+    /// doorbell as it is added (past the first `max_batch`, into a host staging area:
+    /// libefa's local queue), and rings the doorbell (every `max_batch` WQEs) when
+    /// `build` returns `Ok`.
+    ///
+    /// Completing this QP's sends needs the same lock, so inside `build` a poll of the
+    /// QP's send CQ is refused with [`InvalidInput::PollInSession`](crate::InvalidInput::PollInSession)
+    /// (in C, with libefa, it would wait for the lock for ever); other CQs poll, and so
+    /// does this one from other threads (they wait for the session to end).
     ///
     /// ```no_run
     /// # use efa_typestate::*;
@@ -173,6 +179,12 @@ impl QpInner {
         &mut self,
         build: impl FnOnce(&mut SendSession<'_>) -> Result<R>,
     ) -> Result<R> {
+        // Polls of the send CQ on this thread are refused until the session ends: they
+        // would wait for the lock the session holds (`cq/in_session.rs`).
+        #[cfg(feature = "std")]
+        // SAFETY: the `ibv_qp` of this live QP; `send_cq` is a plain field set at creation.
+        let _mark =
+            crate::cq::in_session::SessionMark::open(unsafe { (*self.qp.as_ptr()).send_cq });
         #[cfg(feature = "std")]
         if let Some(d) = &self.direct {
             let qp = &*self;

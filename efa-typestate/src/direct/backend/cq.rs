@@ -147,14 +147,21 @@ impl DirectCq {
     /// generations, of slots not taken and of QPs this CQ does not serve are consumed and
     /// dropped. Writes the consumer index to the CQ doorbell (when the CQ has one) after
     /// consuming entries, as libefa's `efa_poll_cq` / `efa_end_poll` do.
+    /// `allowed` runs once entries may be pending, before any is read: its error (a poll
+    /// the caller must refuse, `cq/in_session.rs`) is returned with nothing consumed.
     #[inline]
-    pub(crate) fn poll<const N: usize>(&self, out: &mut ArrayVec<Completion, N>) -> Result<usize> {
+    pub(crate) fn poll<const N: usize>(
+        &self,
+        out: &mut ArrayVec<Completion, N>,
+        allowed: impl FnOnce() -> Result<()>,
+    ) -> Result<usize> {
         if out.is_full() {
             return Err(crate::cq::no_room(N));
         }
         if !self.maybe_pending() {
             return Ok(0);
         }
+        allowed()?;
         Ok(self.poll_each(out.remaining_capacity(), |c| out.push(c)))
     }
 
