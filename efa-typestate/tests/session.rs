@@ -297,12 +297,7 @@ fn poll_inside_a_session(backend: Backend) {
     let src = pd.register(vec![1u8; 64], AccessFlags::empty()).unwrap();
     let target = write_target(&pd, 64);
     let write = |s: &mut SendSession<'_>, id: u64| {
-        s.write(
-            id,
-            &to_b,
-            src.sge(0, 8)?,
-            target.remote().slice(id * 8, 8)?,
-        )
+        s.write(id, &to_b, src.sge(0, 8)?, target.remote().slice(id * 8, 8)?)
     };
     // SAFETY: `src` is never written; every completion is polled below.
     unsafe { a.post_with(|s| write(s, 1)) }.unwrap();
@@ -322,11 +317,7 @@ fn poll_inside_a_session(backend: Backend) {
     .unwrap();
     assert_eq!(
         inside,
-        (
-            Err(Error::Invalid(InvalidInput::PollInSession)),
-            Ok(0),
-            0
-        ),
+        (Err(Error::Invalid(InvalidInput::PollInSession)), Ok(0), 0),
         "{backend:?}"
     );
     // After the session the CQ polls again, and both writes complete: nothing was lost.

@@ -358,7 +358,10 @@ fn a_full_output_is_an_error_and_a_short_one_leaves_the_rest() {
     let mut one = ArrayVec::<Completion, 1>::new();
     assert_eq!(cq.poll(&mut one, || Ok(())), Ok(1));
     assert_eq!(CqDoorbell::decode(dev.db(2)).consumer_index, 1);
-    assert!(matches!(cq.poll(&mut one, || Ok(())), Err(Error::Invalid(_))));
+    assert!(matches!(
+        cq.poll(&mut one, || Ok(())),
+        Err(Error::Invalid(_))
+    ));
     let rest: Vec<u64> = poll_all(&cq).iter().map(|c| c.wr_id()).collect();
     assert_eq!((one[0].wr_id(), rest), (1, vec![2, 3]));
 }
