@@ -22,11 +22,12 @@ pub fn classes(py: Python<'_>) -> PyResult<&(Py<PyType>, Py<PyType>)> {
     })
 }
 
-pub const EINVAL: i32 = 22;
-pub const EBADF: i32 = 9;
-pub const EOPNOTSUPP: i32 = 95;
-const EBUSY: i32 = 16;
-const EIO: i32 = 5;
+// The errno values the package raises, from the core's bindings (never literals).
+pub const EINVAL: i32 = Errno::EINVAL.0;
+pub const EBADF: i32 = Errno::EBADF.0;
+pub const EOPNOTSUPP: i32 = Errno::EOPNOTSUPP.0;
+const EBUSY: i32 = Errno::EBUSY.0;
+const EIO: i32 = Errno::EIO.0;
 
 /// An `EfaError` for `operation` with `errno` and `message`.
 pub fn raise(py: Python<'_>, operation: &str, errno: i32, message: String) -> PyErr {

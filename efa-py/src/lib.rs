@@ -11,6 +11,7 @@
 
 use pyo3::prelude::*;
 
+mod abi;
 mod cq;
 mod device;
 mod errors;
@@ -33,6 +34,7 @@ fn _efa(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(gpu::_register_cuda, m)?)?;
     m.add_function(wrap_pyfunction!(gpu::_flush_gpudirect_writes, m)?)?;
     m.add_function(wrap_pyfunction!(wc::_wc_created, m)?)?;
+    m.add_function(wrap_pyfunction!(abi::_abi, m)?)?;
     m.add_class::<device::Device>()?;
     m.add_class::<device::Context>()?;
     m.add_class::<device::Gid>()?;

@@ -83,7 +83,8 @@ extern "C" {
     ) -> isize;
 }
 
-const EFAULT: i32 = 14;
+/// The errno of an address that is not readable memory of this process.
+const EFAULT: i32 = efa_typestate::Errno::EFAULT.0;
 
 /// Copies `out.len()` bytes at the integer address `addr` of this process into `out`, for
 /// an inline send whose SGE names its bytes by address only (as the package allows). The

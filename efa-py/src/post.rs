@@ -20,6 +20,7 @@ use crate::errors::{invalid, OrRaise};
 use crate::pd::{MrKind, AH, MR};
 use crate::qp::QP;
 use crate::wr::{RecvWR, SendWR, SGE};
+use efa_typestate::sys::verbs::ibv_send_flags;
 
 /// Work requests per doorbell; longer lists go out in several (each all or nothing).
 const CHUNK: usize = 64;
@@ -27,8 +28,8 @@ const CHUNK: usize = 64;
 const MAX_SGE: usize = 4;
 /// Largest inline payload staged (EFA's inline buffers are 32 bytes).
 const INLINE_MAX: usize = 64;
-const SIGNALED: u32 = 1 << 1;
-const INLINE: u32 = 1 << 3;
+const SIGNALED: u32 = ibv_send_flags::IBV_SEND_SIGNALED.0;
+const INLINE: u32 = ibv_send_flags::IBV_SEND_INLINE.0;
 
 /// The MR an SGE addresses: the one it was made from, or the MR of its lkey in the QP's PD.
 fn mr_of<'py>(qp: &QP, py: Python<'py>, sge: &SGE) -> PyResult<PyRef<'py, MR>> {

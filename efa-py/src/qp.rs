@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use efa_typestate::sys::verbs::{ibv_qp_attr_mask as Mask, ibv_qp_type};
 use efa_typestate::{DynQp, Qp, QpConfig, QpStateKind, SendOps};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -10,8 +11,9 @@ use crate::cq::{AnyCq, CQ};
 use crate::errors::{busy, closed, invalid, OrRaise};
 use crate::pd::{SPd, PD};
 
-pub const QPT_UD: u32 = 4;
-pub const QPT_SRD: u32 = 0xff;
+pub const QPT_UD: u32 = ibv_qp_type::IBV_QPT_UD;
+/// The package's SRD type: verbs' driver-defined QP type.
+pub const QPT_SRD: u32 = ibv_qp_type::IBV_QPT_DRIVER;
 
 /// Queue-pair capacities.
 #[pyclass(module = "efa._efa", get_all, set_all)]
@@ -291,13 +293,13 @@ impl QP {
     }
 }
 
-const MASK_STATE: u32 = 1;
-const MASK_CUR_STATE: u32 = 1 << 1;
-const MASK_PKEY_INDEX: u32 = 1 << 4;
-const MASK_PORT: u32 = 1 << 5;
-const MASK_QKEY: u32 = 1 << 6;
-const MASK_RNR_RETRY: u32 = 1 << 11;
-const MASK_SQ_PSN: u32 = 1 << 16;
+const MASK_STATE: u32 = Mask::IBV_QP_STATE.0;
+const MASK_CUR_STATE: u32 = Mask::IBV_QP_CUR_STATE.0;
+const MASK_PKEY_INDEX: u32 = Mask::IBV_QP_PKEY_INDEX.0;
+const MASK_PORT: u32 = Mask::IBV_QP_PORT.0;
+const MASK_QKEY: u32 = Mask::IBV_QP_QKEY.0;
+const MASK_RNR_RETRY: u32 = Mask::IBV_QP_RNR_RETRY.0;
+const MASK_SQ_PSN: u32 = Mask::IBV_QP_SQ_PSN.0;
 
 #[pymethods]
 impl QP {

@@ -23,6 +23,8 @@ impl Errno {
     pub const EAGAIN: Errno = Errno(libc::EAGAIN);
     /// ENOMEM: out of memory, or (on post) the queue is full.
     pub const ENOMEM: Errno = Errno(libc::ENOMEM);
+    /// EBADF: a closed or foreign handle.
+    pub const EBADF: Errno = Errno(libc::EBADF);
     /// EFAULT.
     pub const EFAULT: Errno = Errno(libc::EFAULT);
     /// EBUSY: the object is still in use.
@@ -49,6 +51,7 @@ impl Errno {
             libc::ENOENT => ("ENOENT", "no such entry"),
             libc::EINTR => ("EINTR", "interrupted"),
             libc::EIO => ("EIO", "I/O error"),
+            libc::EBADF => ("EBADF", "bad handle"),
             libc::EAGAIN => ("EAGAIN", "try again"),
             libc::ENOMEM => ("ENOMEM", "out of memory or queue full"),
             libc::EACCES => ("EACCES", "permission denied"),
