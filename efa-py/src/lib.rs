@@ -35,6 +35,7 @@ fn _efa(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(gpu::_flush_gpudirect_writes, m)?)?;
     m.add_function(wrap_pyfunction!(wc::_wc_created, m)?)?;
     m.add_function(wrap_pyfunction!(abi::_abi, m)?)?;
+    wc::install_members(m.py())?;
     m.add_class::<device::Device>()?;
     m.add_class::<device::Context>()?;
     m.add_class::<device::Gid>()?;

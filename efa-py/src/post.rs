@@ -383,12 +383,13 @@ fn no_destination(wr_id: u64) -> PyErr {
 }
 
 fn send_op(op: u32, remote: RemoteBuffer, imm: u32) -> PyResult<SendOp> {
+    use efa_typestate::sys::verbs::ibv_wr_opcode as Op;
     Ok(match op {
-        0 => SendOp::Write(remote),
-        1 => SendOp::WriteImm(remote, imm),
-        2 => SendOp::Send,
-        3 => SendOp::SendImm(imm),
-        4 => SendOp::Read(remote),
+        Op::IBV_WR_RDMA_WRITE => SendOp::Write(remote),
+        Op::IBV_WR_RDMA_WRITE_WITH_IMM => SendOp::WriteImm(remote, imm),
+        Op::IBV_WR_SEND => SendOp::Send,
+        Op::IBV_WR_SEND_WITH_IMM => SendOp::SendImm(imm),
+        Op::IBV_WR_RDMA_READ => SendOp::Read(remote),
         o => {
             return Err(invalid(
                 "post_send",
@@ -465,24 +466,25 @@ fn post_simple_chunk<'py>(
         });
     }
     let q = qp.get()?;
+    // Each MR and AH is checked open once, not once per request naming it.
+    let mut regions: ArrayVec<(&MrKind, u64), CHUNK> = ArrayVec::new();
+    for mr in &mrs {
+        regions.push((mr.get()?, mr.base));
+    }
+    let mut dests = ArrayVec::<_, CHUNK>::new();
+    for ah in &ahs {
+        dests.push(ah.get()?);
+    }
     let mut batch = SendBatch::<'_, CHUNK>::new(q);
     for r in &recs {
-        let mr = &mrs[r.mr];
-        let sge = mr
-            .get()?
-            .sge_at(r.addr, u64::from(r.len), mr.base)
+        let (region, base) = regions[r.mr];
+        let sge = region
+            .sge_at(r.addr, u64::from(r.len), base)
             .or_raise("post_send")?;
         let remote = RemoteBuffer::new(r.remote_addr, u64::from(r.len), r.rkey);
         let op = send_op(r.op, remote, r.imm)?;
-        let wr = SendWr::to_ah(
-            r.wr_id,
-            op,
-            ahs[r.ah].get()?,
-            r.qpn,
-            r.qkey,
-            Payload::Sge(sge),
-        )
-        .or_raise("post_send")?;
+        let wr = SendWr::to_ah(r.wr_id, op, dests[r.ah], r.qpn, r.qkey, Payload::Sge(sge))
+            .or_raise("post_send")?;
         batch.push(wr).or_raise("post_send")?;
     }
     let batch = Staged(&batch);

@@ -195,29 +195,11 @@ pub struct QP {
 }
 
 pub fn state_num(s: QpStateKind) -> u32 {
-    match s {
-        QpStateKind::Reset => 0,
-        QpStateKind::Init => 1,
-        QpStateKind::Rtr => 2,
-        QpStateKind::Rts => 3,
-        QpStateKind::Sqd => 4,
-        QpStateKind::Sqe => 5,
-        QpStateKind::Err => 6,
-        QpStateKind::Unknown(_) => 7,
-    }
+    s.to_raw()
 }
 
 fn state_kind(n: u32) -> QpStateKind {
-    match n {
-        0 => QpStateKind::Reset,
-        1 => QpStateKind::Init,
-        2 => QpStateKind::Rtr,
-        3 => QpStateKind::Rts,
-        4 => QpStateKind::Sqd,
-        5 => QpStateKind::Sqe,
-        6 => QpStateKind::Err,
-        n => QpStateKind::Unknown(n.min(255) as u8),
-    }
+    QpStateKind::from_raw(n)
 }
 
 impl QP {
@@ -229,7 +211,7 @@ impl QP {
             t => {
                 return Err(invalid(
                     "create_qp",
-                    format!("QP type {t} is neither SRD (255) nor UD (4)"),
+                    format!("QP type {t} is neither SRD ({QPT_SRD}) nor UD ({QPT_UD})"),
                 ))
             }
         }
@@ -282,7 +264,7 @@ impl QP {
             return q.modify_state(QpStateKind::Rts).or_raise("modify_qp(RTS)");
         }
         let mut attr = zeroed_attr();
-        attr.qp_state = QpStateKind::Rts.to_raw_state();
+        attr.qp_state = QpStateKind::Rts.to_raw();
         attr.sq_psn = psn;
         let mut mask = MASK_STATE | MASK_SQ_PSN;
         if let Some(r) = rnr_retry {
@@ -353,8 +335,8 @@ impl QP {
             for (k, v) in f.iter() {
                 let k: String = k.extract()?;
                 match k.as_str() {
-                    "qp_state" => attr.qp_state = state_kind(v.extract()?).to_raw_state(),
-                    "cur_qp_state" => attr.cur_qp_state = state_kind(v.extract()?).to_raw_state(),
+                    "qp_state" => attr.qp_state = state_kind(v.extract()?).to_raw(),
+                    "cur_qp_state" => attr.cur_qp_state = state_kind(v.extract()?).to_raw(),
                     "qkey" => attr.qkey = v.extract()?,
                     "port_num" => attr.port_num = v.extract()?,
                     "pkey_index" => attr.pkey_index = v.extract()?,
@@ -454,15 +436,6 @@ impl QP {
             None => "QP(closed=True)".into(),
             Some(q) => format!("QP(qp_num={}, state={:?})", self.qp_num, q.state()),
         }
-    }
-}
-
-trait RawState {
-    fn to_raw_state(self) -> u32;
-}
-impl RawState for QpStateKind {
-    fn to_raw_state(self) -> u32 {
-        state_num(self)
     }
 }
 

@@ -52,7 +52,13 @@ pub struct WC {
 impl WC {
     fn from_completion(c: &Completion, sgid: bool) -> WC {
         CREATED.fetch_add(1, Relaxed);
-        let wc = WC {
+        let wc = WC::zeroed();
+        wc.set(c, sgid);
+        wc
+    }
+
+    fn zeroed() -> WC {
+        WC {
             wr_id: AtomicU64::new(0),
             status: AtomicU32::new(0),
             opcode: AtomicU32::new(0),
@@ -66,9 +72,7 @@ impl WC {
             sgid: [AtomicU64::new(0), AtomicU64::new(0)],
             has_sgid: AtomicBool::new(false),
             unsolicited: AtomicBool::new(false),
-        };
-        wc.set(c, sgid);
-        wc
+        }
     }
 
     /// Every field from `c` (the sender GID only if the CQ reports them: `sgid`).
@@ -104,46 +108,6 @@ impl WC {
 
 #[pymethods]
 impl WC {
-    #[getter]
-    fn wr_id(&self) -> u64 {
-        self.wr_id.load(Relaxed)
-    }
-    #[getter]
-    fn status(&self) -> u32 {
-        self.status_value()
-    }
-    #[getter]
-    fn opcode(&self) -> u32 {
-        self.opcode.load(Relaxed)
-    }
-    #[getter]
-    fn vendor_err(&self) -> u32 {
-        self.vendor_err.load(Relaxed)
-    }
-    #[getter]
-    fn byte_len(&self) -> u32 {
-        self.byte_len.load(Relaxed)
-    }
-    #[getter]
-    fn imm_data(&self) -> u32 {
-        self.imm_data.load(Relaxed)
-    }
-    #[getter]
-    fn qp_num(&self) -> u32 {
-        self.qp_num.load(Relaxed)
-    }
-    #[getter]
-    fn src_qp(&self) -> u32 {
-        self.src_qp.load(Relaxed)
-    }
-    #[getter]
-    fn wc_flags(&self) -> u32 {
-        self.wc_flags.load(Relaxed)
-    }
-    #[getter]
-    fn slid(&self) -> u32 {
-        self.slid.load(Relaxed)
-    }
     /// The sender's GID, when the CQ reports sender GIDs and the device gave one.
     #[getter]
     fn sgid(&self) -> Option<Gid> {
@@ -154,11 +118,6 @@ impl WC {
         g[..8].copy_from_slice(&self.sgid[0].load(Relaxed).to_ne_bytes());
         g[8..].copy_from_slice(&self.sgid[1].load(Relaxed).to_ne_bytes());
         Some(Gid(g))
-    }
-    /// Whether this is an unsolicited RDMA write with immediate (no receive consumed).
-    #[getter]
-    fn unsolicited(&self) -> bool {
-        self.unsolicited.load(Relaxed)
     }
     /// True if the work request completed successfully.
     #[getter]
@@ -179,9 +138,9 @@ impl WC {
         }
         let rust = efa_typestate::Error::Completion {
             status: efa_typestate::WcStatus(status),
-            efa: efa_typestate::EfaStatus(me.vendor_err()),
+            efa: efa_typestate::EfaStatus(me.vendor_err.load(Relaxed)),
         };
-        let msg = format!("work request {}: {rust}", me.wr_id());
+        let msg = format!("work request {}: {rust}", me.wr_id.load(Relaxed));
         let py = slf.py();
         let completion_error = &crate::errors::classes(py)?.1;
         let err = PyErr::from_type(
@@ -193,13 +152,94 @@ impl WC {
     fn __repr__(&self) -> String {
         format!(
             "WC(wr_id={}, status={}, opcode={}, byte_len={}, qp_num={})",
-            self.wr_id(),
+            self.wr_id.load(Relaxed),
             self.status_str(),
-            self.opcode(),
-            self.byte_len(),
-            self.qp_num()
+            self.opcode.load(Relaxed),
+            self.byte_len.load(Relaxed),
+            self.qp_num.load(Relaxed)
         )
     }
+}
+
+/// Gives `WC` its plain fields as struct members (`PyMemberDef`, read-only): CPython
+/// reads such a field itself, as it reads the package's Cython `cdef readonly` fields,
+/// where a PyO3 getter costs a call through its trampoline and a lookup of the type
+/// object (about 120 instructions of every `wc.status`). Runs once, at import.
+pub fn install_members(py: Python<'_>) -> PyResult<()> {
+    use pyo3::ffi;
+    // The offsets of the fields in a `WC` object, read off one.
+    let probe = Py::new(py, WC::zeroed())?;
+    let base = probe.as_ptr() as usize;
+    let w = probe.get();
+    let at = |field: *const u8| (field as usize - base) as ffi::Py_ssize_t;
+    let u32_at = |f: &AtomicU32| (ffi::Py_T_UINT, at(f.as_ptr().cast()));
+    let members = [
+        (
+            c"wr_id",
+            (ffi::Py_T_ULONGLONG, at(w.wr_id.as_ptr().cast())),
+            c"The work request's id (0 for an unsolicited write).",
+        ),
+        (
+            c"status",
+            u32_at(&w.status),
+            c"The completion status (WCStatus).",
+        ),
+        (
+            c"opcode",
+            u32_at(&w.opcode),
+            c"The completion opcode (WCOpcode).",
+        ),
+        (
+            c"vendor_err",
+            u32_at(&w.vendor_err),
+            c"The EFA status of a failed completion.",
+        ),
+        (c"byte_len", u32_at(&w.byte_len), c"Bytes received."),
+        (
+            c"imm_data",
+            u32_at(&w.imm_data),
+            c"The immediate, host order (with WCFlags.WITH_IMM).",
+        ),
+        (c"qp_num", u32_at(&w.qp_num), c"The local QP's number."),
+        (
+            c"src_qp",
+            u32_at(&w.src_qp),
+            c"The sender's QP number (receives).",
+        ),
+        (c"wc_flags", u32_at(&w.wc_flags), c"WCFlags."),
+        (
+            c"slid",
+            u32_at(&w.slid),
+            c"The sender's address handle number, as libefa reports it.",
+        ),
+        (
+            c"unsolicited",
+            (ffi::Py_T_BOOL, at(w.unsolicited.as_ptr().cast())),
+            c"Whether this is an unsolicited RDMA write with immediate (no receive consumed).",
+        ),
+    ];
+    let ty = py.get_type::<WC>();
+    for (name, (type_code, offset), doc) in members {
+        // The descriptor keeps a pointer to its definition: one small leak per field,
+        // once per process.
+        let def: &'static mut ffi::PyMemberDef = Box::leak(Box::new(ffi::PyMemberDef {
+            name: name.as_ptr(),
+            type_code,
+            offset,
+            flags: ffi::Py_READONLY,
+            doc: doc.as_ptr(),
+        }));
+        // SAFETY: `ty` is `WC`'s type object; `def` lives for ever and describes a field
+        // of every `WC` object (offset read off one, of the C type its code names:
+        // `Atomic*` have their integer's layout; a `WC` cannot be subclassed). CPython
+        // reads the field with the GIL held, and `WC`s are written only with it held
+        // (`WcPool::fill`), so the read and the atomic stores never race.
+        let descr = unsafe {
+            Bound::from_owned_ptr_or_err(py, ffi::PyDescr_NewMember(ty.as_type_ptr(), def))
+        }?;
+        ty.setattr(name.to_str().unwrap_or_default(), descr)?;
+    }
+    Ok(())
 }
 
 /// The `WC`s one CQ handed out, for reuse (see the module docs), each with the number

@@ -18,7 +18,12 @@ def test_send_arrives_with_its_bytes(pair, pd):
         assert w.is_success and w.status_str == "success"
     assert wcs[42].opcode == efa.WCOpcode.RECV and wcs[42].byte_len == 11
     assert wcs[42].src_qp == pair.a.qp_num and wcs[42].qp_num == pair.b.qp_num
-    assert wcs[7].opcode == efa.WCOpcode.SEND
+    # The sender as the receiver knows it: its AH number (libefa's slid).
+    assert wcs[42].slid == pair.to_a.ah.ahn
+    assert wcs[7].opcode == efa.WCOpcode.SEND and wcs[7].vendor_err == 0
+    for name in ("wr_id", "status", "byte_len", "slid", "unsolicited"):
+        with pytest.raises(AttributeError):
+            setattr(wcs[42], name, 1)
     assert bytes(dst[:11]) == b"hello world" and not any(dst[11:])
 
 
@@ -87,6 +92,8 @@ def test_a_failed_completion_raises_completion_error(pair, pd):
         w.raise_for_status()
     assert isinstance(e.value, efa.EfaError) and e.value.wc is w
     assert "work request 3" in str(e.value)
+    # The device's own status, as the Rust core names it in the message.
+    assert w.vendor_err != 0 and "(EFA status %d)" % w.vendor_err in str(e.value)
 
 
 def test_cq_ex_reports_the_sender_gid_of_an_unknown_peer(ctx):

@@ -141,7 +141,9 @@ impl<P> Qp<P, Rts> {
     /// Completing this QP's sends needs the same lock, so inside `build` a poll of the
     /// QP's send CQ is refused with [`InvalidInput::PollInSession`](crate::InvalidInput::PollInSession)
     /// (in C, with libefa, it would wait for the lock for ever); other CQs poll, and so
-    /// does this one from other threads (they wait for the session to end).
+    /// does this one from other threads (they wait for the session to end, so `build`
+    /// must not wait for such a poll: joining a thread that polls it never returns, as
+    /// joining one that locks a mutex `build` holds).
     ///
     /// ```no_run
     /// # use efa_typestate::*;

@@ -26,7 +26,8 @@ pub enum QpStateKind {
 }
 
 impl QpStateKind {
-    pub(crate) fn from_raw(v: u32) -> Self {
+    /// The state of an `ibv_qp_state` value (`IBV_QPS_*`).
+    pub fn from_raw(v: u32) -> Self {
         use ibv_qp_state::*;
         match v {
             IBV_QPS_RESET => QpStateKind::Reset,
@@ -39,7 +40,8 @@ impl QpStateKind {
             v => QpStateKind::Unknown(v.min(u8::MAX as u32) as u8),
         }
     }
-    pub(crate) fn to_raw(self) -> u32 {
+    /// The `ibv_qp_state` value (`IBV_QPS_*`) of this state.
+    pub fn to_raw(self) -> u32 {
         use ibv_qp_state::*;
         match self {
             QpStateKind::Reset => IBV_QPS_RESET,
