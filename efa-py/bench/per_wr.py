@@ -2,7 +2,10 @@
 process, in batches of 1 and 32, through the `efa` API (whichever package provides it:
 efa-rs or the `efa` package from PyPI run the same lines). Prints one JSON object.
 
-Usage: python per_wr.py [--seconds S] [--batches 1,32]
+Usage: python per_wr.py [--seconds S] [--batches 1,32] [--rounds K]
+
+--rounds K runs exactly K rounds per batch size after the warm-up, untimed (for an
+instruction counter: scripts/callgrind-python.sh).
 """
 
 import argparse
@@ -16,7 +19,7 @@ QKEY = 0x1234
 SIZE = 64
 
 
-def run(batch, seconds):
+def run(batch, seconds, exact_rounds=None):
     ctx = efa.get_efa_device_list()[0].open()
     pd = ctx.alloc_pd()
     cq = ctx.create_cq(1024)
@@ -50,6 +53,11 @@ def run(batch, seconds):
                     got += 1
 
     rounds(200)  # warm up
+    if exact_rounds is not None:
+        rounds(exact_rounds)
+        for h in (ms, md, a, b):
+            h.close()
+        return None
     k, spent = 100, 0.0
     while spent < 0.2:
         t = time.perf_counter()
@@ -69,11 +77,16 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--seconds", type=float, default=1.0)
     p.add_argument("--batches", default="1,32")
+    p.add_argument("--rounds", type=int, default=None)
     args = p.parse_args()
     out = {"package": efa.__file__}
     for b in (int(x) for x in args.batches.split(",")):
+        if args.rounds is not None:
+            run(b, args.seconds, args.rounds)
+            continue
         out["ns_per_wr_batch_%d" % b] = round(run(b, args.seconds), 1)
-    print(json.dumps(out))
+    if args.rounds is None:
+        print(json.dumps(out))
 
 
 if __name__ == "__main__":
