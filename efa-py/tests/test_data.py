@@ -24,6 +24,9 @@ def test_send_arrives_with_its_bytes(pair, pd):
     for name in ("wr_id", "status", "byte_len", "slid", "unsolicited"):
         with pytest.raises(AttributeError):
             setattr(wcs[42], name, 1)
+        # The fields are read at an offset into the object: never into another type's.
+        with pytest.raises(TypeError):
+            getattr(efa.WC, name).__get__(pair.to_a.ah)
     assert bytes(dst[:11]) == b"hello world" and not any(dst[11:])
 
 
