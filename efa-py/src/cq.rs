@@ -249,16 +249,13 @@ impl CQ {
     fn req_notify(&self, solicited_only: bool) -> PyResult<()> {
         let cq = self.get()?;
         if solicited_only {
-            return Err(Python::with_gil(|py| {
-                crate::errors::raise(
-                    py,
-                    "ibv_req_notify_cq",
-                    crate::errors::EOPNOTSUPP,
-                    "solicited-only notification is not supported by EFA (the provider \
-                     answers EOPNOTSUPP and does not arm the CQ)"
-                        .into(),
-                )
-            }));
+            return Err(crate::errors::invalid_errno(
+                "ibv_req_notify_cq",
+                crate::errors::EOPNOTSUPP,
+                "solicited-only notification is not supported by EFA (the provider \
+                 answers EOPNOTSUPP and does not arm the CQ)"
+                    .into(),
+            ));
         }
         with_cq!(cq, q => q.request_notify()).or_raise("ibv_req_notify_cq")
     }

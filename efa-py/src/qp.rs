@@ -194,14 +194,6 @@ pub struct QP {
     qp_num: u32,
 }
 
-pub fn state_num(s: QpStateKind) -> u32 {
-    s.to_raw()
-}
-
-fn state_kind(n: u32) -> QpStateKind {
-    QpStateKind::from_raw(n)
-}
-
 impl QP {
     pub fn create(pd: &Bound<'_, PD>, a: &QPInitAttr) -> PyResult<QP> {
         let py = pd.py();
@@ -292,9 +284,11 @@ impl QP {
     /// The current state (re-read from the device).
     #[getter]
     fn state(&mut self) -> PyResult<u32> {
-        Ok(state_num(
-            self.get_mut()?.refresh_state().or_raise("ibv_query_qp")?,
-        ))
+        Ok(self
+            .get_mut()?
+            .refresh_state()
+            .or_raise("ibv_query_qp")?
+            .to_raw())
     }
     /// RESET -> INIT.
     #[pyo3(signature = (qkey, port=1, pkey_index=0))]
@@ -335,8 +329,10 @@ impl QP {
             for (k, v) in f.iter() {
                 let k: String = k.extract()?;
                 match k.as_str() {
-                    "qp_state" => attr.qp_state = state_kind(v.extract()?).to_raw(),
-                    "cur_qp_state" => attr.cur_qp_state = state_kind(v.extract()?).to_raw(),
+                    "qp_state" => attr.qp_state = QpStateKind::from_raw(v.extract()?).to_raw(),
+                    "cur_qp_state" => {
+                        attr.cur_qp_state = QpStateKind::from_raw(v.extract()?).to_raw()
+                    }
                     "qkey" => attr.qkey = v.extract()?,
                     "port_num" => attr.port_num = v.extract()?,
                     "pkey_index" => attr.pkey_index = v.extract()?,
@@ -376,7 +372,7 @@ impl QP {
     fn query<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyDict>, QPCap)> {
         let a = self.get()?.query().or_raise("ibv_query_qp")?;
         let d = PyDict::new(py);
-        d.set_item("qp_state", state_num(a.state))?;
+        d.set_item("qp_state", a.state.to_raw())?;
         d.set_item("qkey", a.qkey)?;
         d.set_item("sq_psn", a.sq_psn)?;
         d.set_item("port_num", a.port_num)?;

@@ -100,10 +100,6 @@ impl WC {
         self.unsolicited
             .store(flags.contains(CompletionFlags::UNSOLICITED), Relaxed);
     }
-
-    fn status_value(&self) -> u32 {
-        self.status.load(Relaxed)
-    }
 }
 
 #[pymethods]
@@ -122,17 +118,17 @@ impl WC {
     /// True if the work request completed successfully.
     #[getter]
     fn is_success(&self) -> bool {
-        self.status_value() == 0
+        self.status.load(Relaxed) == 0
     }
     /// The status in words, as libibverbs' `ibv_wc_status_str` gives them.
     #[getter]
     fn status_str(&self) -> &'static str {
-        efa_typestate::WcStatus(self.status_value()).description()
+        efa_typestate::WcStatus(self.status.load(Relaxed)).description()
     }
     /// Raises `CompletionError` (an `EfaError`) if this completion failed.
     fn raise_for_status(slf: &Bound<'_, Self>) -> PyResult<()> {
         let me = slf.get();
-        let status = me.status_value();
+        let status = me.status.load(Relaxed);
         if status == 0 {
             return Ok(());
         }
