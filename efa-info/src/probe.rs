@@ -57,6 +57,28 @@ fn direct_qp(pd: &Pd<&Context>) -> Result<()> {
     pd.create_qp(&cq, &cq, &cfg)?.prepare(1, None).map(drop)
 }
 
+/// The data path a program that names none (`Backend::Auto`) gets on this device, and
+/// why: the provider unless `EFA_RS_DIRECT=1` asked for the direct path and it can be had.
+fn default_path(ctx: &Context) -> Result<String, String> {
+    let cq = ctx
+        .create_ext_cq(CqOptions::new(16))
+        .map_err(|e| e.to_string())?;
+    let env = std::env::var(DIRECT_ENV).ok();
+    let why = match (cq.backend(), env.as_deref()) {
+        (Backend::Direct, _) => format!("direct ({DIRECT_ENV}=1)"),
+        (_, Some("1" | "on")) => format!(
+            "the provider: {DIRECT_ENV}=1 asked for the direct path, which this device \
+             cannot have"
+        ),
+        (_, Some(v)) => format!("the provider ({DIRECT_ENV}={v})"),
+        (_, None) => format!(
+            "the provider (libefa's; {DIRECT_ENV}=1 asks for the direct path: qualify it \
+             first with scripts/qualify-direct.sh)"
+        ),
+    };
+    Ok(why)
+}
+
 /// Every feature, tried on `ctx`; also returns the send queue's most WRs per doorbell
 /// (`efadv_query_qp_wqs`' `max_batch`, the device's "max TX batch") when reported.
 pub fn features(ctx: &Context) -> (Vec<Feature>, Result<u32, String>) {
@@ -141,6 +163,11 @@ pub fn features(ctx: &Context) -> (Vec<Feature>, Result<u32, String>) {
             "direct data path",
             "Backend::Direct: the crate writes the rings, not libefa",
             ok(direct_qp(&pd)),
+        ),
+        f(
+            "default data path",
+            "Backend::Auto (EFA_RS_DIRECT)",
+            default_path(ctx),
         ),
     ];
     let wq = ctx.create_ext_cq(CqOptions::new(512)).and_then(|cq| {

@@ -96,6 +96,14 @@ fn json_agrees_with_the_safe_api() {
             Ok(qp.backend() == Backend::Direct)
         });
     assert_eq!(direct["supported"], can.is_ok(), "{direct}");
+    // The path a program gets by default: what an Auto CQ gets, in words.
+    let default = feature("default data path");
+    let auto = ctx.create_ext_cq(CqOptions::new(16)).unwrap().backend();
+    let detail = default["detail"].as_str().unwrap();
+    match auto {
+        Backend::Direct => assert!(detail.starts_with("direct"), "{default}"),
+        _ => assert!(detail.starts_with("the provider"), "{default}"),
+    }
     // The ring layout (efadv_query_qp_wqs): efa-sim models the rings since issue 11, so
     // the answer is whatever the safe API gets, on either device.
     let pd = ctx.alloc_pd().unwrap();

@@ -50,9 +50,11 @@ options:
                          in GPU memory, each rail's on the GPU nearest its device (a
                          build with --features cuda; efa-sim's software GPU stands in
                          where there is none); each end chooses its own
-      --backend B        data path: auto (direct where the device hands out its
-                         queues, else the provider; the default), direct, or provider
-                         (libefa's); each end chooses its own
+      --backend B        data path: auto (the default: libefa's, or the direct path
+                         where EFA_RS_DIRECT=1 and the device hands out its queues),
+                         direct (this crate writes the queues; qualify it first:
+                         scripts/qualify-direct.sh), or provider (libefa's); each end
+                         chooses its own
   -p, --port PORT        TCP port of the server (default 18515)
       --timeout SECS     longest any single wait may take (default 10)
       --json             one JSON object per line (device, then one per test and size)

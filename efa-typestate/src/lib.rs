@@ -164,10 +164,12 @@
 //! Each QP and CQ has a [`Backend`]: libefa's data path (the provider), or the direct
 //! one, which writes WQEs and receive descriptors into the device's rings and reads
 //! completions by phase bit itself (issue 26; as libfabric's efa-direct does), behind the
-//! same posting and polling API. [`Backend::Auto`] picks the provider until the
-//! differential test proves the direct path equal. A direct QP needs direct CQs and a
-//! direct CQ serves only direct QPs (checked at QP creation); `backend()` says which one
-//! an object uses.
+//! same posting and polling API. [`Backend::Auto`] picks the provider until a qualification
+//! run on EFA hardware (`scripts/qualify-direct.sh`) proves the direct path there; the
+//! environment variable `EFA_RS_DIRECT=1` makes it pick the direct path, `EFA_RS_DIRECT=0`
+//! refuses [`Backend::Direct`] too, and a device with sub-CQs (first-generation EFA) never
+//! gets it (see [`Backend`]). A direct QP needs direct CQs and a direct CQ serves only
+//! direct QPs (checked at QP creation); `backend()` says which one an object uses.
 //!
 //! # What the types enforce
 //!
@@ -331,6 +333,7 @@ pub use cq::{
     CqOptions, ExtCq, WcOpcode, WcStatus, WorkCompletion,
 };
 pub use device::{Device, DeviceList};
+pub use direct::policy::DIRECT_ENV;
 pub use endpoint::{EndpointInfo, Gid, MAX_QPN};
 pub use error::{
     CqRole, DeviceLimit, DirectError, EfaStatus, Errno, Error, InvalidInput, PdObject, Result,

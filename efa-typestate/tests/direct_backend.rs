@@ -176,29 +176,6 @@ fn direct_and_provider_complete_the_same_workload_alike() {
 }
 
 #[test]
-fn auto_is_direct_where_the_rings_are_handed_out() {
-    let ctx = open(0);
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_ext_cq(CqOptions::new(1024)).unwrap();
-    let classic = ctx.create_cq(CqOptions::new(1024).waitable()).unwrap();
-    assert_eq!(cq.backend(), Backend::Direct);
-    assert_eq!(
-        classic.backend(),
-        Backend::Direct,
-        "a channel does not matter"
-    );
-    let qp = pd.create_qp(&cq, &cq, &QpConfig::srd()).unwrap();
-    assert_eq!(qp.backend(), Backend::Direct);
-    assert_eq!(qp.into_dyn().backend(), Backend::Direct);
-    // An auto QP on provider CQs is the provider's.
-    let prov = ctx
-        .create_ext_cq(CqOptions::new(1024).backend(Backend::Provider))
-        .unwrap();
-    let qp = pd.create_qp(&prov, &prov, &QpConfig::srd()).unwrap();
-    assert_eq!(qp.backend(), Backend::Provider);
-}
-
-#[test]
 fn auto_is_the_provider_where_the_rings_are_refused() {
     let profile = "ring_query=0";
     in_child(

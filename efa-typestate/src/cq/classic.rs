@@ -76,7 +76,7 @@ impl<C: Parent<Target = Context>> Cq<C> {
             Some((raw, keep)) => (Some(raw), Some(keep)),
             None => (None, None),
         };
-        let direct = wants_direct(&opts)?;
+        let direct = wants_direct(&ctx, &opts)?;
         #[cfg(not(feature = "std"))]
         let _ = direct;
         crate::qp::check_cq_depth(&ctx, opts.depth_value())?;
@@ -116,11 +116,13 @@ impl<C: Parent<Target = Context>> Cq<C> {
         };
         #[cfg(feature = "std")]
         if let Some(required) = direct {
-            let channel = (!ch.is_null()).then_some(raw.as_ptr());
+            let channel = !ch.is_null();
             let d = cq
                 .layout()
                 .map_err(|_| crate::error::DirectError::RingsUnavailable(Verb::EfadvQueryCq).into())
-                .and_then(|l| crate::direct::backend::DirectCq::new(l, false, false, channel));
+                .and_then(|l| {
+                    crate::direct::backend::DirectCq::new(raw.as_ptr(), l, false, false, channel)
+                });
             match d {
                 Ok(d) => cq.direct = Some(d),
                 // Dropping `cq` destroys it.
@@ -223,6 +225,9 @@ impl<C> Cq<C> {
         super::in_session::check(self.raw.as_ptr())?;
         #[cfg(feature = "std")]
         if let Some(d) = &self.direct {
+            if !d.pending_after_progress() {
+                return Ok(0);
+            }
             return Ok(d.poll_each(want, |c| out.push(WorkCompletion::from_completion(&c))));
         }
         let len = out.len();

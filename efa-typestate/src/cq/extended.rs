@@ -124,7 +124,7 @@ impl<C: Parent<Target = Context>> ExtCq<C> {
                 });
             }
         }
-        let direct = wants_direct(&opts)?;
+        let direct = wants_direct(&ctx, &opts)?;
         #[cfg(not(feature = "std"))]
         let _ = direct;
         crate::qp::check_cq_depth(&ctx, opts.depth_value())?;
@@ -255,16 +255,17 @@ impl<C> ExtCq<C> {
     /// its ring cannot be had the CQ is destroyed if the direct backend was `required`,
     /// else kept on the provider (`Auto`).
     fn into_direct(mut self, opts: &CqOptions, with_channel: bool, required: bool) -> Result<Self> {
-        let channel = with_channel.then_some(self.as_cq_ptr());
+        let raw = self.as_cq_ptr();
         let d = self
             .layout()
             .map_err(|_| crate::error::DirectError::RingsUnavailable(Verb::EfadvQueryCq).into())
             .and_then(|l| {
                 crate::direct::backend::DirectCq::new(
+                    raw,
                     l,
                     opts.wants_sender_gid(),
                     opts.wants_unsolicited(),
-                    channel,
+                    with_channel,
                 )
             });
         match d {

@@ -259,30 +259,47 @@ pub(crate) fn destroy_cq(cq: *mut ffi::ibv_cq) -> Result<()> {
     Ok(())
 }
 
-/// Whether a new CQ of `opts` tries the direct backend, and whether it must have it:
-/// `None` for the provider; `Some(true)` for [`Backend::Direct`](crate::Backend::Direct),
-/// after the checks that need no CQ (the `std` feature, barriers proven on this
-/// architecture); `Some(false)` for [`Backend::Auto`](crate::Backend::Auto) where those
-/// hold (a CQ whose ring cannot be had then stays with the provider).
-pub(crate) fn wants_direct(opts: &CqOptions) -> Result<Option<bool>> {
+/// Whether a new CQ of `opts` on `ctx` tries the direct backend, and whether it must have
+/// it: `None` for the provider; `Some(true)` for [`Backend::Direct`](crate::Backend::Direct),
+/// after the checks that need no CQ (the environment's setting, a device without sub-CQs,
+/// the `std` feature, barriers proven on this architecture); `Some(false)` for
+/// [`Backend::Auto`](crate::Backend::Auto) when the environment turned the direct path on
+/// ([`policy`](crate::direct::policy)) and those checks hold (a CQ whose ring cannot be had
+/// then stays with the provider). `Auto` is the provider otherwise.
+pub(crate) fn wants_direct(ctx: &Context, opts: &CqOptions) -> Result<Option<bool>> {
+    use crate::direct::policy::{self, DirectSetting};
     use crate::qp::Backend;
-    let required = match opts.backend_value() {
-        Backend::Provider => return Ok(None),
-        Backend::Direct => true,
-        Backend::Auto => false,
+    if opts.backend_value() == Backend::Provider {
+        return Ok(None);
+    }
+    let required = match (opts.backend_value(), policy::setting()?) {
+        (Backend::Provider, _) => return Ok(None),
+        (Backend::Direct, DirectSetting::Off) => {
+            return Err(crate::error::DirectError::DisabledByEnvironment.into())
+        }
+        (Backend::Direct, _) => true,
+        (Backend::Auto, DirectSetting::On) => false,
+        (Backend::Auto, _) => return Ok(None),
     };
+    let checked = direct_possible(ctx);
+    match checked {
+        Ok(()) => Ok(Some(required)),
+        Err(e) if required => Err(e),
+        Err(_) => Ok(None),
+    }
+}
+
+/// The checks of the direct path that need no CQ: `std`, proven barriers, and a device
+/// without sub-CQs.
+pub(crate) fn direct_possible(ctx: &Context) -> Result<()> {
     if !cfg!(feature = "std") {
-        return if required {
-            Err(crate::error::DirectError::NeedsStd.into())
-        } else {
-            Ok(None)
-        };
+        return Err(crate::error::DirectError::NeedsStd.into());
     }
     #[cfg(feature = "std")]
-    if let Err(e) = crate::direct::backend::check_barriers() {
-        return if required { Err(e) } else { Ok(None) };
-    }
-    Ok(Some(required))
+    crate::direct::backend::check_barriers()?;
+    let part = ctx.query_device()?.vendor_part_id();
+    crate::direct::policy::check_device(part)?;
+    Ok(())
 }
 
 /// The channel a new CQ is attached to: none, one of its own (waitable), or the

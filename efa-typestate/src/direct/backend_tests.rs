@@ -10,6 +10,7 @@ use crate::pd::PdId;
 use crate::qp::QpType;
 use crate::wr::{test_limits, Dest, Payload, RecvBatch, SendBatch, SendOp, SendWr};
 use core::mem::offset_of;
+use core::sync::atomic::AtomicU64;
 use efa_sys::io::{
     efa_io_cdesc_common, efa_io_rx_cdesc, efa_io_tx_meta_desc, CDESC_COMMON_HAS_IMM_MASK,
     CDESC_COMMON_OP_TYPE_SHIFT, CDESC_COMMON_Q_TYPE_SHIFT, TX_META_DESC_PHASE_MASK,
@@ -52,15 +53,15 @@ fn producer_flips_phase_every_lap() {
 
 /// Ring memory (page aligned, as the device's).
 #[repr(C, align(4096))]
-struct Page([u8; 4096]);
+pub(super) struct Page([u8; 4096]);
 
 /// A fake device: the rings and doorbells of one QP and its CQ. The pages are kept as
 /// raw pointers (as memory mapped from a device is): every access, the direct state's
 /// and the test's, goes through them.
-struct Device {
+pub(super) struct Device {
     sq: *mut Page,
     rq: *mut Page,
-    cq: *mut Page,
+    pub(super) cq: *mut Page,
     /// SQ, RQ and CQ doorbells.
     dbs: Box<[AtomicU32Cell; 3]>,
 }
@@ -68,14 +69,14 @@ struct Device {
 #[repr(C, align(64))]
 struct AtomicU32Cell(core::sync::atomic::AtomicU32);
 
-const QPN: u32 = 7;
+pub(super) const QPN: u32 = 7;
 const SQ_ENTRIES: u32 = 8;
 const RQ_ENTRIES: u32 = 16;
-const CQ_ENTRIES: u32 = 8;
+pub(super) const CQ_ENTRIES: u32 = 8;
 const MAX_BATCH: u32 = 3;
 
 impl Device {
-    fn new() -> Device {
+    pub(super) fn new() -> Device {
         let page = || Box::into_raw(Box::new(Page([0; 4096])));
         Device {
             sq: page(),
@@ -90,10 +91,10 @@ impl Device {
     fn db_addr(&self, i: usize) -> usize {
         self.dbs[i].0.as_ptr() as usize
     }
-    fn db(&self, i: usize) -> u32 {
+    pub(super) fn db(&self, i: usize) -> u32 {
         self.dbs[i].0.load(Ordering::Acquire)
     }
-    fn qp_and_cq(&self) -> (Arc<DirectQp>, Arc<DirectCq>) {
+    pub(super) fn qp_and_cq(&self) -> (Arc<DirectQp>, Arc<DirectCq>) {
         let sq = WqLayout {
             buffer: Self::addr(self.sq),
             entry_size: 64,
@@ -114,13 +115,13 @@ impl Device {
             num_entries: CQ_ENTRIES,
             doorbell: self.db_addr(2),
         };
-        let qp = DirectQp::new(QPN, sq, rq, 4).unwrap();
-        let cq = DirectCq::new(cq, false, false, None).unwrap();
+        let qp = DirectQp::new(core::ptr::null_mut(), QPN, sq, rq, 4).unwrap();
+        let cq = DirectCq::new(core::ptr::null_mut(), cq, false, false, false).unwrap();
         cq.register(&qp);
         (qp, cq)
     }
     /// Reads SQ entry `n` (modulo the ring).
-    fn sq_entry(&self, n: u32) -> [u8; 64] {
+    pub(super) fn sq_entry(&self, n: u32) -> [u8; 64] {
         let at = (n % SQ_ENTRIES) as usize * 64;
         // SAFETY: the page is live; the direct state wrote it with volatile stores on
         // this thread.
@@ -134,7 +135,7 @@ impl Device {
     }
     /// Writes CQ entry `n` as the device does: the body, then the first 8 bytes (with the
     /// phase) in one release store.
-    fn complete(&self, n: u32, e: [u8; 32]) {
+    pub(super) fn complete(&self, n: u32, e: [u8; 32]) {
         let at = (n % CQ_ENTRIES) as usize * 32;
         let base = self.cq.cast::<u8>();
         // SAFETY: the entry lies in the live page; the poller reads it only after the
@@ -161,7 +162,13 @@ impl Drop for Device {
 }
 
 /// A completion entry: `recv` gives (length, imm) for a receive.
-fn cqe(n: u32, qpn: u16, req_id: u16, status: u8, recv: Option<(u16, Option<u32>)>) -> [u8; 32] {
+pub(super) fn cqe(
+    n: u32,
+    qpn: u16,
+    req_id: u16,
+    status: u8,
+    recv: Option<(u16, Option<u32>)>,
+) -> [u8; 32] {
     let mut e = [0u8; 32];
     let phase = (n / CQ_ENTRIES) % 2 == 0;
     let q = if recv.is_some() {
@@ -188,20 +195,20 @@ fn cqe(n: u32, qpn: u16, req_id: u16, status: u8, recv: Option<(u16, Option<u32>
     e
 }
 
-fn req_id_of(wqe: &[u8; 64]) -> u16 {
+pub(super) fn req_id_of(wqe: &[u8; 64]) -> u16 {
     u16::from_le_bytes([wqe[0], wqe[1]])
 }
 
-const PD: PdId = PdId::test(0x70);
+pub(super) const PD: PdId = PdId::test(0x70);
 
-fn poll_all(cq: &DirectCq) -> Vec<Completion> {
+pub(super) fn poll_all(cq: &DirectCq) -> Vec<Completion> {
     let mut out = ArrayVec::<Completion, 16>::new();
     cq.poll(&mut out, || Ok(())).unwrap();
     out.to_vec()
 }
 
 /// Posts `n` (at most 4) inline sends with ids `first..`.
-fn post(qp: &DirectQp, limits: &crate::wr::QpLimits, first: u64, n: u64) -> Result<()> {
+pub(super) fn post(qp: &DirectQp, limits: &crate::wr::QpLimits, first: u64, n: u64) -> Result<()> {
     let mut b = SendBatch::<4>::new(limits);
     for id in first..first + n {
         b.push(
@@ -390,7 +397,7 @@ fn rings_of_unsupported_shapes_are_typed_errors() {
         doorbell: dev.db_addr(2),
     };
     let bad = |r| Err(Error::Direct(DirectError::UnsupportedRing(r)));
-    let qp = |sq, rq| DirectQp::new(QPN, sq, rq, 4).map(|_| ());
+    let qp = |sq, rq| DirectQp::new(core::ptr::null_mut(), QPN, sq, rq, 4).map(|_| ());
     assert_eq!(qp(sq, rq), Ok(()));
     assert_eq!(
         qp(
@@ -444,7 +451,7 @@ fn rings_of_unsupported_shapes_are_typed_errors() {
         Ok(()),
         "a QP without receive queue"
     );
-    let cq_of = |c| DirectCq::new(c, false, false, None).map(|_| ());
+    let cq_of = |c| DirectCq::new(core::ptr::null_mut(), c, false, false, false).map(|_| ());
     assert_eq!(cq_of(cq), Ok(()));
     assert_eq!(
         cq_of(CqLayout {

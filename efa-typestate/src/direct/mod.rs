@@ -22,6 +22,7 @@ pub mod barrier;
 mod bits;
 pub mod cqe;
 pub mod fast;
+pub mod policy;
 pub mod rx;
 pub mod wqe;
 

@@ -31,6 +31,19 @@ pub enum DirectError {
     /// A work request that does not fit the WQE format (cannot pass the batch checks; kept
     /// as an error rather than a panic).
     WqeFormat,
+    /// The environment turned the direct path off
+    /// ([`DIRECT_ENV`](crate::DIRECT_ENV)`=0`).
+    DisabledByEnvironment,
+    /// [`DIRECT_ENV`](crate::DIRECT_ENV) holds a value other than `1`,
+    /// `on`, `0` or `off` (its first bytes, for the message).
+    BadSetting([u8; 8]),
+    /// The device splits each CQ into sub-CQs (first-generation EFA, this
+    /// `vendor_part_id`), and `efadv_query_cq` describes only the first: completions on
+    /// the others would never be polled. libfabric turns its direct path off there too.
+    SubCqs {
+        /// The device's PCI device id.
+        vendor_part_id: u32,
+    },
 }
 
 /// Which ring [`DirectError::UnsupportedRing`] is about.
@@ -65,6 +78,28 @@ impl fmt::Display for DirectError {
             ),
             EmptyReceive => write!(f, "direct backend: a receive needs at least one buffer"),
             WqeFormat => write!(f, "direct backend: work request does not fit a WQE"),
+            DisabledByEnvironment => write!(
+                f,
+                "direct backend: turned off by {}=0",
+                crate::direct::policy::DIRECT_ENV
+            ),
+            BadSetting(v) => {
+                let end = v.iter().position(|b| *b == 0).unwrap_or(v.len());
+                write!(
+                    f,
+                    "direct backend: {}=\"",
+                    crate::direct::policy::DIRECT_ENV
+                )?;
+                for b in &v[..end] {
+                    write!(f, "{}", core::ascii::escape_default(*b))?;
+                }
+                write!(f, "\" is not one of 1, on, 0, off")
+            }
+            SubCqs { vendor_part_id } => write!(
+                f,
+                "direct backend: device {vendor_part_id:#x} splits CQs into sub-CQs, which \
+                 efadv_query_cq does not describe"
+            ),
         }
     }
 }

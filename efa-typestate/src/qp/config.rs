@@ -38,15 +38,33 @@ pub struct QpCaps {
 ///   naming why when the rings cannot be had. A direct QP needs direct CQs (only the
 ///   direct state can match its completions to `wr_id`s) and a direct CQ only serves direct
 ///   QPs; both are checked when the QP is created.
-/// * [`Auto`](Backend::Auto) (the default): a CQ is direct when its ring can be had
-///   (`efadv_query_cq` answers with a ring the direct path drives, the CPU barriers are
-///   proven for this architecture and the crate has `std`), else the provider's; a QP is
-///   direct when both its CQs are. So a program that never names a backend gets the
-///   direct path wherever the library hands out the rings, and the provider elsewhere.
+/// * [`Auto`](Backend::Auto) (the default): the provider. The direct path has been
+///   proven equal to it on efa-sim only, so a program gets it only by asking: by naming
+///   `Direct`, or by running with `EFA_RS_DIRECT=1`
+///   ([`DIRECT_ENV`](crate::DIRECT_ENV)), which makes `Auto` CQs direct
+///   where the ring can be had (`efadv_query_cq` answers with a ring the direct path
+///   drives, the CPU barriers are proven for this architecture, the crate has `std`, the
+///   device has no sub-CQs); an `Auto` QP is direct when both its CQs are.
+///   `EFA_RS_DIRECT=0` refuses `Direct` as well
+///   ([`DirectError::DisabledByEnvironment`](crate::DirectError::DisabledByEnvironment)).
 ///   An explicit `Provider` QP needs `Provider` CQs.
+/// * A device that splits its CQs into sub-CQs (first-generation EFA) never gets the
+///   direct path: `Direct` is
+///   [`DirectError::SubCqs`](crate::DirectError::SubCqs).
+///
+/// ```
+/// # use efa_typestate::*;
+/// # let ctx = Context::open_first_efa()?;
+/// # if std::env::var_os("EFA_RS_DIRECT").is_none() {
+/// let cq = ctx.create_ext_cq(CqOptions::new(64))?;
+/// assert_eq!(cq.backend(), Backend::Provider); // unless EFA_RS_DIRECT=1
+/// # }
+/// # Ok::<(), efa_typestate::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Backend {
-    /// Direct where the rings can be had, else the provider.
+    /// The provider, or the direct path where `EFA_RS_DIRECT=1` asks for it and the
+    /// rings can be had.
     #[default]
     Auto,
     /// The direct data path, or an error.
@@ -135,6 +153,11 @@ impl QpConfig {
     pub fn backend(mut self, backend: Backend) -> Self {
         self.backend = backend;
         self
+    }
+    /// The data path asked for ([`backend`](Self::backend)): a direct QP needs CQs
+    /// created with the same choice.
+    pub fn backend_choice(&self) -> Backend {
+        self.backend
     }
     /// Service level (traffic class, 0 = default).
     pub fn service_level(mut self, sl: u8) -> Self {

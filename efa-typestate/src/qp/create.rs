@@ -192,10 +192,12 @@ fn create_inner<C: Parent<Target = Context>>(
         chosen => chosen,
     };
     if backend == Backend::Direct {
-        #[cfg(not(feature = "std"))]
-        return Err(DirectError::NeedsStd.into());
-        #[cfg(feature = "std")]
-        crate::direct::backend::check_barriers()?;
+        // The operator's switch and the device's sub-CQs come first, so the error names
+        // why rather than that the CQs are not direct.
+        if crate::direct::policy::setting()? == crate::direct::policy::DirectSetting::Off {
+            return Err(DirectError::DisabledByEnvironment.into());
+        }
+        crate::cq::direct_possible(ctx)?;
     }
     check_backends(&cqs, backend)?;
     let caps = config.caps.unwrap_or(QpCaps {
@@ -345,7 +347,13 @@ fn direct_link(inner: &QpInner, cqs: CqsOf) -> Result<super::raw::DirectLink> {
     let (sq, rq) = inner
         .wq_layout()
         .map_err(|_| DirectError::RingsUnavailable(Verb::EfadvQueryQpWqs))?;
-    let qp = crate::direct::backend::DirectQp::new(inner.qpn(), sq, rq, inner.caps.max_recv_wr)?;
+    let qp = crate::direct::backend::DirectQp::new(
+        inner.qp.as_ptr(),
+        inner.qpn(),
+        sq,
+        rq,
+        inner.caps.max_recv_wr,
+    )?;
     let mut list = arrayvec::ArrayVec::new();
     let [send, recv] = cqs.direct;
     for cq in [send, recv].into_iter().flatten() {

@@ -92,14 +92,34 @@ pub const QKEY_B: u32 = 0x2222_2222;
 /// the extra environment `env`, so that variables the software device reads at start-up
 /// take effect. In the child (recognised by `EFA_TS_CHILD`), runs `body` directly.
 pub fn in_child(test_name: &str, env: &[(&str, &str)], body: impl FnOnce()) {
+    in_child_without(test_name, env, &[], body)
+}
+
+/// [`in_child`], with the variables `unset` removed from the child's environment.
+pub fn in_child_without(
+    test_name: &str,
+    env: &[(&str, &str)],
+    unset: &[&str],
+    body: impl FnOnce(),
+) {
     if std::env::var("EFA_TS_CHILD").as_deref() == Ok(test_name) {
         for (k, v) in env {
             assert_eq!(std::env::var(k).as_deref(), Ok(*v), "child environment");
         }
+        for k in unset {
+            assert!(
+                std::env::var_os(k).is_none(),
+                "child environment: {k} is set"
+            );
+        }
         body();
         return;
     }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    for k in unset {
+        cmd.env_remove(k);
+    }
+    let out = cmd
         .args([test_name, "--exact", "--nocapture", "--test-threads=1"])
         .env("EFA_TS_CHILD", test_name)
         .envs(env.iter().copied())
@@ -146,9 +166,17 @@ macro_rules! pair {
     ($ctx:ident, $pd:ident, $cqa:ident, $cqb:ident, $a:ident, $b:ident, $to_b:ident, $to_a:ident, $cfga:expr, $cfgb:expr) => {
         let $ctx = $crate::common::open(0);
         let $pd = $ctx.alloc_pd().unwrap();
-        let $cqa = $ctx.create_ext_cq(CqOptions::new(1024)).unwrap();
+        // Each side's CQ on the data path its QP asks for (a direct QP needs direct CQs).
+        let $cqa = $ctx
+            .create_ext_cq(CqOptions::new(1024).backend($cfga.backend_choice()))
+            .unwrap();
         let $cqb = $ctx
-            .create_ext_cq(CqOptions::new(1024).unsolicited_flag().sender_gid())
+            .create_ext_cq(
+                CqOptions::new(1024)
+                    .unsolicited_flag()
+                    .sender_gid()
+                    .backend($cfgb.backend_choice()),
+            )
             .unwrap();
         let $a = rts_qp(&$pd, &$cqa, &$cfga, QKEY_A);
         let $b = rts_qp(&$pd, &$cqb, &$cfgb, QKEY_B);

@@ -8,9 +8,6 @@ struct CqState {
     cc: u32,
     /// CQ events delivered so far (libefa's `cmd_sn`), sent in every doorbell write.
     cmd_sn: u8,
-    /// Armed and no event delivered since: doorbell writes keep the arm bit (the device
-    /// sees a repeated arm with the same `cmd_sn` as the same request).
-    armed: bool,
     qps: Vec<Arc<DirectQp>>,
     /// Index in `qps` of the QP of the last completion (most polls see one QP).
     last: usize,
@@ -19,6 +16,8 @@ struct CqState {
 /// The direct state of one CQ.
 pub struct DirectCq {
     ring: Ring,
+    /// efa-sim's calls for this CQ (none on rdma-core).
+    sim: super::sim::CqHooks,
     sender_gid: bool,
     unsolicited: bool,
     st: SpinLock<CqState>,
@@ -50,15 +49,18 @@ fn phase_of(cc: u32, entries: u32) -> bool {
 }
 
 impl DirectCq {
-    /// The direct state of a CQ with ring `layout` (`efadv_query_cq`); `sender_gid` and
-    /// `unsolicited`: what the CQ was created to report; `channel`: the CQ (`ibv_cq`)
-    /// when it has a completion channel, whose events then move its `cmd_sn` on.
+    /// The direct state of CQ `raw` (null in tests of rings in host memory) with ring
+    /// `layout` (`efadv_query_cq`); `sender_gid` and `unsolicited`: what the CQ was
+    /// created to report; `with_channel`: it has a completion channel, whose events then
+    /// move its `cmd_sn` on.
     pub(crate) fn new(
+        raw: *mut ffi::ibv_cq,
         layout: CqLayout,
         sender_gid: bool,
         unsolicited: bool,
-        channel: Option<*mut ffi::ibv_cq>,
+        with_channel: bool,
     ) -> Result<Arc<DirectCq>> {
+        let channel = (with_channel && !raw.is_null()).then_some(raw);
         check_barriers()?;
         // Events need arming, and arming needs the doorbell.
         if channel.is_some() && layout.doorbell == 0 {
@@ -81,12 +83,12 @@ impl DirectCq {
                 layout.num_entries,
                 layout.doorbell,
             ),
+            sim: super::sim::CqHooks::new(raw),
             sender_gid,
             unsolicited,
             st: SpinLock::new(CqState {
                 cc: 0,
                 cmd_sn: 0,
-                armed: false,
                 qps: Vec::new(),
                 last: 0,
             }),
@@ -117,9 +119,10 @@ impl DirectCq {
         if self.ring.doorbell == 0 {
             return;
         }
-        let mut st = self.st.lock();
-        st.armed = true;
-        self.ring_doorbell(&st);
+        let st = self.st.lock();
+        self.ring_doorbell(&st, true);
+        drop(st);
+        self.sim.armed();
     }
 
     /// A CQ event for this CQ was delivered (`ibv_get_cq_event`): the next arm is a new
@@ -127,17 +130,16 @@ impl DirectCq {
     pub(crate) fn event_delivered(&self) {
         let mut st = self.st.lock();
         st.cmd_sn = st.cmd_sn.wrapping_add(1);
-        st.armed = false;
     }
 
-    /// Writes the CQ doorbell: consumer index, `cmd_sn`, and the arm bit while armed.
-    /// Keeping the arm bit matters where the device samples the doorbell (efa-sim's
-    /// watcher): a consumer-index write right after an arm must not take the arm back.
-    fn ring_doorbell(&self, st: &CqState) {
+    /// Writes the CQ doorbell as libefa's `efa_update_cq_doorbell` does: consumer index,
+    /// `cmd_sn`, and the arm bit only when arming (a poll writes it clear; the device
+    /// takes each write with the bit set as an arm request, one event per `cmd_sn`).
+    fn ring_doorbell(&self, st: &CqState, arm: bool) {
         let db = CqDoorbell {
             consumer_index: st.cc as u16,
             cmd_sn: st.cmd_sn & 3,
-            arm: st.armed,
+            arm,
         };
         // SAFETY: the doorbell of this live CQ (it outlives its direct state's users).
         unsafe { write_doorbell(self.ring.doorbell as *mut u32, db.encode()) };
@@ -158,11 +160,18 @@ impl DirectCq {
         if out.is_full() {
             return Err(crate::cq::no_room(N));
         }
-        if !self.maybe_pending() {
+        if !self.pending_after_progress() {
             return Ok(0);
         }
         allowed()?;
         Ok(self.poll_each(out.remaining_capacity(), |c| out.push(c)))
+    }
+
+    /// [`maybe_pending`](Self::maybe_pending), and when the CQ looks empty on efa-sim,
+    /// again after the device did the work waiting for it (as a provider poll does).
+    #[inline(always)]
+    pub(crate) fn pending_after_progress(&self) -> bool {
+        self.maybe_pending() || (self.sim.progress() && self.maybe_pending())
     }
 
     /// Whether the entry at the last published consumer index is pending, read without
@@ -174,10 +183,10 @@ impl DirectCq {
     pub(crate) fn maybe_pending(&self) -> bool {
         let cc = self.peek.load(Ordering::Relaxed);
         let at = self.ring.slot(cc);
-        // SAFETY: an 8-aligned entry of the live CQ ring (checked at creation); only
-        // atomic loads read it here.
-        let head = unsafe { AtomicU64::from_ptr(at as *mut u64) }.load(Ordering::Acquire);
-        is_pending(head.to_le_bytes()[FLAGS], phase_of(cc, self.ring.entries))
+        // SAFETY: the flags byte of an entry of the live CQ ring (checked at creation);
+        // only atomic loads read it here.
+        let flags = unsafe { AtomicU8::from_ptr((at + FLAGS) as *mut u8) }.load(Ordering::Acquire);
+        is_pending(flags, phase_of(cc, self.ring.entries))
     }
 
     /// Hands up to `max` completions to `f`, oldest first; returns how many (see
@@ -189,17 +198,23 @@ impl DirectCq {
         let mut consumed = 0u32;
         while n < max {
             let at = self.ring.slot(st.cc);
-            // SAFETY: the entry lies in the live CQ ring and is 8-aligned (checked at
-            // creation); the device publishes an entry's first 8 bytes (with the phase
-            // bit) with one store, last, so the load sees all of it or none.
-            let head = unsafe { AtomicU64::from_ptr(at as *mut u64) }.load(Ordering::Acquire);
-            if !is_pending(
-                head.to_le_bytes()[FLAGS],
-                phase_of(st.cc, self.ring.entries),
-            ) {
+            // Only the phase byte is read before the barrier, as rdma-core's
+            // `cq_next_sub_cqe_get` reads it: nothing else of the entry may be read before
+            // the phase says the device finished writing it.
+            // SAFETY: the flags byte of an entry of the live CQ ring (checked at creation);
+            // only atomic loads read it before the phase is validated.
+            let flags =
+                unsafe { AtomicU8::from_ptr((at + FLAGS) as *mut u8) }.load(Ordering::Acquire);
+            if !is_pending(flags, phase_of(st.cc, self.ring.entries)) {
                 break;
             }
             from_device_barrier();
+            #[cfg(test)]
+            super::cq_order_tests::after_phase_check();
+            // SAFETY: the entry's first word, 8-aligned in the live ring; the device
+            // finished writing the entry before publishing its phase (ordered by the
+            // barrier).
+            let head = unsafe { (at as *const u64).read_volatile() };
             st.cc = st.cc.wrapping_add(1);
             consumed += 1;
             let word = |i: usize| {
@@ -270,7 +285,7 @@ impl DirectCq {
         if consumed > 0 {
             self.peek.store(st.cc, Ordering::Relaxed);
             if self.ring.doorbell != 0 {
-                self.ring_doorbell(&st);
+                self.ring_doorbell(&st, false);
             }
         }
         n

@@ -45,7 +45,7 @@
 //! No allocation happens after creation: the slot tables and the session staging area are
 //! allocated with the QP, and the CQ's table grows only when a QP is created.
 
-use core::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU16, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use spin::{SpinGuard, SpinLock};
@@ -75,6 +75,7 @@ mod cq;
 pub(crate) mod events;
 mod recv;
 mod session;
+mod sim;
 mod slots;
 mod spin;
 pub use cq::DirectCq;
@@ -146,6 +147,8 @@ impl Ring {
 /// The direct state of one QP: its send and receive queues.
 pub struct DirectQp {
     qpn: u32,
+    /// efa-sim's doorbell call (none on rdma-core).
+    sim: sim::SqHook,
     sq: Ring,
     max_batch: u32,
     rq: Ring,
@@ -192,6 +195,7 @@ impl DirectQp {
     /// The direct state of QP `qpn` with rings `sq`/`rq` (from `efadv_query_qp_wqs`) and
     /// `recv_wrs` receive WRs (granted `max_recv_wr`).
     pub(crate) fn new(
+        qp: *mut ffi::ibv_qp,
         qpn: u32,
         sq: WqLayout,
         rq: WqLayout,
@@ -228,6 +232,7 @@ impl DirectQp {
         };
         Ok(Arc::new(DirectQp {
             qpn,
+            sim: sim::SqHook::new(qp),
             sq: ring(sq),
             max_batch: if sq.max_batch == 0 {
                 u32::MAX
@@ -341,29 +346,27 @@ impl DirectQp {
             pending += 1;
             if pending == self.max_batch {
                 flush_wc_writes();
-                // SAFETY: the SQ doorbell of this live QP; every WQE up to the producer
-                // count is written and flushed.
-                unsafe {
-                    write_doorbell(
-                        self.sq.doorbell as *mut u32,
-                        Producer::doorbell(st.pc.count),
-                    )
-                };
+                self.ring_sq(st.pc.count);
                 (rung, rung_phase, pending) = (st.pc.count, st.pc.phase, 0);
                 wc_start();
             }
         }
         if pending > 0 {
             flush_wc_writes();
-            // SAFETY: as above.
-            unsafe {
-                write_doorbell(
-                    self.sq.doorbell as *mut u32,
-                    Producer::doorbell(st.pc.count),
-                )
-            };
+            self.ring_sq(st.pc.count);
         }
         Ok(())
+    }
+
+    /// Writes the SQ doorbell with producer count `count` (the caller holds the SQ lock
+    /// and has written and flushed every WQE up to it), then tells efa-sim, if that is
+    /// the device.
+    #[inline(always)]
+    fn ring_sq(&self, count: u32) {
+        // SAFETY: the SQ doorbell of this live QP (checked non-null and aligned at
+        // creation); the WQEs it announces are in place (the caller's contract).
+        unsafe { write_doorbell(self.sq.doorbell as *mut u32, Producer::doorbell(count)) };
+        self.sim.rung();
     }
 
     /// The words of `wr`'s WQE when it has the common shape (one SGE, a 64-byte SQ, a
@@ -537,6 +540,9 @@ impl DirectQp {
     }
 }
 
+#[cfg(test)]
+#[path = "../cq_order_tests.rs"]
+mod cq_order_tests;
 #[cfg(test)]
 #[path = "../backend_tests.rs"]
 mod tests;

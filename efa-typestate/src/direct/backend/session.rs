@@ -146,14 +146,8 @@ impl DirectSession<'_> {
         let st = &*self.st;
         let mut rung = self.pending.min(qp.max_batch);
         flush_wc_writes();
-        // SAFETY: the SQ doorbell of this live QP; the session's first `rung` WQEs are
-        // written into their slots and flushed.
-        unsafe {
-            write_doorbell(
-                qp.sq.doorbell as *mut u32,
-                Producer::doorbell(self.start.wrapping_add(rung)),
-            )
-        };
+        // The session's first `rung` WQEs are written into their slots and flushed.
+        qp.ring_sq(self.start.wrapping_add(rung));
         let words = (qp.sq.entry_size / 8) as usize;
         while rung < self.pending {
             let end = rung.saturating_add(qp.max_batch).min(self.pending);
@@ -185,14 +179,8 @@ impl DirectSession<'_> {
                 }
             }
             flush_wc_writes();
-            // SAFETY: the SQ doorbell of this live QP; every WQE up to it is written and
-            // flushed.
-            unsafe {
-                write_doorbell(
-                    qp.sq.doorbell as *mut u32,
-                    Producer::doorbell(self.start.wrapping_add(end)),
-                )
-            };
+            // Every WQE up to `end` is written and flushed.
+            qp.ring_sq(self.start.wrapping_add(end));
             rung = end;
         }
         Ok(())
