@@ -32,6 +32,9 @@ const EFA_NODES: &[&str] = &[
     "EFA_1.0", "EFA_1.1", "EFA_1.2", "EFA_1.3", "EFA_1.4", "EFA_1.5", "EFA_1.6", "EFA_1.7",
 ];
 
+/// efa-sim's own calls (src/abi/direct_hooks.rs), apart from rdma-core's nodes.
+const SIM_NODES: &[&str] = &["EFA_SIM_1.0"];
+
 /// GNU ld refuses to combine rustc's anonymous version script with the named nodes; LLVM's
 /// lld accepts both. rustc links x86_64 Linux with its bundled rust-lld already. Elsewhere
 /// (aarch64) the C compiler driver is told to use lld too: rustc's own, through the `gcc-ld`
@@ -59,7 +62,7 @@ fn use_lld() {
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     let mut script = String::new();
-    for nodes in [IBVERBS_NODES, PRIVATE_NODES, EFA_NODES] {
+    for nodes in [IBVERBS_NODES, PRIVATE_NODES, EFA_NODES, SIM_NODES] {
         let mut prev: Option<&str> = None;
         for node in nodes {
             match prev {

@@ -139,6 +139,75 @@ fn direct_rings() {
     }
 }
 
+/// The direct consumer with a SIGSEGV handler of its own, installed before opening the
+/// device and after its rings were handed out (issue 38): on the default device its
+/// doorbells are plain stores, so the run cannot tell, and completes.
+#[test]
+fn direct_rings_with_the_programs_own_sigsegv_handler() {
+    for when in ["before", "after"] {
+        // run_compiled removes the binary it ran.
+        let Some(bin) = direct_rings_binary() else {
+            return;
+        };
+        let out = support::run_compiled("direct_rings", bin, &[("DIRECT_RINGS_SIGSEGV", when)]);
+        assert!(
+            out.contains(&format!("SIGSEGV handler installed {when}")),
+            "{out}"
+        );
+    }
+}
+
+/// A real segmentation fault in a direct consumer kills it with SIGSEGV, on the default
+/// device and with the opt-in trap (`mmio_trap=1`), which passes faults not its own on.
+/// With the trap on, a handler the program installs after the rings were handed out takes
+/// the doorbell store for a crash: the limitation that keeps the trap off by default.
+#[test]
+fn direct_rings_real_faults_kill_and_the_trap_is_opt_in() {
+    use std::os::unix::process::ExitStatusExt;
+    let Some(bin) = direct_rings_binary() else {
+        return;
+    };
+    for profile in [None, Some("mmio_trap=1")] {
+        let mut cmd = support::on_sim(&bin);
+        cmd.env("DIRECT_RINGS_SIGSEGV", "crash");
+        if let Some(p) = profile {
+            cmd.env("EFA_SIM_PROFILE", p);
+        }
+        let out = support::run_with_timeout(&mut cmd, 120);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("storing through NULL"), "{profile:?}: {err}");
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGSEGV),
+            "{profile:?}: {err}"
+        );
+    }
+    let mut cmd = support::on_sim(&bin);
+    cmd.env("DIRECT_RINGS_SIGSEGV", "after")
+        .env("EFA_SIM_PROFILE", "mmio_trap=1");
+    let out = support::run_with_timeout(&mut cmd, 120);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(99), "{err}");
+    assert!(err.contains("the program's SIGSEGV handler ran"), "{err}");
+    let _ = std::fs::remove_file(&bin);
+}
+
+/// direct_rings.c built against the rdma-core 65 headers (None, said on stderr, without
+/// them).
+fn direct_rings_binary() -> Option<std::path::PathBuf> {
+    match support::v65_headers() {
+        Ok(include) => {
+            let mut inc = std::ffi::OsString::from("-I");
+            inc.push(&include);
+            Some(support::compile_c_with("direct_rings", &[&inc]))
+        }
+        Err(reason) => {
+            eprintln!("direct_rings: SKIPPED, no rdma-core 65 headers: {reason}");
+            None
+        }
+    }
+}
+
 /// Four posting threads sharing one send CQ with a poller thread (both poll APIs).
 #[test]
 fn threads() {

@@ -1,4 +1,4 @@
-//! The doorbell trap takes only its own faults: with it installed (a send queue's rings
+//! The opt-in doorbell trap (`mmio_trap=1`) takes only its own faults: with it installed (a send queue's rings
 //! handed out, a doorbell stored), a program's real segmentation fault still kills it
 //! with SIGSEGV, and a thread's stack overflow still reaches Rust's own handler, which
 //! reports it. Each case runs in a child process (this test binary, re-run).
@@ -15,7 +15,7 @@ const CASE: &str = "EFA_SIM_TRAP_CHILD";
 
 /// Installs the trap the way a direct consumer does and checks that it works.
 fn arm_the_trap() -> Side {
-    let d = special(56, |_| {});
+    let d = special(56, |p| p.mmio_trap = true);
     let pd = d.alloc_pd().unwrap();
     let (cq, _) = d.create_cq(16, CqOptions::default()).unwrap();
     let (qp, _) = pd.create_qp(&srd_init(&cq, caps(16, 16), 0)).unwrap();

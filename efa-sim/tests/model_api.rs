@@ -572,11 +572,65 @@ fn cq_notifier_fires_once_per_arm() {
     next(&a.cq, 10);
     next(&a.cq, 10);
     assert_eq!(hits.load(Ordering::SeqCst), 1, "one-shot per arm");
+    // The consumer takes the event (ibv_get_cq_event), then arms again.
+    a.cq.event_delivered();
     a.cq.arm();
     a.qp.post_send_batch(&[wr(&ah, b.qp.qpn(), 3, SendOp::Send, &[r.sge(0, 4)])])
         .unwrap();
     next(&a.cq, 10);
     assert_eq!(hits.load(Ordering::SeqCst), 2);
+}
+
+/// An arm carries the events the consumer took so far (`cmd_sn`): arming again before
+/// taking the event an arm raised repeats that arm, which the device has answered, so
+/// nothing more is raised; once the event is taken, the next arm is new (rdma-core's
+/// `efa_arm_cq` / `efa_cq_event`).
+#[test]
+fn an_arm_already_answered_raises_no_second_event() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let a = Side::new(&dev(0), 0);
+    let b = Side::new(&dev(1), 0);
+    let hits = std::sync::Arc::new(AtomicU32::new(0));
+    let h = hits.clone();
+    a.cq.set_notifier(Box::new(move || {
+        h.fetch_add(1, Ordering::SeqCst);
+    }));
+    let ah = a.ah_to(&b);
+    let r = Region::new(&a.pd, 64, ALL_ACCESS);
+    let rb = Region::new(&b.pd, 64, ALL_ACCESS);
+    for i in 0..3 {
+        b.qp.post_recv(&recv(i, &[rb.sge(0, 64)])).unwrap();
+    }
+    let send = |id| {
+        a.qp.post_send_batch(&[wr(&ah, b.qp.qpn(), id, SendOp::Send, &[r.sge(0, 4)])])
+            .unwrap()
+    };
+    a.cq.arm();
+    send(1);
+    next(&a.cq, 10);
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+    let repeats = a.dev.stats().repeated_arms;
+    a.cq.arm(); // the same cmd_sn: a repeat of the answered arm
+    send(2);
+    next(&a.cq, 10);
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        1,
+        "no second event for one arm"
+    );
+    assert_eq!(a.dev.stats().repeated_arms, repeats + 1);
+    a.cq.event_delivered();
+    a.cq.arm();
+    send(3);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while hits.load(Ordering::SeqCst) < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a new arm after the event was taken"
+        );
+        std::thread::yield_now();
+    }
+    next(&a.cq, 10);
 }
 
 #[test]

@@ -86,6 +86,33 @@ fn a_peer_that_never_answers_fails_the_wr_no_sooner_than_the_peer_timeout() {
     assert!(waited >= runtime::PEER_TIMEOUT, "failed after {waited:?}");
 }
 
+/// The profile's `peer_timeout_ms` is the wait (here 2.5 s: a longer one, as the 32-rail
+/// run of scripts/test.sh asks for): no sooner, and not much later.
+#[test]
+fn the_peer_timeout_is_the_profiles() {
+    let a = Side::new(&special(63, |p| p.peer_timeout_ms = 2500), 0);
+    let ghost =
+        a.pd.create_ah(&efa_sim::model::gid_for(
+            std::net::Ipv4Addr::new(127, 0, 0, 97),
+            0,
+        ))
+        .unwrap();
+    let t = Instant::now();
+    a.qp.post_send_batch(&[wr(&ghost, 1, 4, SendOp::Send, &[])])
+        .unwrap();
+    let c = next(&a.cq, 20);
+    let waited = t.elapsed();
+    assert_eq!((c.wr_id, c.status), (4, 15), "never answered");
+    assert!(
+        waited >= std::time::Duration::from_millis(2500),
+        "failed after {waited:?}"
+    );
+    assert!(
+        waited < std::time::Duration::from_secs(10),
+        "failed after {waited:?}"
+    );
+}
+
 #[test]
 fn a_device_without_the_rnr_retry_cap_reports_an_rnr_at_once() {
     let no_cap = |p: &mut Profile| p.device_caps &= !efa_sim::model::profile::CAP_RNR_RETRY;

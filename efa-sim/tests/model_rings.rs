@@ -428,11 +428,12 @@ fn acknowledgements_of_two_qps_complete_each_on_its_own_cq() {
     }
 }
 
-/// A consumer's doorbell store is MMIO: the device has acted on it when the store
-/// returns, on the storing thread (no watcher, whose first scan comes later).
+/// With the opt-in trap (`mmio_trap=1`) a consumer's doorbell store is MMIO: the device
+/// has acted on it when the store returns, on the storing thread (no watcher, whose
+/// first scan comes later).
 #[test]
-fn a_doorbell_store_reaches_the_device_before_it_returns() {
-    let d = special(53, |_| {});
+fn a_trapped_doorbell_store_reaches_the_device_before_it_returns() {
+    let d = special(53, |p| p.mmio_trap = true);
     let s = side_with(&d, 16, 16, 0);
     let (sq, _) = s.qp.wq_layout();
     // Long enough for the watcher to be asleep between scans.
@@ -463,10 +464,13 @@ fn a_doorbell_store_reaches_the_device_before_it_returns() {
     assert_eq!((next(&s.cq, 10).wr_id, d.stats().trapped_doorbells), (7, 0));
 }
 
-/// With `mmio_trap=0` the doorbell is plain memory: the watcher sees it, later.
+/// By default (issue 38: no signal) the doorbell is plain memory: the watcher sees it,
+/// later; a consumer that says it stored (`efa_sim_direct_sq_doorbell`, here
+/// `Qp::direct_doorbell`) has it consumed before the call returns.
 #[test]
-fn without_the_trap_the_watcher_sees_the_doorbell() {
-    let d = special(54, |p| p.mmio_trap = false);
+fn by_default_the_doorbell_is_plain_memory_the_watcher_or_a_call_consumes() {
+    let d = special(54, |_| {});
+    assert!(!Profile::default().mmio_trap, "the trap is opt-in");
     let s = side_with(&d, 16, 16, 0);
     let (sq, _) = s.qp.wq_layout();
     let bad = d.stats().bad_doorbells;
@@ -477,6 +481,18 @@ fn without_the_trap_the_watcher_sees_the_doorbell() {
         d.stats().bad_doorbells > bad
     });
     assert_eq!(d.stats().opened_traps, 0);
+    assert_eq!(d.stats().trapped_doorbells, 0);
+    db.store(0, Ordering::Release);
+    // Long enough for the watcher to be asleep between scans.
+    std::thread::sleep(Duration::from_millis(20));
+    for round in 1..=5u32 {
+        let before = d.stats().bad_doorbells;
+        db.store(sq.num_entries + 5 + round, Ordering::Release);
+        s.qp.direct_doorbell();
+        assert_eq!(d.stats().bad_doorbells, before + 1, "round {round}");
+        db.store(0, Ordering::Release);
+        std::thread::sleep(Duration::from_millis(3));
+    }
 }
 
 /// A store the trap cannot decode (here SSE2's `movd`) opens the page: the store
@@ -484,7 +500,7 @@ fn without_the_trap_the_watcher_sees_the_doorbell() {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn an_undecodable_doorbell_store_opens_the_page_and_still_lands() {
-    let d = special(55, |_| {});
+    let d = special(55, |p| p.mmio_trap = true);
     let s = side_with(&d, 16, 16, 0);
     let (sq, _) = s.qp.wq_layout();
     let bad = d.stats().bad_doorbells;

@@ -305,10 +305,7 @@ unsafe extern "C" fn get_cq_event(
     let cq = cq as *mut v::ibv_cq;
     // SAFETY: cq is alive (destroy purges the queue): the event moves its doorbell's
     // command sequence number on (libefa's efa_cq_event).
-    unsafe { SimCq::from_ibv(cq) }
-        .model
-        .poller()
-        .event_delivered();
+    unsafe { SimCq::from_ibv(cq) }.model.event_delivered();
     // SAFETY: out pointers from the caller; cq is alive (destroy purges the queue).
     unsafe {
         if !cq_out.is_null() {

@@ -15,6 +15,7 @@
 mod export;
 mod cq;
 mod device;
+mod direct_hooks;
 mod efadv;
 mod layout;
 mod marshall;

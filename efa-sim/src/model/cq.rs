@@ -14,6 +14,11 @@
 //! direct consumer that never writes the doorbell sees at most one ring of completions.
 //! * Arming (`ibv_req_notify_cq`, or a doorbell write with the arm bit) fires the
 //!   notifier once, at the next completion, or at once if completions are waiting.
+//!   Each arm carries the command sequence number (`cmd_sn`, bits 30:29: the events the
+//!   consumer has taken so far, libefa's `efa_cq_event` count): an arm with the number
+//!   of an arm already answered by an event is a repeat and raises nothing (one event
+//!   per arm), and a doorbell write without the arm bit (libefa's polls) leaves an arm
+//!   in place.
 
 use super::runtime::stats::bump;
 use super::runtime::Runtime;
@@ -23,7 +28,10 @@ use crate::provider::SpinMutex;
 use crate::rcu::Guard;
 use crate::ring::cqe::{self, Cqe};
 use crate::ring::{Cursor, Layout, Ring};
-use efa_sys::io::{REGS_CQ_DB_ARM_MASK, REGS_CQ_DB_CONSUMER_INDEX_MASK};
+use efa_sys::io::{
+    REGS_CQ_DB_ARM_MASK, REGS_CQ_DB_CMD_SN_MASK, REGS_CQ_DB_CMD_SN_SHIFT,
+    REGS_CQ_DB_CONSUMER_INDEX_MASK,
+};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -55,11 +63,18 @@ pub struct Cq {
     armed: AtomicBool,
     /// The doorbell value the device last acted on (the watcher compares against it).
     seen_db: AtomicU32,
+    /// `cmd_sn` of the arm in force (meaningful while `armed`).
+    armed_sn: AtomicU32,
+    /// `cmd_sn` of the last arm an event answered ([`NO_SN`] before the first).
+    answered_sn: AtomicU32,
     notifier: Mutex<Option<Notifier>>,
     users: AtomicU32,
     dead: AtomicBool,
     poller: CqPoller,
 }
+
+/// No `cmd_sn` (it has 2 bits).
+const NO_SN: u32 = u32::MAX;
 
 impl Cq {
     pub(crate) fn create(
@@ -111,6 +126,8 @@ impl Cq {
             overflowed: AtomicBool::new(false),
             armed: AtomicBool::new(false),
             seen_db: AtomicU32::new(0),
+            armed_sn: AtomicU32::new(NO_SN),
+            answered_sn: AtomicU32::new(NO_SN),
             notifier: Mutex::new(None),
             users: AtomicU32::new(0),
             dead: AtomicBool::new(false),
@@ -241,6 +258,12 @@ impl Cq {
         self.rt.pollers_park();
     }
 
+    /// A completion event of this CQ was taken by the consumer (`ibv_get_cq_event`): the
+    /// command sequence number its next arm carries moves on (libefa's `efa_cq_event`).
+    pub fn event_delivered(&self) {
+        self.poller.event_delivered();
+    }
+
     /// Called (from any thread) once per arm when a completion is added.
     pub fn set_notifier(&self, f: Box<dyn Fn() + Send + Sync>) {
         *self.notifier.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::from(f));
@@ -350,10 +373,23 @@ impl Cq {
         bump(&self.rt.stats.cq_overflows);
     }
 
-    /// The doorbell was written with the arm bit.
+    /// The doorbell was written with the arm bit (by efa-sim's provider, which calls this
+    /// right after its store).
     pub(crate) fn armed_by_doorbell(&self) {
-        self.seen_db
-            .store(self.ring.doorbell().read(), Ordering::Release);
+        let db = self.ring.doorbell().read();
+        self.seen_db.store(db, Ordering::Release);
+        self.arm_request(db);
+    }
+
+    /// An arm request of doorbell value `db`: ignored when an event already answered an
+    /// arm of its `cmd_sn`, else the CQ is armed (and fires at once if completions wait).
+    fn arm_request(&self, db: u32) {
+        let sn = (db & REGS_CQ_DB_CMD_SN_MASK) >> REGS_CQ_DB_CMD_SN_SHIFT;
+        if self.answered_sn.load(Ordering::Acquire) == sn {
+            bump(&self.rt.stats.repeated_arms);
+            return;
+        }
+        self.armed_sn.store(sn, Ordering::Relaxed);
         self.armed.store(true, Ordering::Release);
         let pending = {
             let p = self.prod.lock();
@@ -365,16 +401,29 @@ impl Cq {
     }
 
     /// Acts on a doorbell write the device did not see through the provider (the
-    /// watcher calls this for CQs whose ring was handed out). Returns whether it changed.
+    /// watcher, or a direct consumer's `efa_sim_direct_cq_doorbell`/progress call, for
+    /// CQs whose ring was handed out). Returns whether it changed. The device samples
+    /// the register here, so a consumer that stores an arm and then a poll's write
+    /// before either call loses the arm: efa-sim's limit, not the NIC's (a NIC sees
+    /// every write).
     pub(crate) fn doorbell_written(&self) -> bool {
         let db = self.ring.doorbell().read();
-        if self.seen_db.swap(db, Ordering::AcqRel) == db {
+        if self.seen_db.load(Ordering::Relaxed) == db
+            || self.seen_db.swap(db, Ordering::AcqRel) == db
+        {
             return false;
         }
         if db & REGS_CQ_DB_ARM_MASK != 0 {
-            self.armed_by_doorbell();
+            self.arm_request(db);
         }
         true
+    }
+
+    /// A direct consumer found this CQ empty: the device reads its doorbell and does the
+    /// device's pending work, as efa-sim's provider poll does. Whether anything happened.
+    pub(crate) fn progress(&self) -> bool {
+        let db = self.doorbell_written();
+        self.rt.progress() || db
     }
 
     #[inline]
@@ -388,6 +437,8 @@ impl Cq {
     #[cold]
     fn notify_armed(&self) {
         if self.armed.swap(false, Ordering::AcqRel) {
+            self.answered_sn
+                .store(self.armed_sn.load(Ordering::Relaxed), Ordering::Release);
             let f = self
                 .notifier
                 .lock()

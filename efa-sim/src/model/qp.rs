@@ -501,6 +501,16 @@ impl Qp {
     }
 }
 
+impl Qp {
+    /// A direct consumer stored to the send queue's doorbell and says so
+    /// (`efa_sim_direct_sq_doorbell`): the device consumes it now, on that thread.
+    pub fn direct_doorbell(&self) {
+        if self.exposed.load(Ordering::Acquire) && self.sq_doorbell() {
+            super::runtime::stats::bump(&self.pd.rt.stats.called_doorbells);
+        }
+    }
+}
+
 /// No doorbell value seen (a doorbell holds a 16-bit producer index).
 const NO_MARK: u32 = u32::MAX;
 

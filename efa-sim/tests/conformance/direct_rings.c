@@ -6,7 +6,14 @@
  * SEND and SEND_IMM each way, RDMA write both ways, write with immediate into the direct
  * side, many WQEs per doorbell across ring wraps, an unsignaled WQE, a malformed one,
  * and a WQE whose phase bit is stale until it is rewritten. Functions the system
- * libraries (v44) lack are resolved with dlsym. */
+ * libraries (v44) lack are resolved with dlsym.
+ *
+ * DIRECT_RINGS_SIGSEGV (issue 38): `before` / `after` installs a SIGSEGV handler of the
+ * program's own (one that ends the program, as crash reporters do) before opening the
+ * device / after the rings were handed out; the run must not notice. `crash` makes a
+ * real segmentation fault after the last doorbell, which must kill the program. */
+#include <signal.h>
+#include <unistd.h>
 #include <dlfcn.h>
 #include <endian.h>
 #include <errno.h>
@@ -91,6 +98,29 @@ enum { OP_SEND = 0, OP_RDMA_WRITE = 2 };
 #define FIRST_LAST ((1 << 2) | (1 << 3))
 #define COMP_REQ (1 << 4)
 #define QKEY 0x11111111u
+
+/* A crash reporter's handler: anything that reaches it ends the program. */
+static void on_segv(int sig)
+{
+	static const char msg[] = "direct_rings: the program's SIGSEGV handler ran\n";
+	(void)sig;
+	if (write(2, msg, sizeof(msg) - 1) < 0)
+		_exit(98);
+	_exit(99);
+}
+
+static void install_segv_handler(const char *when)
+{
+	const char *mode = getenv("DIRECT_RINGS_SIGSEGV");
+	if (!mode || strcmp(mode, when) != 0)
+		return;
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_segv;
+	if (sigaction(SIGSEGV, &sa, NULL) != 0)
+		FAIL("sigaction");
+	printf("direct_rings: SIGSEGV handler installed %s\n", when);
+}
 
 static void *sym(const char *n)
 {
@@ -236,6 +266,7 @@ int main(void)
 	int (*query_wqs)(struct ibv_qp *, struct efadv_wq_attr *, struct efadv_wq_attr *, uint32_t) =
 		sym("efadv_query_qp_wqs");
 	int (*query_cq)(struct ibv_cq *, struct efadv_cq_attr *, uint32_t) = sym("efadv_query_cq");
+	install_segv_handler("before");
 	int n = 0;
 	struct ibv_device **list = ibv_get_device_list(&n);
 	CHECK(list && n == 2);
@@ -274,6 +305,7 @@ int main(void)
 	CHECK_EQ(rq.entry_size, 16);
 	CHECK_EQ(cqa.entry_size, 32);
 	CHECK_EQ(cqa.num_entries, 32);
+	install_segv_handler("after");
 
 	/* 1. Verbs SEND_IMM into a hand-posted RX descriptor. */
 	rx_post(7, abuf, 64, ma->lkey);
@@ -423,6 +455,13 @@ int main(void)
 	peer_poll(ibv_cq_ex_to_cq(xb), &wc);
 	CHECK_EQ(wc.wr_id, 500);
 	CHECK_EQ(cq_next(&c, 0.02), 0);
+
+	if (getenv("DIRECT_RINGS_SIGSEGV") && strcmp(getenv("DIRECT_RINGS_SIGSEGV"), "crash") == 0) {
+		fflush(stdout);
+		fprintf(stderr, "direct_rings: storing through NULL\n");
+		*(volatile int *)(uintptr_t)getenv("DIRECT_RINGS_NO_SUCH_VARIABLE") = 1;
+		FAIL("survived a store through NULL");
+	}
 
 	CHECK_EQ(ibv_destroy_qp(qa), 0);
 	CHECK_EQ(ibv_destroy_qp(qb), 0);

@@ -95,6 +95,11 @@ pub struct Profile {
     pub link_gbps: u32,
     /// Completion vectors.
     pub num_comp_vectors: u32,
+    /// How long a requester waits for a peer that answers nothing before failing the
+    /// request with status 13 (milliseconds; default 1000, efa-sim's assumption: EFA
+    /// documents none). Longer for many software devices on few cores, whose peers can
+    /// be starved of CPU for longer than a NIC is ever silent.
+    pub peer_timeout_ms: u32,
     /// Report RDMA-read requester completions as IBV_WC_SEND (rdma-core fidelity) or RDMA_READ.
     pub read_completes_as_send: bool,
     /// Whether `ibv_reg_dmabuf_mr` works (off: EOPNOTSUPP, as a kernel or driver without
@@ -106,8 +111,11 @@ pub struct Profile {
     /// stay on the provider path).
     pub ring_query: bool,
     /// Whether a send queue's doorbell, once handed out, is a trapped page whose stores
-    /// reach the device on the storing thread (`crate::ring::mmio`; off: plain memory
-    /// that the doorbell watcher scans).
+    /// reach the device on the storing thread through a `SIGSEGV` handler
+    /// (`crate::ring::mmio`). Off by default (issue 38): a program that installs its own
+    /// handler after efa-sim's would take the trap for a crash. Off, the doorbell is
+    /// plain memory that the watcher scans, and a consumer may call
+    /// `efa_sim_direct_sq_doorbell` after its store (efa-typestate does).
     pub mmio_trap: bool,
     /// Whether `ibv_reg_mr` on CUDA device memory works (the nvidia_peermem path; off:
     /// EFAULT, as the kernel fails to pin GPU pages without nvidia_peermem).
@@ -179,15 +187,19 @@ impl Default for Profile {
             min_sq_wr: 8,
             link_gbps: 100,
             num_comp_vectors: 1,
+            peer_timeout_ms: crate::model::runtime::PEER_TIMEOUT.as_millis() as u32,
             read_completes_as_send: true,
             dmabuf_mr: true,
             ring_query: true,
-            mmio_trap: true,
+            mmio_trap: false,
             peermem: true,
             strict: false,
         }
     }
 }
+
+/// Longest `peer_timeout_ms`.
+pub const MAX_PEER_TIMEOUT_MS: u32 = 600_000;
 
 /// Every key `EFA_SIM_PROFILE` accepts (one per `Profile` field).
 pub const PROFILE_KEYS: &[&str] = &[
@@ -220,6 +232,7 @@ pub const PROFILE_KEYS: &[&str] = &[
     "min_sq_wr",
     "link_gbps",
     "num_comp_vectors",
+    "peer_timeout_ms",
     "read_completes_as_send",
     "dmabuf_mr",
     "ring_query",
@@ -320,6 +333,13 @@ pub fn validate(p: &Profile) -> Result<(), String> {
         1,
         u32::MAX.into(),
         "",
+    )?;
+    range(
+        "peer_timeout_ms",
+        p.peer_timeout_ms.into(),
+        1,
+        MAX_PEER_TIMEOUT_MS.into(),
+        " (10 minutes at most: a request must fail some time)",
     )?;
     if p.device_caps & (CAP_RDMA_READ | CAP_RDMA_WRITE) != 0 {
         let rdma =

@@ -26,7 +26,7 @@
 //! acked). No answer within
 //! [`RTO`] → retransmit. An RNR response is retried after [`RNR_DELAY`],
 //! `rnr_retry` times (7 = forever), then completes with status 10.
-//! Nothing heard for [`PEER_TIMEOUT`] → status 13 if that peer address ever
+//! Nothing heard for the profile's `peer_timeout_ms` (default [`PEER_TIMEOUT`]) → status 13 if that peer address ever
 //! answered this device, else 15. This bounds every WR towards a dead peer
 //! (killed process, destroyed QP's process, qkey mismatch) to ≈ 1 s.
 //!

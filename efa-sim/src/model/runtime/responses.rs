@@ -5,7 +5,7 @@
 use super::request::{Origin, Outbox};
 use super::requester::STATUS_RNR;
 use super::stats::bump;
-use super::{Runtime, PEER_TIMEOUT, RNR_DELAY, RTO};
+use super::{Runtime, RNR_DELAY, RTO};
 use crate::model::{mem, qp, ACCESS_LOCAL_WRITE};
 use crate::rcu::Guard;
 use crate::transport::wire::{self, Header, Op};
@@ -119,13 +119,14 @@ impl Runtime {
     /// Retransmissions, RNR retries and peer timeouts; updates the watermark.
     pub(crate) fn timers(&self) {
         let now = Instant::now();
+        let peer_timeout = std::time::Duration::from_millis(self.profile.peer_timeout_ms.into());
         let mut resend = Outbox::new();
         let mut expired: Vec<(u64, SocketAddrV4)> = Vec::new();
         {
             let mut pend = self.pending.lock().unwrap_or_else(|e| e.into_inner());
             for (id, p) in pend.iter_mut() {
                 let (next_tx, last_heard) = p.stamp(now);
-                if now.duration_since(last_heard) > PEER_TIMEOUT {
+                if now.duration_since(last_heard) > peer_timeout {
                     if self.config.trace {
                         eprintln!(
                             "efa-sim trace: expire req {id} lw {} next_tx_in {:?} hdr_wm {}",

@@ -62,6 +62,13 @@ counters! {
     /// Send-queue doorbells that brought new WQEs and were consumed on the storing
     /// thread: a consumer's store trapped (the doorbell as MMIO: `crate::ring::mmio`).
     trapped_doorbells,
+    /// Send-queue doorbells that brought new WQEs and were consumed on the storing
+    /// thread because the consumer called `efa_sim_direct_sq_doorbell` after its store
+    /// (no signal: `crate::abi::direct_hooks`).
+    called_doorbells,
+    /// CQ arm requests that repeated the `cmd_sn` of an arm an event had answered
+    /// (ignored: one event per arm).
+    repeated_arms,
     /// Trapped doorbell stores that could not be decoded: their page was opened, and
     /// the watcher sees that queue's doorbells from then on.
     opened_traps,
