@@ -27,11 +27,14 @@ cargo test -p efa-perf --features cuda --locked --test gpu
 target_dir="${CARGO_TARGET_DIR:-target}"
 EFA_SIM_SHAPE=p5.48xlarge "$target_dir/debug/efa-sim" run --gpus 8 -- \
   "$target_dir/debug/examples/multi_rail" --bytes 1073741824 --device 1
-# ... and over all 32 rails of the p5, 4 chunks in flight per rail, on the default device:
-# 32 software devices in each of two processes on a 2-core machine cannot serve whole
-# queues, or strict mode's added delays, within efa-sim's 1 s peer timeout (CI saw a rail
-# fail with status 13 that way). The 4-rail run above is the strict one.
-EFA_SIM_PROFILE= EFA_SIM_SHAPE=p5.48xlarge "$target_dir/debug/efa-sim" run --gpus 8 -- \
+# ... and over all 32 rails of the p5, 4 chunks in flight per rail, on the default device.
+# 32 software devices in each of two processes on a 2-core machine can leave a peer
+# without CPU for longer than efa-sim's default 1 s peer timeout (CI saw a rail fail with
+# status 13 that way under load), which no NIC does: this run waits 30 s for a silent
+# peer (`peer_timeout_ms`). A request that is really lost still fails, 30 s later, and
+# the example's own 60 s timeout still bounds the run. The 4-rail run above is the
+# strict one.
+EFA_SIM_PROFILE=peer_timeout_ms=30000 EFA_SIM_SHAPE=p5.48xlarge "$target_dir/debug/efa-sim" run --gpus 8 -- \
   "$target_dir/debug/examples/multi_rail" --bytes 1073741824 --rails 32 --in-flight 4
 # The Python package (efa-py/, `import efa`): its wheel built with maturin, installed into
 # a fresh venv, its pytest suite run there on efa-sim and the software GPU.
