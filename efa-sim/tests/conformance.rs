@@ -157,6 +157,22 @@ fn direct_rings_with_the_programs_own_sigsegv_handler() {
     }
 }
 
+/// Strict mode holds a direct consumer to what a NIC's LLQ gives (issue 35): consumed
+/// slots poisoned, a partial rewrite and a phase fixed after the doorbell are bad WQEs, a
+/// doorbell the device sees may announce `max_batch` WQEs, no more.
+#[test]
+fn direct_rings_strict_rules() {
+    let Some(bin) = direct_rings_binary() else {
+        return;
+    };
+    let out = support::run_compiled(
+        "direct_rings",
+        bin,
+        &[("DIRECT_RINGS_STRICT", "1"), ("EFA_SIM_PROFILE", "strict")],
+    );
+    assert!(out.contains("strict rules"), "{out}");
+}
+
 /// A real segmentation fault in a direct consumer kills it with SIGSEGV, on the default
 /// device and with the opt-in trap (`mmio_trap=1`), which passes faults not its own on.
 /// With the trap on, a handler the program installs after the rings were handed out takes

@@ -304,10 +304,16 @@ impl Cq {
     fn write(&self, p: &mut Producer, e: &Cqe) {
         let slot = u32::from(p.at.count);
         // A send completion is the 16-byte efa_io_tx_cdesc; the rest of the slot is unused.
-        if e.is_recv() {
-            self.ring.publish_slot(slot, &e.encode(p.at.phase));
+        // Strict mode writes the entry in pieces, its phase last (Ring::publish_slot_torn).
+        let publish = if self.rt.strict.is_some() {
+            Ring::publish_slot_torn
         } else {
-            self.ring.publish_slot(slot, &e.encode_common(p.at.phase));
+            Ring::publish_slot
+        };
+        if e.is_recv() {
+            publish(&self.ring, slot, &e.encode(p.at.phase));
+        } else {
+            publish(&self.ring, slot, &e.encode_common(p.at.phase));
         }
         p.at.advance(self.depth);
     }

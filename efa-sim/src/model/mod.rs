@@ -34,6 +34,7 @@ pub mod qp;
 mod qp_init;
 pub mod qp_state;
 pub mod recv_queue;
+mod ring_rules;
 pub mod runtime;
 pub mod send_queue;
 pub mod watcher;

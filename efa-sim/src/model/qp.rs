@@ -271,6 +271,13 @@ impl Qp {
         self.sq_dev.process(&self.pd.rt, self)
     }
 
+    /// [`Qp::sq_doorbell`] for a doorbell store the device saw as such (strict mode
+    /// holds it to `max_batch`).
+    fn sq_doorbell_observed(&self) -> bool {
+        let max_batch = self.sq.config().max_batch;
+        self.sq_dev.process_observed(&self.pd.rt, self, max_batch)
+    }
+
     /// Whether the device hands out its rings (profile `ring_query`).
     pub fn hands_out_rings(&self) -> bool {
         self.pd.rt.profile.ring_query
@@ -505,7 +512,7 @@ impl Qp {
     /// A direct consumer stored to the send queue's doorbell and says so
     /// (`efa_sim_direct_sq_doorbell`): the device consumes it now, on that thread.
     pub fn direct_doorbell(&self) {
-        if self.exposed.load(Ordering::Acquire) && self.sq_doorbell() {
+        if self.exposed.load(Ordering::Acquire) && self.sq_doorbell_observed() {
             super::runtime::stats::bump(&self.pd.rt.stats.called_doorbells);
         }
     }
@@ -517,7 +524,7 @@ const NO_MARK: u32 = u32::MAX;
 /// The send queue's doorbell as MMIO: a consumer's store arrives here, on its thread.
 impl crate::ring::mmio::DoorbellListener for Qp {
     fn doorbell_written(&self) {
-        if self.sq_doorbell() {
+        if self.sq_doorbell_observed() {
             super::runtime::stats::bump(&self.pd.rt.stats.trapped_doorbells);
         }
     }

@@ -241,6 +241,19 @@ impl DeviceSq {
     /// posting thread's by this symbol.
     #[inline(never)]
     pub fn process(&self, rt: &Runtime, qp: &Qp) -> bool {
+        self.process_limited(rt, qp, None)
+    }
+
+    /// [`DeviceSq::process`] for a doorbell store the device saw as such (a consumer's
+    /// call after its store, or the trap): in strict mode the doorbell's WQEs beyond
+    /// `max_batch` are rejected (`super::ring_rules`). Only the first pass is limited:
+    /// doorbells rung while it ran are looked at together, as the watcher does.
+    pub fn process_observed(&self, rt: &Runtime, qp: &Qp, max_batch: u32) -> bool {
+        let limit = rt.strict.is_some().then_some(max_batch);
+        self.process_limited(rt, qp, limit)
+    }
+
+    fn process_limited(&self, rt: &Runtime, qp: &Qp, mut limit: Option<u32>) -> bool {
         let mut any = false;
         loop {
             let Some(mut guard) = self.at.try_lock() else {
@@ -277,11 +290,16 @@ impl DeviceSq {
             }
             let mut raw = WqeBuf::default();
             let size = self.ring.entry_size();
+            // Strict mode's rules for consumer-written rings (super::ring_rules).
+            let strict_rings = rt.strict.is_some();
+            let allowed = limit.take().unwrap_or(u32::MAX);
             while c.at.count != db {
                 let slot = u32::from(c.at.count);
                 // The phase byte first, by an acquire load: a direct consumer may fix a
                 // stale phase in place after the doorbell, publishing the WQE with it.
-                if self.ring.load_byte(slot, PHASE_BYTE) & TX_META_DESC_PHASE_MASK != c.at.phase {
+                let stale =
+                    self.ring.load_byte(slot, PHASE_BYTE) & TX_META_DESC_PHASE_MASK != c.at.phase;
+                if stale && !strict_rings {
                     if c.stalled != Some(c.at.count) {
                         bump(&rt.stats.stale_wqes);
                         c.stalled = Some(c.at.count);
@@ -289,10 +307,23 @@ impl DeviceSq {
                     break;
                 }
                 self.ring.read_slot(slot, &mut raw.0[..size]);
+                if strict_rings {
+                    super::ring_rules::poison(&self.ring, slot, size, c.at.phase);
+                }
                 c.at.advance(entries);
                 c.stalled = None;
                 consumed += 1;
                 self.consumed.store(c.at.count, Ordering::Release);
+                if stale {
+                    bump(&rt.stats.stale_wqes);
+                    super::ring_rules::reject(rt, qp, &raw, &mut shared);
+                    continue;
+                }
+                if consumed > allowed {
+                    bump(&rt.stats.batch_overruns);
+                    super::ring_rules::reject(rt, qp, &raw, &mut shared);
+                    continue;
+                }
                 if let Some(s) = &rt.strict {
                     // Strict mode: the WQEs of this doorbell, executed in a permutation.
                     let window = c.window.get_or_insert_with(Default::default);

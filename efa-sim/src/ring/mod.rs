@@ -34,6 +34,10 @@ use crate::model::Errno;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
+/// Spins between the stores of [`Ring::publish_slot_torn`] (a few hundred nanoseconds:
+/// long enough for a consumer on another core to read in between).
+const TORN_PAUSE_SPINS: u32 = 64;
+
 /// The host page size (the kernel's `PAGE_SIZE`, at least 4 KiB), read once.
 pub fn host_page_size() -> usize {
     static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
@@ -271,6 +275,31 @@ impl Ring {
         unsafe { &*dst.cast::<AtomicU64>() }.store(head, Ordering::Release);
     }
 
+    /// Strict mode's [`Ring::publish_slot`]: the entry's words one store at a time, from
+    /// the last to the second, with a pause after each, and only then its first word (with
+    /// the phase bit) by the same release store. A consumer that reads any part of the
+    /// entry before its phase bit says the entry is new sees a mix of this completion and
+    /// the previous lap's, as it may on a NIC whose DMA write lands in pieces; one that
+    /// checks the phase first (rdma-core's order) sees the whole entry.
+    pub fn publish_slot_torn(&self, index: u32, bytes: &[u8]) {
+        let Some(dst) = self.slot(index) else { return };
+        let n = bytes.len().min(self.entry_size);
+        assert!(n >= 8, "an entry published by its first word has one");
+        for w in (1..n / 8).rev() {
+            // SAFETY: word `w` of the slot (8 * w + 8 <= n), inside the mapping and 8-byte
+            // aligned; `bytes` is a distinct Rust buffer of at least n bytes.
+            unsafe { copy_to_ring(bytes.as_ptr().add(8 * w), dst.add(8 * w), 8) };
+            for _ in 0..TORN_PAUSE_SPINS {
+                core::hint::spin_loop();
+            }
+            #[cfg(test)]
+            tests::paused(self, index);
+        }
+        let head = u64::from_ne_bytes(bytes[..8].try_into().expect("8 bytes"));
+        // SAFETY: as in `publish_slot`.
+        unsafe { &*dst.cast::<AtomicU64>() }.store(head, Ordering::Release);
+    }
+
     /// The first 8 bytes of slot `index` (an entry [`Ring::publish_slot`] writes), loaded
     /// with acquire ordering: when they show a new entry, the rest of it may be read.
     #[inline(always)]
@@ -435,49 +464,4 @@ impl Cursor {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn slots_wrap_and_copy_whole_entries() {
-        let r = Ring::new(4, 32).unwrap();
-        assert!(!r.as_ptr().is_null());
-        assert_eq!(r.as_ptr() as usize % 4096, 0, "page aligned");
-        r.write_slot(5, &[7u8; 32]);
-        let mut out = [0u8; 32];
-        r.read_slot(1, &mut out);
-        assert_eq!(out, [7u8; 32], "slot 5 of 4 is slot 1");
-        let mut e = [9u8; 32];
-        e[3] = 0x81;
-        r.publish_slot(6, &e);
-        assert_eq!(r.load_head(2).to_ne_bytes(), [9, 9, 9, 0x81, 9, 9, 9, 9]);
-        assert_eq!(r.load_byte(6, 3), 0x81);
-        r.read_slot(2, &mut out);
-        assert_eq!(out, e, "the whole entry, first word included");
-        r.doorbell().write(9);
-        assert_eq!(r.doorbell().read(), 9);
-        assert_eq!(r.doorbell().as_ptr() as usize % 64, 0);
-    }
-
-    #[test]
-    fn empty_ring_has_no_memory() {
-        let r = Ring::new(0, 16).unwrap();
-        assert!(r.as_ptr().is_null());
-        let mut out = [1u8; 16];
-        r.read_slot(0, &mut out);
-        assert_eq!(out, [0u8; 16]);
-    }
-
-    #[test]
-    fn cursor_phase_flips_per_lap() {
-        let mut c = Cursor::default();
-        for _ in 0..4 {
-            c.advance(4);
-        }
-        assert_eq!((c.count, c.phase), (4, 1));
-        for _ in 0..4 {
-            c.advance(4);
-        }
-        assert_eq!((c.count, c.phase), (8, 0));
-    }
-}
+mod tests;

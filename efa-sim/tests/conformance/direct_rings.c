@@ -8,6 +8,9 @@
  * and a WQE whose phase bit is stale until it is rewritten. Functions the system
  * libraries (v44) lack are resolved with dlsym.
  *
+ * DIRECT_RINGS_STRICT=1 (with EFA_SIM_PROFILE=strict) checks strict mode's rules for
+ * consumer-written rings instead of sections 2-8 (strict_rules below).
+ *
  * DIRECT_RINGS_SIGSEGV (issue 38): `before` / `after` installs a SIGSEGV handler of the
  * program's own (one that ends the program, as crash reporters do) before opening the
  * device / after the rings were handed out; the run must not notice. `crash` makes a
@@ -261,6 +264,8 @@ static void peer_recv(struct ibv_qp *qp, uint64_t id, void *buf, uint32_t len, u
 	CHECK_EQ(ibv_post_recv(qp, &w, &bad), 0);
 }
 
+#include "direct_rings_strict.h"
+
 int main(void)
 {
 	int (*query_wqs)(struct ibv_qp *, struct efadv_wq_attr *, struct efadv_wq_attr *, uint32_t) =
@@ -332,6 +337,12 @@ int main(void)
 	CHECK_EQ(c.src_qp_num, bqpn);
 	CHECK_EQ(c.qp_num, qa->qp_num);
 	CHECK(memcmp(abuf, "to the direct side", 19) == 0);
+
+	if (getenv("DIRECT_RINGS_STRICT")) {
+		strict_rules(qa, qb, ibv_cq_ex_to_cq(xb), bqpn, ahn, abuf, bbuf, ma, mb);
+		printf("PASS direct_rings (strict rules, %d checks)\n", g_checks);
+		return 0;
+	}
 
 	/* 2. A hand-written SEND to a verbs receive. */
 	peer_recv(qb, 200, bbuf + 1024, 64, mb->lkey);

@@ -79,6 +79,9 @@ counters! {
     stale_wqes,
     /// Malformed WQEs and receive descriptors, completed with an error status.
     bad_wqes,
+    /// Strict mode: WQEs beyond `max_batch` in one doorbell the device saw as such,
+    /// completed with status 2 (`crate::model::ring_rules`).
+    batch_overruns,
     /// Completions lost to CQ overflow: they found their CQ ring full (by the consumer
     /// index of its doorbell), or their CQ had overflowed before.
     cq_overflows,
