@@ -12,6 +12,13 @@
 //! completions are counted in [`crate::model::Stats::cq_overflows`]; their WRs' queue
 //! slots are never freed. The device never overwrites an unpolled completion, and a
 //! direct consumer that never writes the doorbell sees at most one ring of completions.
+//! * Sub-CQs (first-generation EFA: the profile's `sub_cqs_per_cq`, 4 by default for
+//!   `vendor_part_id` 0xefa0): the ring holds that many rings of the CQ's depth end to
+//!   end, as rdma-core's `create_cq` lays them out. A QP's send completions go to one of
+//!   them and its receive completions to another ([`Cq::sub_of`]); efa-sim's provider polls
+//!   them in turn, as libefa does. `efadv_query_cq` describes the first only (rdma-core's
+//!   answer) and hands out no CQ doorbell (first-generation devices had none); the device
+//!   judges each sub-CQ full by the provider's position in it.
 //! * Arming (`ibv_req_notify_cq`, or a doorbell write with the arm bit) fires the
 //!   notifier once, at the next completion, or at once if completions are waiting.
 //!   Each arm carries the command sequence number (`cmd_sn`, bits 30:29: the events the
@@ -32,7 +39,7 @@ use efa_sys::io::{
     REGS_CQ_DB_ARM_MASK, REGS_CQ_DB_CMD_SN_MASK, REGS_CQ_DB_CMD_SN_SHIFT,
     REGS_CQ_DB_CONSUMER_INDEX_MASK,
 };
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -44,9 +51,12 @@ pub struct CqOptions {
     pub with_unsolicited: bool,
 }
 
-/// The device's producer state.
+/// Most sub-CQs a CQ may have (the profile's `sub_cqs_per_cq`).
+pub const MAX_SUB_CQS: usize = 8;
+
+/// The device's producer state: one position per sub-CQ (the first only, without).
 struct Producer {
-    at: Cursor,
+    at: [Cursor; MAX_SUB_CQS],
 }
 
 type Notifier = Arc<dyn Fn() + Send + Sync>;
@@ -54,7 +64,13 @@ type Notifier = Arc<dyn Fn() + Send + Sync>;
 /// Completion queue.
 pub struct Cq {
     pub(crate) rt: Arc<Runtime>,
+    /// Entries of each sub-CQ (of the CQ, without sub-CQs).
     depth: u32,
+    /// Sub-CQs (1: none).
+    subs: u32,
+    /// With sub-CQs: how far efa-sim's provider consumed each (the device's measure of
+    /// room; without sub-CQs the doorbell's consumer index is).
+    sub_consumed: [AtomicU16; MAX_SUB_CQS],
     opts: CqOptions,
     ring: Ring,
     prod: SpinMutex<Producer>,
@@ -107,7 +123,8 @@ impl Cq {
             return Err(libc::ENOMEM);
         }
         let granted = depth.max(1).next_power_of_two();
-        let ring = match Ring::new(granted, cqe::SIZE) {
+        let subs = p.sub_cqs();
+        let ring = match Ring::new(granted * subs, cqe::SIZE) {
             Ok(r) => r,
             Err(e) => {
                 rt.cq_count.fetch_sub(1, Ordering::AcqRel);
@@ -117,11 +134,13 @@ impl Cq {
         let cq = Arc::new(Cq {
             rt,
             depth: granted,
+            subs,
+            sub_consumed: Default::default(),
             opts,
             ring,
             prod: SpinMutex::new(Producer {
                 // The first lap carries phase 1: zeroed memory holds no completion.
-                at: Cursor { count: 0, phase: 1 },
+                at: [Cursor { count: 0, phase: 1 }; MAX_SUB_CQS],
             }),
             overflowed: AtomicBool::new(false),
             armed: AtomicBool::new(false),
@@ -155,7 +174,45 @@ impl Cq {
     /// doorbell writes it is not told about (see [`crate::model::watcher`]).
     pub fn ring_layout(self: &Arc<Self>) -> Layout {
         self.rt.watcher.watch_cq(&self.rt, self);
-        self.ring.layout(self.depth)
+        let mut l = self.ring.layout(self.depth);
+        // The first sub-CQ's entries (`ibvcq->cqe`, as rdma-core answers), and no doorbell
+        // where there are sub-CQs.
+        l.num_entries = self.depth;
+        if self.subs > 1 {
+            l.doorbell = core::ptr::null_mut();
+        }
+        l
+    }
+
+    /// Sub-CQs (1: none).
+    pub fn sub_cqs(&self) -> u32 {
+        self.subs
+    }
+
+    /// The sub-CQ that completions of QP `qpn` go to (its receive completions when
+    /// `recv`): the send and receive completions of one QP on different ones, as the
+    /// kernel's `send_sub_cq_idx` / `recv_sub_cq_idx` may place them.
+    #[inline(always)]
+    pub(crate) fn sub_of(&self, qpn: u16, recv: bool) -> usize {
+        if self.subs == 1 {
+            return 0;
+        }
+        (usize::from(qpn) * 2 + usize::from(recv)) & (self.subs as usize - 1)
+    }
+
+    /// The ring slot of position `count` of sub-CQ `sub`.
+    #[inline(always)]
+    pub(crate) fn slot_of(&self, sub: usize, count: u16) -> u32 {
+        sub as u32 * self.depth + (u32::from(count) & (self.depth - 1))
+    }
+
+    /// efa-sim's provider consumed sub-CQ `sub` up to `count` (with sub-CQs; without, the
+    /// doorbell says it).
+    #[inline(always)]
+    pub(crate) fn sub_consumed_to(&self, sub: usize, count: u16) {
+        if let Some(c) = self.sub_consumed.get(sub) {
+            c.store(count, Ordering::Release);
+        }
     }
 
     /// The ring.
@@ -292,17 +349,25 @@ impl Cq {
         self.users.fetch_sub(1, Ordering::AcqRel);
     }
 
-    /// The consumer index the doorbell last reported.
-    fn consumer_index(&self) -> u16 {
-        (self.ring.doorbell().read() & REGS_CQ_DB_CONSUMER_INDEX_MASK) as u16
+    /// How far sub-CQ `sub` was consumed: the consumer index the doorbell last reported
+    /// (without sub-CQs), else the provider's position in it.
+    #[inline(always)]
+    fn consumer_index(&self, sub: usize) -> u16 {
+        if self.subs == 1 {
+            return (self.ring.doorbell().read() & REGS_CQ_DB_CONSUMER_INDEX_MASK) as u16;
+        }
+        self.sub_consumed
+            .get(sub)
+            .map_or(0, |c| c.load(Ordering::Acquire))
     }
 
     /// Writes a completion into the next slot (the caller holds the producer lock and
     /// checked there is room): every byte after the first word, then the first word, which
     /// holds the flags with the phase, by one atomic release store (`Ring::publish_slot`).
     #[inline(always)]
-    fn write(&self, p: &mut Producer, e: &Cqe) {
-        let slot = u32::from(p.at.count);
+    fn write(&self, p: &mut Producer, sub: usize, e: &Cqe) {
+        let at = &mut p.at[sub];
+        let slot = self.slot_of(sub, at.count);
         // A send completion is the 16-byte efa_io_tx_cdesc; the rest of the slot is unused.
         // Strict mode writes the entry in pieces, its phase last (Ring::publish_slot_torn).
         let publish = if self.rt.strict.is_some() {
@@ -311,11 +376,11 @@ impl Cq {
             Ring::publish_slot
         };
         if e.is_recv() {
-            publish(&self.ring, slot, &e.encode(p.at.phase));
+            publish(&self.ring, slot, &e.encode(at.phase));
         } else {
-            publish(&self.ring, slot, &e.encode_common(p.at.phase));
+            publish(&self.ring, slot, &e.encode_common(at.phase));
         }
-        p.at.advance(self.depth);
+        at.advance(self.depth);
     }
 
     /// The device adds a completion (lost if the ring is full, see the module doc).
@@ -363,12 +428,13 @@ impl Cq {
     /// (the producer lock is held). Returns whether it was written.
     #[inline(always)]
     fn add(&self, p: &mut Producer, e: &Cqe) -> bool {
-        let used = u32::from(p.at.count.wrapping_sub(self.consumer_index()));
+        let sub = self.sub_of(e.qp_num, e.is_recv());
+        let used = u32::from(p.at[sub].count.wrapping_sub(self.consumer_index(sub)));
         if used >= self.depth || self.overflowed.load(Ordering::Relaxed) {
             self.lose();
             return false;
         }
-        self.write(p, e);
+        self.write(p, sub, e);
         true
     }
 
@@ -399,7 +465,7 @@ impl Cq {
         self.armed.store(true, Ordering::Release);
         let pending = {
             let p = self.prod.lock();
-            p.at.count != self.consumer_index()
+            (0..self.subs as usize).any(|k| p.at[k].count != self.consumer_index(k))
         };
         if pending {
             self.notify();

@@ -12,6 +12,7 @@
 //! reports them as EINVAL, which consumers ignore; efa-sim purges them).
 
 use super::SpinLock;
+use crate::model::cq::MAX_SUB_CQS;
 use crate::model::{Completion, CompletionKind, Cq, Qp};
 use crate::ring::cqe::{self, Cqe};
 use crate::ring::Cursor;
@@ -35,7 +36,12 @@ struct Current {
 }
 
 struct PollState {
-    ci: Cursor,
+    /// Consumer positions, one per sub-CQ (the first only, without sub-CQs).
+    ci: [Cursor; MAX_SUB_CQS],
+    /// Entries consumed in all (libefa's `cq->cc`): the doorbell's consumer index.
+    cc: u16,
+    /// The sub-CQ looked at first by the next poll (libefa's `next_poll_idx`).
+    next_sub: usize,
     /// The consumer index last written to the doorbell.
     told: u16,
     cur: Option<Current>,
@@ -71,7 +77,9 @@ impl CqPoller {
         CqPoller {
             lock: SpinLock::new(),
             st: UnsafeCell::new(PollState {
-                ci: Cursor { count: 0, phase: 1 },
+                ci: [Cursor { count: 0, phase: 1 }; MAX_SUB_CQS],
+                cc: 0,
+                next_sub: 0,
                 told: 0,
                 cur: None,
                 cmd_sn: 0,
@@ -121,12 +129,23 @@ impl CqPoller {
         // SAFETY: forwarded.
         let st = unsafe { self.st() };
         let ring = cq.ring();
+        let (subs, depth) = (cq.sub_cqs() as usize, cq.depth());
         let mut raw = [0u8; cqe::SIZE];
         let mut progressed = false;
         loop {
-            let slot = u32::from(st.ci.count);
-            let flags = cqe::head_flags(ring.load_head(slot));
-            if cqe::phase_of(flags) != st.ci.phase {
+            // The next pending entry, the sub-CQs in turn from `next_sub` (libefa's
+            // round robin; one sub-CQ without them).
+            let mut found = None;
+            for i in 0..subs {
+                let k = (st.next_sub + i) & (subs - 1);
+                let slot = cq.slot_of(k, st.ci[k].count);
+                let flags = cqe::head_flags(ring.load_head(slot));
+                if cqe::phase_of(flags) == st.ci[k].phase {
+                    found = Some((k, slot, flags));
+                    break;
+                }
+            }
+            let Some((k, slot, flags)) = found else {
                 st.cur = None;
                 // Nothing here: drive the device's inbound path ourselves (once), so
                 // completions of frames already waiting appear without a thread hop.
@@ -137,7 +156,8 @@ impl CqPoller {
                     }
                 }
                 return None;
-            }
+            };
+            st.next_sub = (k + 1) & (subs - 1);
             // A send completion is 16 bytes; the rest of its slot is not read.
             let len = if cqe::is_recv_flags(flags) {
                 cqe::SIZE
@@ -145,7 +165,8 @@ impl CqPoller {
                 cqe::SEND_SIZE
             };
             ring.read_slot(slot, &mut raw[..len]);
-            st.ci.advance(ring.entries());
+            st.ci[k].advance(depth);
+            st.cc = st.cc.wrapping_add(1);
             let e = Cqe::decode(&raw, cq.options().with_sgid);
             if let Some(qp) = attached(st, cq, e.qp_num, e.is_recv()) {
                 if let Some(cur) = decode(qp, &e) {
@@ -155,8 +176,7 @@ impl CqPoller {
             }
             // Skipped (stale, or its QP gone): no retire will tell the device that its
             // slot is free, so tell it now (it loses completions that find the ring full).
-            st.told = st.ci.count;
-            ring.doorbell().write(db_value(st, false));
+            tell(st, cq, false);
         }
     }
 
@@ -171,9 +191,8 @@ impl CqPoller {
         // SAFETY: forwarded.
         let st = unsafe { self.st() };
         if let Some(cur) = st.cur.take() {
-            if st.told != st.ci.count {
-                st.told = st.ci.count;
-                cq.ring().doorbell().write(db_value(st, false));
+            if st.told != st.cc {
+                tell(st, cq, false);
             }
             match cur.owner {
                 Owner::None => {}
@@ -194,8 +213,7 @@ impl CqPoller {
     pub unsafe fn ring_doorbell(&self, cq: &Cq) {
         // SAFETY: forwarded.
         let st = unsafe { self.st() };
-        st.told = st.ci.count;
-        cq.ring().doorbell().write(db_value(st, false));
+        tell(st, cq, false);
     }
 
     /// Arms the CQ for one completion event (`ibv_req_notify_cq`): the doorbell with the
@@ -243,30 +261,46 @@ impl CqPoller {
         let st = unsafe { self.st() };
         let ring = cq.ring();
         let mut n = usize::from(st.cur.is_some());
-        let mut at = st.ci;
         let mut raw = [0u8; cqe::SIZE];
-        for _ in 0..ring.entries() {
-            let slot = u32::from(at.count);
-            if cqe::phase_of(cqe::head_flags(ring.load_head(slot))) != at.phase {
-                break;
-            }
-            ring.read_slot(slot, &mut raw);
-            at.advance(ring.entries());
-            let e = Cqe::decode(&raw, cq.options().with_sgid);
-            if cq
-                .attached_qp(u32::from(e.qp_num), e.is_recv())
-                .is_some_and(|qp| decode(qp, &e).is_some())
-            {
-                n += 1;
+        for k in 0..cq.sub_cqs() as usize {
+            let mut at = st.ci[k];
+            for _ in 0..cq.depth() {
+                let slot = cq.slot_of(k, at.count);
+                if cqe::phase_of(cqe::head_flags(ring.load_head(slot))) != at.phase {
+                    break;
+                }
+                ring.read_slot(slot, &mut raw);
+                at.advance(cq.depth());
+                let e = Cqe::decode(&raw, cq.options().with_sgid);
+                if cq
+                    .attached_qp(u32::from(e.qp_num), e.is_recv())
+                    .is_some_and(|qp| decode(qp, &e).is_some())
+                {
+                    n += 1;
+                }
             }
         }
         n
     }
 }
 
+/// Tells the device how far the consumer got: the doorbell's consumer index (entries
+/// consumed in all, as libefa writes it) and, with sub-CQs, the position in each.
+#[inline(always)]
+fn tell(st: &mut PollState, cq: &Cq, arm: bool) {
+    st.told = st.cc;
+    let subs = cq.sub_cqs() as usize;
+    if subs > 1 {
+        for (k, at) in st.ci.iter().enumerate().take(subs) {
+            cq.sub_consumed_to(k, at.count);
+        }
+    }
+    cq.ring().doorbell().write(db_value(st, arm));
+}
+
 /// The CQ doorbell word: consumer index, command sequence number, arm bit.
 fn db_value(st: &PollState, arm: bool) -> u32 {
-    let mut v = u32::from(st.ci.count) | (u32::from(st.cmd_sn & 3) << REGS_CQ_DB_CMD_SN_SHIFT);
+    let mut v = u32::from(st.cc) | (u32::from(st.cmd_sn & 3) << REGS_CQ_DB_CMD_SN_SHIFT);
     if arm {
         v |= REGS_CQ_DB_ARM_MASK;
     }

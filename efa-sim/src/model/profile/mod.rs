@@ -95,6 +95,10 @@ pub struct Profile {
     pub link_gbps: u32,
     /// Completion vectors.
     pub num_comp_vectors: u32,
+    /// Sub-CQs per CQ (rdma-core's `sub_cqs_per_cq`, which the device reports): 1, 2, 4
+    /// or 8, or 0 (the default) for the device's own count, 4 on first-generation EFA
+    /// (`vendor_part_id` 0xefa0; the count itself is UNCONFIRMED) and 1 elsewhere.
+    pub sub_cqs_per_cq: u16,
     /// How long a requester waits for a peer that answers nothing before failing the
     /// request with status 13 (milliseconds; default 1000, efa-sim's assumption: EFA
     /// documents none). Longer for many software devices on few cores, whose peers can
@@ -138,6 +142,22 @@ pub const CAP_RDMA_WRITE: u32 = efa_sys::efadv::EFADV_DEVICE_ATTR_CAPS_RDMA_WRIT
 /// `EFADV_DEVICE_ATTR_CAPS_UNSOLICITED_WRITE_RECV`.
 pub const CAP_UNSOLICITED_WRITE_RECV: u32 =
     efa_sys::efadv::EFADV_DEVICE_ATTR_CAPS_UNSOLICITED_WRITE_RECV;
+
+impl Profile {
+    /// The sub-CQs of each CQ ([`Profile::sub_cqs_per_cq`], its 0 resolved).
+    pub fn sub_cqs(&self) -> u32 {
+        match self.sub_cqs_per_cq {
+            0 if self.vendor_part_id == efa_sys::vendor::EFA_PART_ID_EFA0 => FIRST_GEN_SUB_CQS,
+            0 => 1,
+            n => u32::from(n),
+        }
+    }
+}
+
+/// Sub-CQs per CQ of a first-generation device when the profile names no count
+/// (UNCONFIRMED: no public dump of `sub_cqs_per_cq` exists; any count above one shows
+/// a consumer that polls only the first).
+pub const FIRST_GEN_SUB_CQS: u32 = 4;
 
 impl Default for Profile {
     fn default() -> Self {
@@ -188,6 +208,7 @@ impl Default for Profile {
             link_gbps: 100,
             num_comp_vectors: 1,
             peer_timeout_ms: crate::model::runtime::PEER_TIMEOUT.as_millis() as u32,
+            sub_cqs_per_cq: 0,
             read_completes_as_send: true,
             dmabuf_mr: true,
             ring_query: true,
@@ -233,6 +254,7 @@ pub const PROFILE_KEYS: &[&str] = &[
     "link_gbps",
     "num_comp_vectors",
     "peer_timeout_ms",
+    "sub_cqs_per_cq",
     "read_completes_as_send",
     "dmabuf_mr",
     "ring_query",
@@ -334,6 +356,12 @@ pub fn validate(p: &Profile) -> Result<(), String> {
         u32::MAX.into(),
         "",
     )?;
+    if !matches!(p.sub_cqs_per_cq, 0 | 1 | 2 | 4 | 8) {
+        return Err(format!(
+            "sub_cqs_per_cq={}: must be 0 (the device's count), 1, 2, 4 or 8",
+            p.sub_cqs_per_cq
+        ));
+    }
     range(
         "peer_timeout_ms",
         p.peer_timeout_ms.into(),

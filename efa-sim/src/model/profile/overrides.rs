@@ -126,6 +126,7 @@ pub fn apply(p: &mut Profile, key: &str, value: &str) -> Result<(), String> {
         "link_gbps" => p.link_gbps = parse_num(v)?,
         "num_comp_vectors" => p.num_comp_vectors = parse_num(v)?,
         "peer_timeout_ms" => p.peer_timeout_ms = parse_num(v)?,
+        "sub_cqs_per_cq" => p.sub_cqs_per_cq = parse_num(v)?,
         "read_completes_as_send" => p.read_completes_as_send = parse_bool(v)?,
         "read_opcode" => p.read_completes_as_send = parse_read_opcode(v)?,
         "dmabuf_mr" => p.dmabuf_mr = parse_bool(v)?,
