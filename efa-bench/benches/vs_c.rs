@@ -192,6 +192,10 @@
 //! | build_batch32 | 111.2 | 111.0 | 71.0 | 1.565 | 1.562 |
 //! | endpoint_codec | 1.2 | 1.2 | 1.2 | 0.998 | 0.999 |
 //!
+//! (Measured before issue 38. Since then efa-sim traps no doorbell unless asked to
+//! (`mmio_trap=1`): the direct side calls `efa_sim_direct_sq_doorbell` after its store and
+//! the device's work runs within the post, with no signal, as through efa-sim's libefa;
+//! the README's "Data paths" has `efa-perf` figures of both sides since.)
 //! The direct side's posts are dominated by efa-sim's emulation of the doorbell: the store
 //! traps, and the signal's round trip through the kernel costs about 1.7 to 2.5
 //! microseconds on this VM (a bare C program that traps and steps over a store took 2.2

@@ -15,9 +15,10 @@
 //! Only the posting thread is counted. On efa-sim the C and provider sides run the
 //! software device's work on it too (libefa's doorbell hands the WQEs to the device
 //! model within the post), while the direct side's doorbell is a store that efa-sim's
-//! watcher thread acts on, elsewhere (the children run with `mmio_trap=0`: see
-//! [`without_trap`]; outside callgrind, efa-sim consumes such a store on the storing
-//! thread, in its doorbell trap). So both ways are reported: as counted, and with the
+//! watcher thread acts on, elsewhere (the children run with `mmio_trap=0,direct_calls=0`:
+//! see [`without_trap`]; outside callgrind, efa-typestate calls
+//! `efa_sim_direct_sq_doorbell` after the store and efa-sim consumes it on the storing
+//! thread). So both ways are reported: as counted, and with the
 //! device's work taken out of the C and provider counts (the inclusive cost of the calls
 //! to efa-sim's `DeviceSq::process`, the device consuming the send queue, within the
 //! counted function, read from callgrind's call records). `dev` is the device's share of
@@ -74,16 +75,18 @@ fn collected(out: &Path) -> Result<(u64, u64), String> {
     Ok((total, device))
 }
 
-/// The child's `EFA_SIM_PROFILE`: the caller's, with efa-sim's doorbell trap off. The trap
+/// The child's `EFA_SIM_PROFILE`: the caller's, with efa-sim's doorbell trap (opt-in) and
+/// its calls for direct consumers off (`direct_calls=0`: the call returns at once, so only
+/// the direct side's own work is counted on its thread). The trap
 /// decodes the faulting store from the signal context, and callgrind reports a fault at
 /// the start of the translated block, not at the store (memcheck and `--tool=none` are
 /// exact): efa-sim then opens the page, and the thread resumes at the block's start,
-/// running its first instructions twice. With `mmio_trap=0` the doorbells are plain
-/// memory and efa-sim's watcher thread consumes them, off the counted thread.
+/// running its first instructions twice. With both off the doorbells are plain memory and
+/// efa-sim's watcher thread consumes them, off the counted thread.
 fn without_trap() -> String {
     match std::env::var("EFA_SIM_PROFILE") {
-        Ok(p) if !p.trim().is_empty() => format!("{p},mmio_trap=0"),
-        _ => "mmio_trap=0".to_string(),
+        Ok(p) if !p.trim().is_empty() => format!("{p},mmio_trap=0,direct_calls=0"),
+        _ => "mmio_trap=0,direct_calls=0".to_string(),
     }
 }
 

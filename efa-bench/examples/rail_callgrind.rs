@@ -12,7 +12,7 @@
 //! costs cancel, and the fewest leaves out most of the polls made while waiting, whose
 //! number depends on timing. With the provider backend the count includes efa-sim's
 //! device work (run within the post) on both sides; with the direct one the device's work
-//! runs on efa-sim's watcher thread (the children run with `mmio_trap=0`, as in
+//! runs on efa-sim's watcher thread (the children run with `mmio_trap=0,direct_calls=0`, as in
 //! efa-bench's callgrind example: callgrind's fault contexts are not exact enough for
 //! efa-sim's doorbell trap), so the counts are the library's own.
 use std::process::{Command, ExitCode};
@@ -162,8 +162,12 @@ fn count(side: &str, chunks: u64, backend: &str) -> Result<u64, String> {
         .arg(std::env::current_exe().map_err(|e| e.to_string())?)
         .args(["--child", side, &chunks.to_string(), backend])
         .env("EFA_SIM_DEVICES", RAILS.to_string())
-        // No doorbell trap under callgrind (see efa-bench's callgrind example).
-        .env("EFA_SIM_PROFILE", "max_rdma_size=4096,mmio_trap=0")
+        // No doorbell trap and no direct calls under callgrind (see efa-bench's callgrind
+        // example).
+        .env(
+            "EFA_SIM_PROFILE",
+            "max_rdma_size=4096,mmio_trap=0,direct_calls=0",
+        )
         .output()
         .map_err(|e| format!("valgrind: {e}"))?;
     if !status.status.success() {

@@ -11,6 +11,9 @@
 //! calls them is served by the watcher. efa-typestate looks them up with `dlsym` (so they
 //! are absent, and never called, on rdma-core).
 //!
+//! The profile key `direct_calls=0` makes them return at once (the watcher then does the
+//! work), for instruction counts of a consumer's own work.
+//!
 //! All three take objects this library created, as every verb does, and return 0 (or 1
 //! from `efa_sim_direct_progress` when it did work); a NULL pointer is EINVAL.
 
@@ -27,7 +30,9 @@ unsafe extern "C" fn efa_sim_direct_sq_doorbell(qp: *mut v::ibv_qp) -> c_int {
     }
     // SAFETY: qp is ours (the function's contract, as for every verb).
     let model = &unsafe { SimQp::from_ibv(qp) }.model;
-    model.direct_doorbell();
+    if model.pd().rt.profile.direct_calls {
+        model.direct_doorbell();
+    }
     0
 }
 export!("EFA_SIM_1.0", efa_sim_direct_sq_doorbell => efa_sim_direct_sq_doorbell);
@@ -39,7 +44,9 @@ unsafe extern "C" fn efa_sim_direct_cq_doorbell(cq: *mut v::ibv_cq) -> c_int {
     }
     // SAFETY: cq is ours.
     let model = &unsafe { SimCq::from_ibv(cq) }.model;
-    model.doorbell_written();
+    if model.rt.profile.direct_calls {
+        model.doorbell_written();
+    }
     0
 }
 export!("EFA_SIM_1.0", efa_sim_direct_cq_doorbell => efa_sim_direct_cq_doorbell);
@@ -53,6 +60,6 @@ unsafe extern "C" fn efa_sim_direct_progress(cq: *mut v::ibv_cq) -> c_int {
     }
     // SAFETY: cq is ours.
     let model = &unsafe { SimCq::from_ibv(cq) }.model;
-    c_int::from(model.progress())
+    c_int::from(model.rt.profile.direct_calls && model.progress())
 }
 export!("EFA_SIM_1.0", efa_sim_direct_progress => efa_sim_direct_progress);

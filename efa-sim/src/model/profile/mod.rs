@@ -121,6 +121,11 @@ pub struct Profile {
     /// plain memory that the watcher scans, and a consumer may call
     /// `efa_sim_direct_sq_doorbell` after its store (efa-typestate does).
     pub mmio_trap: bool,
+    /// Whether efa-sim's calls for direct consumers (`efa_sim_direct_sq_doorbell`,
+    /// `_cq_doorbell`, `_progress`) do the device's work on the caller's thread (off:
+    /// they return at once and the watcher does it, as for a consumer that never calls
+    /// them; instruction counts of a direct consumer's own work use this).
+    pub direct_calls: bool,
     /// Whether `ibv_reg_mr` on CUDA device memory works (the nvidia_peermem path; off:
     /// EFAULT, as the kernel fails to pin GPU pages without nvidia_peermem).
     pub peermem: bool,
@@ -213,6 +218,7 @@ impl Default for Profile {
             dmabuf_mr: true,
             ring_query: true,
             mmio_trap: false,
+            direct_calls: true,
             peermem: true,
             strict: false,
         }
@@ -259,6 +265,7 @@ pub const PROFILE_KEYS: &[&str] = &[
     "dmabuf_mr",
     "ring_query",
     "mmio_trap",
+    "direct_calls",
     "peermem",
     "strict",
 ];

@@ -132,6 +132,7 @@ pub fn apply(p: &mut Profile, key: &str, value: &str) -> Result<(), String> {
         "dmabuf_mr" => p.dmabuf_mr = parse_bool(v)?,
         "ring_query" => p.ring_query = parse_bool(v)?,
         "mmio_trap" => p.mmio_trap = parse_bool(v)?,
+        "direct_calls" => p.direct_calls = parse_bool(v)?,
         "peermem" => p.peermem = parse_bool(v)?,
         "strict" => p.strict = parse_bool(v)?,
         _ => {
