@@ -11,6 +11,7 @@ use efa_typestate::{
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
+use crate::credits::Credits;
 use crate::device::{Context, SCtx};
 use crate::errors::{busy, closed, OrRaise};
 use crate::wc::WcPool;
@@ -38,11 +39,12 @@ macro_rules! with_cq {
 fn poll_into<const N: usize>(
     cq: &AnyCq,
     out: &Bound<'_, PyList>,
-    sgid: bool,
+    (sgid, credits): (bool, &Credits),
     (pool, at): (&WcPool, &mut usize),
 ) -> PyResult<(usize, usize)> {
     let mut buf = ArrayVec::<Completion, N>::new();
     let n = with_cq!(cq, q => q.poll(&mut buf)).or_raise("ibv_poll_cq")?;
+    credits.polled(buf.iter().map(|c| c.qp_num()));
     pool.append(out.py(), out, &buf, sgid, at)?;
     Ok((N, n))
 }
@@ -142,6 +144,8 @@ pub struct CQ {
     unsolicited: bool,
     /// The `WC`s polls handed out, rewritten once the program dropped them.
     pool: WcPool,
+    /// The work requests posted to this CQ's QPs and not yet polled (shared with them).
+    pub(crate) credits: Arc<Credits>,
 }
 
 /// An extended EFA completion queue (`efadv_create_cq`): sender GIDs and unsolicited
@@ -184,7 +188,9 @@ impl CQ {
             )),
         };
         let id = with_cq!(&inner, q => q.id());
+        let credits = Credits::new(with_cq!(&inner, q => q.depth()));
         let base = CQ {
+            credits,
             unacked: AtomicU32::new(0),
             inner: Some(inner),
             context: ctx.clone().unbind(),
@@ -228,13 +234,25 @@ impl CQ {
         // `num_entries` stay in the CQ), until the CQ runs dry.
         while left > 0 {
             let (asked, got) = match left {
-                64.. => poll_into::<64>(cq, &out, self.sgid, (&self.pool, &mut at))?,
-                32..=63 => poll_into::<32>(cq, &out, self.sgid, (&self.pool, &mut at))?,
-                16..=31 => poll_into::<16>(cq, &out, self.sgid, (&self.pool, &mut at))?,
-                8..=15 => poll_into::<8>(cq, &out, self.sgid, (&self.pool, &mut at))?,
-                4..=7 => poll_into::<4>(cq, &out, self.sgid, (&self.pool, &mut at))?,
-                2..=3 => poll_into::<2>(cq, &out, self.sgid, (&self.pool, &mut at))?,
-                _ => poll_into::<1>(cq, &out, self.sgid, (&self.pool, &mut at))?,
+                64.. => {
+                    poll_into::<64>(cq, &out, (self.sgid, &self.credits), (&self.pool, &mut at))?
+                }
+                32..=63 => {
+                    poll_into::<32>(cq, &out, (self.sgid, &self.credits), (&self.pool, &mut at))?
+                }
+                16..=31 => {
+                    poll_into::<16>(cq, &out, (self.sgid, &self.credits), (&self.pool, &mut at))?
+                }
+                8..=15 => {
+                    poll_into::<8>(cq, &out, (self.sgid, &self.credits), (&self.pool, &mut at))?
+                }
+                4..=7 => {
+                    poll_into::<4>(cq, &out, (self.sgid, &self.credits), (&self.pool, &mut at))?
+                }
+                2..=3 => {
+                    poll_into::<2>(cq, &out, (self.sgid, &self.credits), (&self.pool, &mut at))?
+                }
+                _ => poll_into::<1>(cq, &out, (self.sgid, &self.credits), (&self.pool, &mut at))?,
             };
             left -= got;
             if got < asked {

@@ -13,6 +13,7 @@ use pyo3::prelude::*;
 
 mod abi;
 mod cq;
+mod credits;
 mod device;
 mod errors;
 mod gpu;

@@ -215,8 +215,17 @@ pub fn post_send(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()
     let mut start = 0;
     while start < n {
         let end = (start + CHUNK).min(n);
-        if !post_simple_chunk(qp, py, &t, &list, start, end)? {
-            post_send_chunk(qp, py, &t, &list, start, end)?;
+        // The send CQ's entries for these requests (given back if the post fails).
+        let k = (end - start) as u32;
+        qp.send_credits.reserve("post_send", qp.qp_num, k)?;
+        let posted = match post_simple_chunk(qp, py, &t, &list, start, end) {
+            Ok(true) => Ok(()),
+            Ok(false) => post_send_chunk(qp, py, &t, &list, start, end),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = posted {
+            qp.send_credits.release(qp.qp_num, k);
+            return Err(e);
         }
         start = end;
     }
@@ -354,13 +363,17 @@ pub fn post_recv(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()
             batch.push(*wr_id, bufs).or_raise("post_recv")?;
         }
         let staged = Staged(&batch);
+        // The receive CQ's entries for these requests (given back if the post fails).
+        let k = (end - start) as u32;
+        qp.recv_credits.reserve("post_recv", qp.qp_num, k)?;
         py.allow_threads(move || {
             let staged = staged;
             // SAFETY: as for sends (see `post_send_chunk`): the receive buffers are kept
             // allocated by their MRs' owners.
             unsafe { q.post_recv(staged.0) }
         })
-        .or_raise("post_recv")?;
+        .or_raise("post_recv")
+        .inspect_err(|_| qp.recv_credits.release(qp.qp_num, k))?;
         start = end;
     }
     Ok(())

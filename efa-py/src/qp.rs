@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::cq::{AnyCq, CQ};
+use crate::credits::Credits;
 use crate::errors::{busy, closed, invalid, OrRaise};
 use crate::pd::{SPd, PD};
 
@@ -191,7 +192,16 @@ pub struct QP {
     #[pyo3(get)]
     send_ops_flags: u32,
     pub(crate) sq_sig_all: bool,
-    qp_num: u32,
+    pub(crate) qp_num: u32,
+    /// The free entries of the send and receive CQs, taken by posts (`crate::credits`).
+    pub(crate) send_credits: Arc<Credits>,
+    pub(crate) recv_credits: Arc<Credits>,
+}
+
+impl Drop for QP {
+    fn drop(&mut self) {
+        self.forget_credits();
+    }
 }
 
 impl QP {
@@ -223,13 +233,21 @@ impl QP {
             cfg = cfg.unsolicited_write_recv();
         }
         let p = Arc::clone(pd.borrow().get()?);
-        let s = a.send_cq.borrow(py).get()?.clone();
-        let r = a.recv_cq.borrow(py).get()?.clone();
+        let (s, send_credits) = {
+            let c = a.send_cq.borrow(py);
+            (c.get()?.clone(), Arc::clone(&c.credits))
+        };
+        let (r, recv_credits) = {
+            let c = a.recv_cq.borrow(py);
+            (c.get()?.clone(), Arc::clone(&c.credits))
+        };
+        // CQs smaller than the QP's depths are accepted, as libefa accepts them; posts
+        // are bounded by the CQs' free entries instead (`crate::credits`).
         let reset = match (s, r) {
-            (AnyCq::Classic(s), AnyCq::Classic(r)) => Qp::new(p, s, r, &cfg),
-            (AnyCq::Classic(s), AnyCq::Ext(r)) => Qp::new(p, s, r, &cfg),
-            (AnyCq::Ext(s), AnyCq::Classic(r)) => Qp::new(p, s, r, &cfg),
-            (AnyCq::Ext(s), AnyCq::Ext(r)) => Qp::new(p, s, r, &cfg),
+            (AnyCq::Classic(s), AnyCq::Classic(r)) => Qp::new_bounding_cqs(p, s, r, &cfg),
+            (AnyCq::Classic(s), AnyCq::Ext(r)) => Qp::new_bounding_cqs(p, s, r, &cfg),
+            (AnyCq::Ext(s), AnyCq::Classic(r)) => Qp::new_bounding_cqs(p, s, r, &cfg),
+            (AnyCq::Ext(s), AnyCq::Ext(r)) => Qp::new_bounding_cqs(p, s, r, &cfg),
         }
         .or_raise("create_qp")?;
         let dynq = reset.into_dyn();
@@ -242,7 +260,16 @@ impl QP {
             qp_type: a.qp_type,
             send_ops_flags: a.send_ops_flags.unwrap_or(all),
             sq_sig_all: a.sq_sig_all,
+            send_credits,
+            recv_credits,
         })
+    }
+    /// The QP is gone (closed or dropped): its requests no longer hold CQ entries.
+    fn forget_credits(&mut self) {
+        if self.inner.take().is_some() {
+            self.send_credits.forget(self.qp_num);
+            self.recv_credits.forget(self.qp_num);
+        }
     }
     pub(crate) fn get(&self) -> PyResult<&DynQp<SPd>> {
         self.inner.as_ref().ok_or_else(|| closed("QP"))
@@ -412,7 +439,9 @@ impl QP {
     }
     /// Destroys the QP (its posted work requests are flushed).
     fn close(slf: &Bound<'_, Self>) -> PyResult<()> {
-        slf.try_borrow_mut().map_err(|_| busy("QP"))?.inner = None;
+        slf.try_borrow_mut()
+            .map_err(|_| busy("QP"))?
+            .forget_credits();
         Ok(())
     }
     #[getter]
