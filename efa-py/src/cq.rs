@@ -11,6 +11,7 @@ use efa_typestate::{
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
+use crate::args::value_error;
 use crate::credits::Credits;
 use crate::device::{Context, SCtx};
 use crate::errors::{busy, closed, OrRaise};
@@ -54,7 +55,7 @@ fn poll_into<const N: usize>(
 pub struct CompChannel {
     inner: Option<SChannel>,
     #[pyo3(get)]
-    context: Py<Context>,
+    pub(crate) context: Py<Context>,
     /// The CQs made on this channel, to hand back from `get_cq_event` (weak: a CQ keeps
     /// its channel, not the other way round). Behind a lock, not `&mut self`: a CQ may
     /// be made on the channel while another thread waits in `get_cq_event`.
@@ -137,7 +138,7 @@ pub struct CQ {
     unacked: AtomicU32,
     pub(crate) inner: Option<AnyCq>,
     #[pyo3(get)]
-    context: Py<Context>,
+    pub(crate) context: Py<Context>,
     #[pyo3(get)]
     channel: Option<Py<CompChannel>>,
     sgid: bool,
@@ -224,8 +225,12 @@ impl CQ {
 #[pymethods]
 impl CQ {
     /// Polls up to `num_entries` completions (never blocks); returns a list of `WC`.
-    fn poll<'py>(&self, py: Python<'py>, num_entries: usize) -> PyResult<Bound<'py, PyList>> {
+    fn poll<'py>(&self, py: Python<'py>, num_entries: i32) -> PyResult<Bound<'py, PyList>> {
         let cq = self.get()?;
+        if num_entries <= 0 {
+            return Err(value_error("num_entries must be positive"));
+        }
+        let num_entries = num_entries as usize;
         let out = PyList::empty(py);
         let mut left = num_entries;
         // Where the WC pool is looked at next, across this poll's provider calls.
@@ -284,6 +289,9 @@ impl CQ {
     #[pyo3(signature = (nevents=1))]
     fn ack_events(&self, nevents: u32) -> PyResult<()> {
         self.get()?;
+        if nevents == 0 {
+            return Err(value_error("nevents must be positive"));
+        }
         self.unacked
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
                 n.checked_sub(nevents)
@@ -352,4 +360,14 @@ pub struct CQAttr {
     entry_size: u32,
     num_entries: u32,
     doorbell_addr: usize,
+}
+
+#[pymethods]
+impl CQAttr {
+    fn __repr__(&self) -> String {
+        format!(
+            "CQAttr(buffer_addr=0x{:x}, entry_size={}, num_entries={}, doorbell_addr=0x{:x})",
+            self.buffer_addr, self.entry_size, self.num_entries, self.doorbell_addr
+        )
+    }
 }

@@ -90,9 +90,9 @@ pub struct Gid(pub [u8; 16]);
 impl Gid {
     #[new]
     fn new(raw: &[u8]) -> PyResult<Self> {
-        let raw: [u8; 16] = raw.try_into().map_err(|_| {
-            crate::errors::invalid("Gid", format!("a GID is 16 bytes, not {}", raw.len()))
-        })?;
+        let raw: [u8; 16] = raw
+            .try_into()
+            .map_err(|_| crate::args::value_error("gid must be exactly 16 bytes"))?;
         Ok(Gid(raw))
     }
     #[getter]
@@ -382,29 +382,43 @@ impl Context {
     #[pyo3(signature = (cqe, channel=None, comp_vector=0))]
     fn create_cq(
         slf: &Bound<'_, Self>,
-        cqe: u32,
+        cqe: i32,
         channel: Option<Py<crate::cq::CompChannel>>,
-        comp_vector: u32,
+        comp_vector: i32,
     ) -> PyResult<PyObject> {
+        let (cqe, comp_vector) = cq_args(slf, cqe, channel.as_ref(), comp_vector)?;
         crate::cq::CQ::create(slf, cqe, channel, comp_vector, false, false, false)
     }
     /// Creates an extended EFA completion queue (`efadv_create_cq`).
     #[pyo3(signature = (cqe, channel=None, comp_vector=0, wc_flags=None, sgid=false, unsolicited=false))]
     fn create_cq_ex(
         slf: &Bound<'_, Self>,
-        cqe: u32,
+        cqe: i32,
         channel: Option<Py<crate::cq::CompChannel>>,
-        comp_vector: u32,
+        comp_vector: i32,
         wc_flags: Option<u64>,
         sgid: bool,
         unsolicited: bool,
     ) -> PyResult<PyObject> {
         let _ = wc_flags; // every standard field is always reported
+        let (cqe, comp_vector) = cq_args(slf, cqe, channel.as_ref(), comp_vector)?;
         crate::cq::CQ::create(slf, cqe, channel, comp_vector, true, sgid, unsolicited)
     }
-    /// Closes this handle; the device stays open while objects made from it live.
+    /// Closes the device context; as in the package, `EfaError` (`EBUSY`) while objects
+    /// made from it (PDs, CQs, completion channels, and what they hold) are open.
     fn close(slf: &Bound<'_, Self>) -> PyResult<()> {
-        slf.try_borrow_mut().map_err(|_| busy("Context"))?.inner = None;
+        let mut me = slf.try_borrow_mut().map_err(|_| busy("Context"))?;
+        if let Some(ctx) = &me.inner {
+            let children = Arc::strong_count(ctx) - 1;
+            if children != 0 {
+                return Err(crate::errors::invalid_errno(
+                    "ibv_close_device",
+                    crate::errors::EBUSY,
+                    format!("cannot close context with {children} open child resource(s)"),
+                ));
+            }
+        }
+        me.inner = None;
         Ok(())
     }
     #[getter]
@@ -426,4 +440,31 @@ impl Context {
             self.inner.is_none()
         )
     }
+}
+
+/// `create_cq`'s arguments, checked as the package checks them (`ValueError`): a
+/// positive size, a completion vector of the context, a channel of this context.
+fn cq_args(
+    ctx: &Bound<'_, Context>,
+    cqe: i32,
+    channel: Option<&Py<crate::cq::CompChannel>>,
+    comp_vector: i32,
+) -> PyResult<(u32, u32)> {
+    let vectors = ctx.borrow().get()?.num_comp_vectors();
+    if cqe <= 0 {
+        return Err(crate::args::value_error("cqe must be positive"));
+    }
+    let comp_vector = u32::try_from(comp_vector)
+        .ok()
+        .filter(|v| *v < vectors)
+        .ok_or_else(|| crate::args::value_error("comp_vector is outside the context's range"))?;
+    if let Some(ch) = channel {
+        let ch = ch.bind(ctx.py());
+        if !ch.borrow().context.bind(ctx.py()).is(ctx) {
+            return Err(crate::args::value_error(
+                "completion channel must belong to this context",
+            ));
+        }
+    }
+    Ok((cqe as u32, comp_vector))
 }

@@ -26,7 +26,7 @@ pub fn classes(py: Python<'_>) -> PyResult<&(Py<PyType>, Py<PyType>)> {
 pub const EINVAL: i32 = Errno::EINVAL.0;
 pub const EBADF: i32 = Errno::EBADF.0;
 pub const EOPNOTSUPP: i32 = Errno::EOPNOTSUPP.0;
-const EBUSY: i32 = Errno::EBUSY.0;
+pub const EBUSY: i32 = Errno::EBUSY.0;
 const EIO: i32 = Errno::EIO.0;
 
 /// An `EfaError` for `operation` with `errno` and `message`.

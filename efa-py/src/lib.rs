@@ -12,6 +12,7 @@
 use pyo3::prelude::*;
 
 mod abi;
+mod args;
 mod cq;
 mod credits;
 mod device;
@@ -23,6 +24,19 @@ mod post;
 mod qp;
 mod wc;
 mod wr;
+
+/// True: the extension links libibverbs and libefa (as the package's `_linked` says it
+/// loaded them); importing it fails without them.
+#[pyfunction]
+fn _linked() -> bool {
+    true
+}
+
+/// True: the extension links `ibv_reg_dmabuf_mr` (rdma-core 34 and newer).
+#[pyfunction]
+fn _has_dmabuf() -> bool {
+    true
+}
 
 #[pymodule]
 fn _efa(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -36,6 +50,8 @@ fn _efa(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(gpu::_flush_gpudirect_writes, m)?)?;
     m.add_function(wrap_pyfunction!(wc::_wc_created, m)?)?;
     m.add_function(wrap_pyfunction!(abi::_abi, m)?)?;
+    m.add_function(wrap_pyfunction!(_linked, m)?)?;
+    m.add_function(wrap_pyfunction!(_has_dmabuf, m)?)?;
     wc::install_members(m.py())?;
     m.add_class::<device::Device>()?;
     m.add_class::<device::Context>()?;

@@ -9,8 +9,9 @@ use efa_typestate::{
     Sge,
 };
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyTuple};
+use pyo3::types::{PyBytes, PyInt, PyTuple};
 
+use crate::args::{int_in, int_or, value_error, U32_MAX, U64_MAX};
 use crate::device::{Context, Gid, SCtx};
 use crate::errors::{busy, closed, invalid, OrRaise};
 use crate::memory::PyMemory;
@@ -22,7 +23,7 @@ pub type SPd = Arc<RPd<SCtx>>;
 pub struct PD {
     pub(crate) inner: Option<SPd>,
     #[pyo3(get)]
-    context: Py<Context>,
+    pub(crate) context: Py<Context>,
     /// lkey -> MR (a `WeakValueDictionary`): SGEs given as address + lkey find their MR here.
     pub(crate) mrs: PyObject,
 }
@@ -61,20 +62,33 @@ impl PD {
     fn reg_mr(
         slf: &Bound<'_, Self>,
         target: &Bound<'_, PyAny>,
-        length: Option<usize>,
+        length: Option<&Bound<'_, PyAny>>,
         access: u32,
     ) -> PyResult<Py<MR>> {
         let py = slf.py();
         let flags = access_of(access);
         let wants_write =
             flags.contains(AccessFlags::LOCAL_WRITE) || flags.contains(AccessFlags::REMOTE_WRITE);
-        let (addr, len, owner): (usize, usize, PyObject) = if let Ok(addr) =
-            target.extract::<usize>()
-        {
-            let len = length
+        let (addr, len, owner): (usize, usize, PyObject) = if target.is_instance_of::<PyInt>() {
+            // The package's form and checks (ValueError).
+            let addr = int_in(target, 0, U64_MAX, "addr must be between 0 and 2**64 - 1")?;
+            let length = length
                 .ok_or_else(|| invalid("ibv_reg_mr", "an integer address needs a length".into()))?;
+            let len = int_in(length, 1, U64_MAX, "length must be between 1 and 2**64 - 1")?;
+            if addr + len > U64_MAX + 1 {
+                return Err(value_error("memory region address range exceeds 2**64"));
+            }
+            let too_big = || {
+                invalid(
+                    "ibv_reg_mr",
+                    "the range exceeds this machine's addresses".into(),
+                )
+            };
+            let addr = usize::try_from(addr).map_err(|_| too_big())?;
+            let len = usize::try_from(len).map_err(|_| too_big())?;
             (addr, len, py.None())
         } else {
+            let length: Option<usize> = length.map(|l| l.extract()).transpose()?;
             let span = py
                 .import("efa._buffers")?
                 .getattr("host_span")?
@@ -157,15 +171,13 @@ impl PD {
         let raw: [u8; 16] = if let Ok(g) = addr.downcast::<Gid>() {
             g.get().0
         } else if let Ok(attr) = addr.downcast::<crate::qp::AHAttr>() {
-            attr.borrow().gid()?
+            attr.borrow().gid(slf.py())?
         } else {
-            let b: Vec<u8> = addr.extract()?;
-            b.try_into().map_err(|b: Vec<u8>| {
-                invalid(
-                    "ibv_create_ah",
-                    format!("a GID is 16 bytes, not {}", b.len()),
-                )
-            })?
+            // As the package: `bytes(addr)`, which must be 16 bytes (ValueError).
+            let b = slf.py().get_type::<PyBytes>().call1((addr,))?;
+            let b: &[u8] = b.downcast::<PyBytes>()?.as_bytes();
+            b.try_into()
+                .map_err(|_| value_error("dgid must be 16 bytes"))?
         };
         let pd = Arc::clone(slf.borrow().get()?);
         let ah = RAh::new(pd, efa_typestate::Gid(raw)).or_raise("ibv_create_ah")?;
@@ -280,6 +292,10 @@ impl MR {
     pub(crate) fn lkey_raw(&self) -> u32 {
         self.lkey
     }
+    /// The registered length.
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
     /// Copies registered bytes at `offset` into `out` (host registrations only).
     pub(crate) fn copy_out(&self, offset: usize, out: &mut [u8]) -> PyResult<()> {
         if !self.host_view {
@@ -367,16 +383,33 @@ impl MR {
     fn closed(&self) -> bool {
         self.inner.is_none()
     }
-    /// An `SGE` for `length` bytes (default: the rest) at `offset`.
-    #[pyo3(signature = (length=None, offset=0))]
-    fn sge(slf: &Bound<'_, Self>, length: Option<u64>, offset: u64) -> PyResult<crate::wr::SGE> {
+    /// An `SGE` for `length` bytes (default: the rest) at `offset`; `ValueError` (as in
+    /// the package) for a range outside the MR.
+    #[pyo3(signature = (length=None, offset=None))]
+    fn sge(
+        slf: &Bound<'_, Self>,
+        length: Option<&Bound<'_, PyAny>>,
+        offset: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<crate::wr::SGE> {
         let me = slf.borrow();
-        let kind = me.get()?;
-        let length = length.unwrap_or_else(|| me.len.saturating_sub(offset));
-        with_mr!(kind, m => m.sge(offset, length)).or_raise("MR.sge")?;
+        me.get()?;
+        let len = i128::from(me.len);
+        let offset = int_or(
+            offset,
+            0,
+            (0, len),
+            "SGE offset is outside the memory region",
+        )?;
+        let length = match length {
+            None => len - offset,
+            Some(l) => int_in(l, 0, U32_MAX, "SGE length must be between 0 and 2**32 - 1")?,
+        };
+        if length > len - offset || length > U32_MAX {
+            return Err(value_error("SGE range exceeds the memory region"));
+        }
         Ok(crate::wr::SGE::of_mr(
             slf,
-            me.base + offset,
+            me.base + offset as u64,
             length as u32,
             me.lkey,
         ))
@@ -447,6 +480,16 @@ pub struct MRAttr {
     recv_ic_id: u16,
     rdma_read_ic_id: u16,
     rdma_recv_ic_id: u16,
+}
+
+#[pymethods]
+impl MRAttr {
+    fn __repr__(&self) -> String {
+        format!(
+            "MRAttr(ic_id_validity=0x{:x}, recv_ic_id={}, rdma_read_ic_id={}, rdma_recv_ic_id={})",
+            self.ic_id_validity, self.recv_ic_id, self.rdma_read_ic_id, self.rdma_recv_ic_id
+        )
+    }
 }
 
 /// An address handle naming a remote EFA device (by GID).

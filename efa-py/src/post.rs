@@ -16,6 +16,7 @@ use pyo3::types::{PyList, PyType};
 use pyo3::PyClass;
 use std::marker::PhantomData;
 
+use crate::args::value_error;
 use crate::errors::{invalid, OrRaise};
 use crate::pd::{MrKind, AH, MR};
 use crate::qp::QP;
@@ -247,10 +248,7 @@ fn post_send_chunk<'py>(
     for i in start..end {
         let item = list.get_item(i)?;
         let wr = t.wr.cast(&item)?.borrow();
-        if wr.send_flags & SIGNALED == 0 && !qp.sq_sig_all {
-            return Err(not_signaled(wr.wr_id));
-        }
-        let ah = wr.ah.as_ref().ok_or_else(|| no_destination(wr.wr_id))?;
+        let ah = check_wr(qp, &wr)?;
         ahs.push(ah.bind(py).borrow());
         plans.push(Plan {
             wr_id: wr.wr_id,
@@ -379,20 +377,48 @@ pub fn post_recv(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()
     Ok(())
 }
 
-fn not_signaled(wr_id: u64) -> PyErr {
-    invalid(
-        "post_send",
-        format!(
-            "work request {wr_id} is not SIGNALED: EFA completes every send (set SendFlags.SIGNALED or sq_sig_all=True)"
-        ),
-    )
-}
-
-fn no_destination(wr_id: u64) -> PyErr {
-    invalid(
-        "post_send",
-        format!("work request {wr_id} names no destination (dest= or ah=)"),
-    )
+/// A request's checks before its SGEs are looked at, in the package's order: a
+/// destination, an opcode EFA posts, one the QP was created with (`ValueError`, as the
+/// package raises them), then signaling (the package's `EfaError`, `EINVAL`). Returns
+/// the destination.
+fn check_wr<'a>(qp: &QP, wr: &'a SendWR) -> PyResult<&'a Py<AH>> {
+    use efa_typestate::sys::verbs::ibv_wr_opcode as Op;
+    use efa_typestate::SendOps;
+    let ah = wr.ah.as_ref().ok_or_else(|| {
+        value_error(
+            "EFA sends are connectionless: each SendWR needs a destination \
+             (dest=Peer or ah/remote_qpn/remote_qkey)",
+        )
+    })?;
+    let need = match wr.opcode {
+        Op::IBV_WR_SEND => SendOps::SEND,
+        Op::IBV_WR_SEND_WITH_IMM => SendOps::SEND_WITH_IMM,
+        Op::IBV_WR_RDMA_READ => SendOps::RDMA_READ,
+        Op::IBV_WR_RDMA_WRITE => SendOps::RDMA_WRITE,
+        Op::IBV_WR_RDMA_WRITE_WITH_IMM => SendOps::RDMA_WRITE_WITH_IMM,
+        o => {
+            return Err(value_error(format!(
+                "EFA supports SEND, SEND_WITH_IMM, RDMA_READ, RDMA_WRITE and \
+                 RDMA_WRITE_WITH_IMM (got opcode {o})"
+            )))
+        }
+    };
+    if qp.send_ops_flags & need.bits() == 0 {
+        return Err(value_error(format!(
+            "opcode {} is not enabled in this QP's send_ops_flags",
+            wr.opcode
+        )));
+    }
+    if wr.send_flags & SIGNALED == 0 && !qp.sq_sig_all {
+        return Err(invalid(
+            "post_send",
+            format!(
+                "work request {} is not SIGNALED: EFA completes every send (set SendFlags.SIGNALED or sq_sig_all=True)",
+                wr.wr_id
+            ),
+        ));
+    }
+    Ok(ah)
 }
 
 fn send_op(op: u32, remote: RemoteBuffer, imm: u32) -> PyResult<SendOp> {
@@ -453,10 +479,7 @@ fn post_simple_chunk<'py>(
         let Some(mr) = &sge.mr else {
             return Ok(false);
         };
-        if wr.send_flags & SIGNALED == 0 && !qp.sq_sig_all {
-            return Err(not_signaled(wr.wr_id));
-        }
-        let ah = wr.ah.as_ref().ok_or_else(|| no_destination(wr.wr_id))?;
+        let ah = check_wr(qp, &wr)?;
         // Consecutive requests usually name the same AH and MR: one borrow serves them.
         if !ahs.last().is_some_and(|last| last.as_ptr() == ah.as_ptr()) {
             ahs.push(ah.bind(py).borrow());

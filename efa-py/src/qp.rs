@@ -5,8 +5,9 @@ use std::sync::Arc;
 use efa_typestate::sys::verbs::{ibv_qp_attr_mask as Mask, ibv_qp_type};
 use efa_typestate::{DynQp, Qp, QpConfig, QpStateKind, SendOps};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyTuple};
 
+use crate::args::value_error;
 use crate::cq::{AnyCq, CQ};
 use crate::credits::Credits;
 use crate::errors::{busy, closed, invalid, OrRaise};
@@ -112,7 +113,7 @@ impl QPInitAttr {
 /// Address-handle attributes: on EFA only `dgid` matters.
 #[pyclass(module = "efa._efa", get_all, set_all)]
 pub struct AHAttr {
-    dgid: Option<Vec<u8>>,
+    dgid: Py<PyBytes>,
     sgid_index: u8,
     port_num: u8,
     hop_limit: u8,
@@ -122,16 +123,13 @@ pub struct AHAttr {
 }
 
 impl AHAttr {
-    pub fn gid(&self) -> PyResult<[u8; 16]> {
-        match &self.dgid {
-            None => Ok([0; 16]),
-            Some(g) => g.as_slice().try_into().map_err(|_| {
-                invalid(
-                    "ibv_create_ah",
-                    format!("a GID is 16 bytes, not {}", g.len()),
-                )
-            }),
-        }
+    pub fn gid(&self, py: Python<'_>) -> PyResult<[u8; 16]> {
+        // `dgid` may have been set to bytes of another length since.
+        self.dgid
+            .bind(py)
+            .as_bytes()
+            .try_into()
+            .map_err(|_| value_error("dgid must be 16 bytes"))
     }
 }
 
@@ -139,7 +137,9 @@ impl AHAttr {
 impl AHAttr {
     #[new]
     #[pyo3(signature = (dgid=None, sgid_index=0, port_num=1, hop_limit=1, traffic_class=0, flow_label=0, is_global=1))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
+        py: Python<'_>,
         dgid: Option<&Bound<'_, PyAny>>,
         sgid_index: u8,
         port_num: u8,
@@ -148,15 +148,19 @@ impl AHAttr {
         flow_label: u32,
         is_global: u8,
     ) -> PyResult<Self> {
+        // As the package: `bytes(dgid)` (a Gid, bytes, a bytearray...), 16 of them.
         let dgid = match dgid {
-            None => None,
-            Some(g) => Some(match g.downcast::<crate::device::Gid>() {
-                Ok(g) => g.get().0.to_vec(),
-                Err(_) => g.extract::<Vec<u8>>()?,
-            }),
+            None => PyBytes::new(py, &[0; 16]),
+            Some(g) => py
+                .get_type::<PyBytes>()
+                .call1((g,))?
+                .downcast_into::<PyBytes>()?,
         };
+        if dgid.as_bytes().len() != 16 {
+            return Err(value_error("dgid must be 16 bytes"));
+        }
         Ok(AHAttr {
-            dgid,
+            dgid: dgid.unbind(),
             sgid_index,
             port_num,
             hop_limit,
@@ -177,6 +181,16 @@ pub struct WQAttr {
     max_batch: u32,
 }
 
+#[pymethods]
+impl WQAttr {
+    fn __repr__(&self) -> String {
+        format!(
+            "WQAttr(buffer_addr=0x{:x}, entry_size={}, num_entries={}, max_batch={})",
+            self.buffer_addr, self.entry_size, self.num_entries, self.max_batch
+        )
+    }
+}
+
 /// An EFA queue pair (SRD or UD).
 #[pyclass(module = "efa._efa")]
 pub struct QP {
@@ -190,7 +204,7 @@ pub struct QP {
     #[pyo3(get)]
     qp_type: u32,
     #[pyo3(get)]
-    send_ops_flags: u32,
+    pub(crate) send_ops_flags: u32,
     pub(crate) sq_sig_all: bool,
     pub(crate) qp_num: u32,
     /// The free entries of the send and receive CQs, taken by posts (`crate::credits`).
@@ -211,10 +225,9 @@ impl QP {
             QPT_SRD => QpConfig::srd(),
             QPT_UD => QpConfig::ud(),
             t => {
-                return Err(invalid(
-                    "create_qp",
-                    format!("QP type {t} is neither SRD ({QPT_SRD}) nor UD ({QPT_UD})"),
-                ))
+                return Err(value_error(format!(
+                    "EFA supports qp_type SRD or UD (got {t}: SRD is {QPT_SRD}, UD {QPT_UD})"
+                )))
             }
         }
         .depth(a.max_send_wr, a.max_recv_wr)
@@ -241,6 +254,14 @@ impl QP {
             let c = a.recv_cq.borrow(py);
             (c.get()?.clone(), Arc::clone(&c.credits))
         };
+        let ctx = pd.borrow().context.as_ptr();
+        if a.send_cq.borrow(py).context.as_ptr() != ctx
+            || a.recv_cq.borrow(py).context.as_ptr() != ctx
+        {
+            return Err(value_error(
+                "queue-pair CQs must belong to the PD's context",
+            ));
+        }
         // CQs smaller than the QP's depths are accepted, as libefa accepts them; posts
         // are bounded by the CQs' free entries instead (`crate::credits`).
         let reset = match (s, r) {
@@ -293,6 +314,18 @@ impl QP {
         q.modify(&mut attr, mask).or_raise("modify_qp(RTS)")
     }
 }
+
+/// The keywords `QP.modify` takes (the package's).
+const MODIFY_FIELDS: [&str; 8] = [
+    "qp_state",
+    "cur_qp_state",
+    "qkey",
+    "rq_psn",
+    "sq_psn",
+    "pkey_index",
+    "port_num",
+    "rnr_retry",
+];
 
 const MASK_STATE: u32 = Mask::IBV_QP_STATE.0;
 const MASK_CUR_STATE: u32 = Mask::IBV_QP_CUR_STATE.0;
@@ -353,6 +386,21 @@ impl QP {
     fn modify(&mut self, attr_mask: u32, fields: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
         let mut attr = zeroed_attr();
         if let Some(f) = fields {
+            // As the package: every unknown keyword named at once, as a TypeError.
+            let mut unknown: Vec<String> = Vec::new();
+            for k in f.keys() {
+                let k: String = k.extract()?;
+                if !MODIFY_FIELDS.contains(&k.as_str()) {
+                    unknown.push(k);
+                }
+            }
+            if !unknown.is_empty() {
+                unknown.sort();
+                return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                    "unknown QP attribute(s): {}",
+                    unknown.join(", ")
+                )));
+            }
             for (k, v) in f.iter() {
                 let k: String = k.extract()?;
                 match k.as_str() {
@@ -365,13 +413,7 @@ impl QP {
                     "pkey_index" => attr.pkey_index = v.extract()?,
                     "sq_psn" => attr.sq_psn = v.extract()?,
                     "rq_psn" => attr.rq_psn = v.extract()?,
-                    "rnr_retry" => attr.rnr_retry = v.extract()?,
-                    other => {
-                        return Err(invalid(
-                            "ibv_modify_qp",
-                            format!("unknown QP attribute {other:?}"),
-                        ))
-                    }
+                    _ => attr.rnr_retry = v.extract()?,
                 }
             }
         }
@@ -459,7 +501,11 @@ impl QP {
     fn __repr__(&self) -> String {
         match &self.inner {
             None => "QP(closed=True)".into(),
-            Some(q) => format!("QP(qp_num={}, state={:?})", self.qp_num, q.state()),
+            Some(_) => format!(
+                "QP(qp_num={}, qp_type={})",
+                self.qp_num,
+                if self.qp_type == QPT_SRD { "SRD" } else { "UD" }
+            ),
         }
     }
 }

@@ -46,7 +46,8 @@ def test_ack_events_refuses_more_than_were_received(ctx, pd, pair):
         cq.ack_events(2)
     with pytest.raises(ValueError, match="cannot acknowledge more"):
         other.ack_events(1)  # the event was this CQ's, not the other's
-    cq.ack_events(0)
+    with pytest.raises(ValueError, match="nevents must be positive"):
+        cq.ack_events(0)  # as the package
     cq.ack_events(1)
     with pytest.raises(ValueError, match="cannot acknowledge more"):
         cq.ack_events(1)  # already acknowledged

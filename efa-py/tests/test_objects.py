@@ -30,7 +30,7 @@ def test_context_queries(ctx):
 
 
 def test_gid_refuses_wrong_length():
-    with pytest.raises(efa.EfaError, match="16 bytes"):
+    with pytest.raises(ValueError, match="16 bytes"):  # as the package
         efa.Gid(b"short")
 
 
