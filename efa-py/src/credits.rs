@@ -9,7 +9,7 @@
 //! libefa answers for a full work queue) before anything reaches the device. Polling a
 //! completion frees its entry; closing a QP frees the entries its requests held.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use efa_typestate::Errno;
@@ -29,6 +29,18 @@ struct State {
     used: u32,
     /// Outstanding requests per QP number (only QPs with some).
     per_qp: HashMap<u32, u32>,
+    /// Requests that fail by their completion without reaching the device, to be
+    /// polled before the device's completions (each holds its entry until then).
+    refused: VecDeque<Refused>,
+}
+
+/// A send the device would fail by its completion, which the Rust core refuses at the
+/// post instead (a SEND longer than `max_msg_sz`): the package's program sees the
+/// completion, as it would from the device.
+#[derive(Clone, Copy)]
+pub struct Refused {
+    pub wr_id: u64,
+    pub qp_num: u32,
 }
 
 impl Credits {
@@ -72,9 +84,27 @@ impl Credits {
             release_in(&mut s, qpn, 1);
         }
     }
+    /// Queues the completions of `refused` requests (their entries already taken).
+    pub fn refuse(&self, refused: &[Refused]) {
+        self.lock().refused.extend(refused.iter().copied());
+    }
+    /// Takes up to `n` queued completions of refused requests, freeing their entries.
+    pub fn take_refused(&self, n: usize) -> Vec<Refused> {
+        let mut s = self.lock();
+        if s.refused.is_empty() {
+            return Vec::new();
+        }
+        let k = n.min(s.refused.len());
+        let taken: Vec<Refused> = s.refused.drain(..k).collect();
+        for r in &taken {
+            release_in(&mut s, r.qp_num, 1);
+        }
+        taken
+    }
     /// A QP was closed: its requests will not complete here any more.
     pub fn forget(&self, qpn: u32) {
         let mut s = self.lock();
+        s.refused.retain(|r| r.qp_num != qpn);
         if let Some(n) = s.per_qp.remove(&qpn) {
             s.used -= n;
         }

@@ -17,11 +17,14 @@ use pyo3::PyClass;
 use std::marker::PhantomData;
 
 use crate::args::value_error;
+use crate::credits::Refused;
 use crate::errors::{invalid, OrRaise};
+use crate::pd::SPd;
 use crate::pd::{MrKind, AH, MR};
 use crate::qp::QP;
 use crate::wr::{RecvWR, SendWR, SGE};
 use efa_typestate::sys::verbs::ibv_send_flags;
+use efa_typestate::DynQp;
 
 /// Work requests per doorbell; longer lists go out in several (each all or nothing).
 const CHUNK: usize = 64;
@@ -219,15 +222,18 @@ pub fn post_send(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()
         // The send CQ's entries for these requests (given back if the post fails).
         let k = (end - start) as u32;
         qp.send_credits.reserve("post_send", qp.qp_num, k)?;
-        let posted = match post_simple_chunk(qp, py, &t, &list, start, end) {
+        let mut refused = ArrayVec::new();
+        let posted = match post_simple_chunk(qp, py, &t, &list, (start, end), &mut refused) {
             Ok(true) => Ok(()),
-            Ok(false) => post_send_chunk(qp, py, &t, &list, start, end),
+            Ok(false) => post_send_chunk(qp, py, &t, &list, (start, end), &mut refused),
             Err(e) => Err(e),
         };
         if let Err(e) = posted {
             qp.send_credits.release(qp.qp_num, k);
             return Err(e);
         }
+        // Posted: the SENDs too long for the port fail by their completions.
+        qp.send_credits.refuse(&refused);
         start = end;
     }
     Ok(())
@@ -238,8 +244,8 @@ fn post_send_chunk<'py>(
     py: Python<'py>,
     t: &Types<'py, SendWR>,
     list: &Items<'_, 'py>,
-    start: usize,
-    end: usize,
+    (start, end): (usize, usize),
+    refused: &mut Refusals,
 ) -> PyResult<()> {
     // Pass 1: borrows of the MRs and AHs named, held until the post returned.
     let mut mrs: ArrayVec<PyRef<'_, MR>, { CHUNK * MAX_SGE }> = ArrayVec::new();
@@ -297,11 +303,17 @@ fn post_send_chunk<'py>(
         } else {
             Payload::Sge(sge_of(&mrs, p.sges[0])?)
         };
+        if too_long(q, p.op, payload.len(), p.wr_id, refused) {
+            continue;
+        }
         let remote = RemoteBuffer::new(p.remote_addr, payload.len(), p.rkey);
         let op = send_op(p.op, remote, p.imm)?;
         let wr = SendWr::to_ah(p.wr_id, op, ahs[i].get()?, p.qpn, p.qkey, payload)
             .or_raise("post_send")?;
         batch.push(wr).or_raise("post_send")?;
+    }
+    if batch.is_empty() {
+        return Ok(());
     }
     let batch = Staged(&batch);
     py.allow_threads(move || {
@@ -421,6 +433,25 @@ fn check_wr<'a>(qp: &QP, wr: &'a SendWR) -> PyResult<&'a Py<AH>> {
     Ok(ah)
 }
 
+/// The requests of a chunk that fail by their completions (`crate::credits::Refused`).
+type Refusals = ArrayVec<Refused, CHUNK>;
+
+/// True (and `wr_id` noted in `refused`) for a SEND longer than the port's
+/// `max_msg_sz`: the Rust core refuses to post it, where the device (and so the `efa`
+/// package) fails it by an error completion; this package gives that completion.
+fn too_long(q: &DynQp<SPd>, op: u32, len: u64, wr_id: u64, refused: &mut Refusals) -> bool {
+    use efa_typestate::sys::verbs::ibv_wr_opcode as Op;
+    let send = op == Op::IBV_WR_SEND || op == Op::IBV_WR_SEND_WITH_IMM;
+    if !send || len <= u64::from(q.limits().max_msg_sz()) {
+        return false;
+    }
+    refused.push(Refused {
+        wr_id,
+        qp_num: q.qpn(),
+    });
+    true
+}
+
 fn send_op(op: u32, remote: RemoteBuffer, imm: u32) -> PyResult<SendOp> {
     use efa_typestate::sys::verbs::ibv_wr_opcode as Op;
     Ok(match op {
@@ -445,8 +476,8 @@ fn post_simple_chunk<'py>(
     py: Python<'py>,
     t: &Types<'py, SendWR>,
     list: &Items<'_, 'py>,
-    start: usize,
-    end: usize,
+    (start, end): (usize, usize),
+    refused: &mut Refusals,
 ) -> PyResult<bool> {
     struct Rec {
         ah: usize,
@@ -513,6 +544,9 @@ fn post_simple_chunk<'py>(
     }
     let mut batch = SendBatch::<'_, CHUNK>::new(q);
     for r in &recs {
+        if too_long(q, r.op, u64::from(r.len), r.wr_id, refused) {
+            continue;
+        }
         let (region, base) = regions[r.mr];
         let sge = region
             .sge_at(r.addr, u64::from(r.len), base)
@@ -522,6 +556,9 @@ fn post_simple_chunk<'py>(
         let wr = SendWr::to_ah(r.wr_id, op, dests[r.ah], r.qpn, r.qkey, Payload::Sge(sge))
             .or_raise("post_send")?;
         batch.push(wr).or_raise("post_send")?;
+    }
+    if batch.is_empty() {
+        return Ok(true);
     }
     let batch = Staged(&batch);
     py.allow_threads(move || {
