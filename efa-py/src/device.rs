@@ -41,7 +41,11 @@ impl Device {
         Ok(Context::wrap(ctx))
     }
     fn __repr__(&self) -> String {
-        format!("Device(name={:?}, guid=0x{:016x})", self.name, self.guid)
+        format!(
+            "Device(name={}, guid=0x{:x})",
+            py_repr(&self.name),
+            self.guid
+        )
     }
 }
 
@@ -82,7 +86,7 @@ pub fn get_efa_device_list(py: Python<'_>) -> PyResult<Vec<Device>> {
 }
 
 /// A 16-byte GID (the EFA device address).
-#[pyclass(module = "efa._efa", frozen, eq, hash)]
+#[pyclass(module = "efa._efa", frozen)]
 #[derive(PartialEq, Eq, Hash, Clone, Copy)]
 pub struct Gid(pub [u8; 16]);
 
@@ -101,6 +105,29 @@ impl Gid {
     }
     fn __bytes__<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
         PyBytes::new(py, &self.0)
+    }
+    /// Equal to a `Gid` or to bytes/bytearray of the same 16 bytes (as the package).
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> PyObject {
+        let py = other.py();
+        let eq = if let Ok(g) = other.downcast::<Gid>() {
+            g.get().0 == self.0
+        } else if let Ok(b) = other.downcast::<PyBytes>() {
+            b.as_bytes() == self.0
+        } else if let Ok(b) = other.downcast::<pyo3::types::PyByteArray>() {
+            b.to_vec() == self.0
+        } else {
+            return py.NotImplemented();
+        };
+        pyo3::types::PyBool::new(py, eq)
+            .to_owned()
+            .into_any()
+            .unbind()
+    }
+    fn __hash__(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.0.hash(&mut h);
+        h.finish()
     }
     /// The most-significant 64 bits (network byte order).
     #[getter]
@@ -154,8 +181,11 @@ pub struct DeviceAttr {
 impl DeviceAttr {
     fn __repr__(&self) -> String {
         format!(
-            "DeviceAttr(fw_ver={:?}, max_qp={}, max_qp_wr={}, max_cqe={}, max_mr_size={})",
-            self.fw_ver, self.max_qp, self.max_qp_wr, self.max_cqe, self.max_mr_size
+            "DeviceAttr(fw_ver={}, max_qp={}, max_cqe={}, phys_port_cnt={})",
+            py_repr(&self.fw_ver),
+            self.max_qp,
+            self.max_cqe,
+            self.phys_port_cnt
         )
     }
 }
@@ -176,8 +206,13 @@ pub struct EfaDeviceAttr {
 impl EfaDeviceAttr {
     fn __repr__(&self) -> String {
         format!(
-            "EfaDeviceAttr(max_sq_wr={}, max_rq_wr={}, max_rdma_size={}, device_caps=0x{:x})",
-            self.max_sq_wr, self.max_rq_wr, self.max_rdma_size, self.device_caps
+            "EfaDeviceAttr(max_sq_wr={}, max_rq_wr={}, inline_buf_size={}, device_caps=0x{:x}, \
+             max_rdma_size={})",
+            self.max_sq_wr,
+            self.max_rq_wr,
+            self.inline_buf_size,
+            self.device_caps,
+            self.max_rdma_size
         )
     }
 }
@@ -202,8 +237,8 @@ pub struct PortAttr {
 impl PortAttr {
     fn __repr__(&self) -> String {
         format!(
-            "PortAttr(state={}, max_msg_sz={}, max_mtu={}, active_mtu={}, lid={})",
-            self.state, self.max_msg_sz, self.max_mtu, self.active_mtu, self.lid
+            "PortAttr(state={}, active_mtu={}, max_msg_sz={})",
+            self.state, self.active_mtu, self.max_msg_sz
         )
     }
 }
@@ -249,7 +284,7 @@ impl AsyncEvent {
             .unwrap_or("unknown")
     }
     fn __repr__(&self) -> String {
-        format!("AsyncEvent({}: {})", self.event_type, self.event_type_str())
+        format!("AsyncEvent({})", self.event_type_str())
     }
 }
 
@@ -434,11 +469,7 @@ impl Context {
         Ok(false)
     }
     fn __repr__(&self) -> String {
-        format!(
-            "Context(name={:?}, closed={})",
-            self.name,
-            self.inner.is_none()
-        )
+        format!("Context(name={})", py_repr(&self.name))
     }
 }
 
@@ -467,4 +498,16 @@ fn cq_args(
         }
     }
     Ok((cqe as u32, comp_vector))
+}
+
+/// A string as Python's `repr` writes it (`'efa_0'`), for the package's `repr`s.
+fn py_repr(s: &str) -> String {
+    let plain = s
+        .chars()
+        .all(|c| (' '..='~').contains(&c) && c != '\\' && c != '\'');
+    if plain {
+        format!("'{s}'")
+    } else {
+        format!("{s:?}")
+    }
 }

@@ -152,7 +152,13 @@ impl WC {
             status: efa_typestate::WcStatus(status),
             efa: efa_typestate::EfaStatus(me.vendor_err.load(Relaxed)),
         };
-        let msg = format!("work request {}: {rust}", me.wr_id.load(Relaxed));
+        // The package's words, then the Rust core's (which name the EFA status).
+        let msg = format!(
+            "work completion failed: {} (status={status}, vendor_err=0x{:x}); work request {}: {rust}",
+            me.status_str(),
+            me.vendor_err.load(Relaxed),
+            me.wr_id.load(Relaxed)
+        );
         let py = slf.py();
         let completion_error = &crate::errors::classes(py)?.1;
         let err = PyErr::from_type(
@@ -163,8 +169,9 @@ impl WC {
     }
     fn __repr__(&self) -> String {
         format!(
-            "WC(wr_id={}, status={}, opcode={}, byte_len={}, qp_num={})",
+            "WC(wr_id={}, status={} ({}), opcode={}, byte_len={}, qp_num={})",
             self.wr_id.load(Relaxed),
+            self.status.load(Relaxed),
             self.status_str(),
             self.opcode.load(Relaxed),
             self.byte_len.load(Relaxed),

@@ -110,3 +110,45 @@ def test_gpu_mr_takes_an_mr_like_object():
     g.close()
     assert g.closed and repr(g) == "GpuMR(closed=True)"
 
+
+
+def test_device_objects_have_the_packages_reprs(ctx):
+    dev = efa.get_efa_device_list()[0]
+    assert repr(dev) == "Device(name=%r, guid=0x%x)" % (dev.name, dev.guid)
+    assert repr(ctx) == "Context(name=%r)" % ctx.name
+    a = ctx.query_device()
+    assert repr(a) == "DeviceAttr(fw_ver=%r, max_qp=%d, max_cqe=%d, phys_port_cnt=%d)" % (
+        a.fw_ver, a.max_qp, a.max_cqe, a.phys_port_cnt)
+    e = ctx.query_efa_device()
+    assert repr(e) == ("EfaDeviceAttr(max_sq_wr=%d, max_rq_wr=%d, inline_buf_size=%d, "
+                       "device_caps=0x%x, max_rdma_size=%d)") % (
+        e.max_sq_wr, e.max_rq_wr, e.inline_buf_size, e.device_caps, e.max_rdma_size)
+    p = ctx.query_port()
+    assert repr(p) == "PortAttr(state=%d, active_mtu=%d, max_msg_sz=%d)" % (
+        p.state, p.active_mtu, p.max_msg_sz)
+
+
+def test_a_gid_equals_its_bytes(ctx):
+    gid = ctx.query_gid()
+    assert gid == gid.raw and gid == bytearray(gid.raw) and gid == efa.Gid(gid.raw)
+    assert gid != bytes(16) and gid != "not a gid"
+    assert len({gid, efa.Gid(gid.raw)}) == 1
+
+
+def test_failed_completions_raise_the_packages_completion_error(pd, cq, pair):
+    ms = efa.reg_tensor(pd, bytearray(8), 0)
+    pair.a.post_send(efa.SendWR(wr_id=3, sg_list=[ms.sge()], opcode=efa.WROpcode.RDMA_WRITE,
+                                send_flags=efa.SendFlags.SIGNALED, dest=pair.to_b,
+                                remote_addr=0x1000, rkey=0xBAD))
+    from conftest import poll_n
+    (w,) = poll_n(cq, 1)
+    assert repr(w) == "WC(wr_id=3, status=%d (%s), opcode=%d, byte_len=%d, qp_num=%d)" % (
+        w.status, w.status_str, w.opcode, w.byte_len, w.qp_num)
+    with pytest.raises(efa.CompletionError) as e:
+        w.raise_for_status()
+    err = e.value
+    del e
+    assert (err.wc, err.status, err.vendor_err) == (w, w.status, w.vendor_err)
+    assert (err.operation, err.errno) == ("work completion", errno.EIO)
+    assert str(err).startswith("[Errno 5] work completion failed: %s (status=%d, vendor_err=0x%x)"
+                               % (w.status_str, w.status, w.vendor_err))
