@@ -36,3 +36,15 @@ pub fn int_or(
         Some(o) => int_in(o, lo, hi, msg),
     }
 }
+
+/// A string as Python's `repr` writes it (`'efa_0'`), for the package's `repr`s.
+pub fn py_repr(s: &str) -> String {
+    let plain = s
+        .chars()
+        .all(|c| (' '..='~').contains(&c) && c != '\\' && c != '\'');
+    if plain {
+        format!("'{s}'")
+    } else {
+        format!("{s:?}")
+    }
+}

@@ -375,3 +375,30 @@ impl CQAttr {
         )
     }
 }
+
+/// `create_cq`'s arguments, checked as the package checks them (`ValueError`): a
+/// positive size, a completion vector of the context, a channel of this context.
+pub fn cq_args(
+    ctx: &Bound<'_, Context>,
+    cqe: i32,
+    channel: Option<&Py<crate::cq::CompChannel>>,
+    comp_vector: i32,
+) -> PyResult<(u32, u32)> {
+    let vectors = ctx.borrow().get()?.num_comp_vectors();
+    if cqe <= 0 {
+        return Err(crate::args::value_error("cqe must be positive"));
+    }
+    let comp_vector = u32::try_from(comp_vector)
+        .ok()
+        .filter(|v| *v < vectors)
+        .ok_or_else(|| crate::args::value_error("comp_vector is outside the context's range"))?;
+    if let Some(ch) = channel {
+        let ch = ch.bind(ctx.py());
+        if !ch.borrow().context.bind(ctx.py()).is(ctx) {
+            return Err(crate::args::value_error(
+                "completion channel must belong to this context",
+            ));
+        }
+    }
+    Ok((cqe as u32, comp_vector))
+}

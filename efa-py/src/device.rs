@@ -43,7 +43,7 @@ impl Device {
     fn __repr__(&self) -> String {
         format!(
             "Device(name={}, guid=0x{:x})",
-            py_repr(&self.name),
+            crate::args::py_repr(&self.name),
             self.guid
         )
     }
@@ -182,7 +182,7 @@ impl DeviceAttr {
     fn __repr__(&self) -> String {
         format!(
             "DeviceAttr(fw_ver={}, max_qp={}, max_cqe={}, phys_port_cnt={})",
-            py_repr(&self.fw_ver),
+            crate::args::py_repr(&self.fw_ver),
             self.max_qp,
             self.max_cqe,
             self.phys_port_cnt
@@ -421,7 +421,7 @@ impl Context {
         channel: Option<Py<crate::cq::CompChannel>>,
         comp_vector: i32,
     ) -> PyResult<PyObject> {
-        let (cqe, comp_vector) = cq_args(slf, cqe, channel.as_ref(), comp_vector)?;
+        let (cqe, comp_vector) = crate::cq::cq_args(slf, cqe, channel.as_ref(), comp_vector)?;
         crate::cq::CQ::create(slf, cqe, channel, comp_vector, false, false, false)
     }
     /// Creates an extended EFA completion queue (`efadv_create_cq`).
@@ -436,7 +436,7 @@ impl Context {
         unsolicited: bool,
     ) -> PyResult<PyObject> {
         let _ = wc_flags; // every standard field is always reported
-        let (cqe, comp_vector) = cq_args(slf, cqe, channel.as_ref(), comp_vector)?;
+        let (cqe, comp_vector) = crate::cq::cq_args(slf, cqe, channel.as_ref(), comp_vector)?;
         crate::cq::CQ::create(slf, cqe, channel, comp_vector, true, sgid, unsolicited)
     }
     /// Closes the device context; as in the package, `EfaError` (`EBUSY`) while objects
@@ -469,45 +469,6 @@ impl Context {
         Ok(false)
     }
     fn __repr__(&self) -> String {
-        format!("Context(name={})", py_repr(&self.name))
-    }
-}
-
-/// `create_cq`'s arguments, checked as the package checks them (`ValueError`): a
-/// positive size, a completion vector of the context, a channel of this context.
-fn cq_args(
-    ctx: &Bound<'_, Context>,
-    cqe: i32,
-    channel: Option<&Py<crate::cq::CompChannel>>,
-    comp_vector: i32,
-) -> PyResult<(u32, u32)> {
-    let vectors = ctx.borrow().get()?.num_comp_vectors();
-    if cqe <= 0 {
-        return Err(crate::args::value_error("cqe must be positive"));
-    }
-    let comp_vector = u32::try_from(comp_vector)
-        .ok()
-        .filter(|v| *v < vectors)
-        .ok_or_else(|| crate::args::value_error("comp_vector is outside the context's range"))?;
-    if let Some(ch) = channel {
-        let ch = ch.bind(ctx.py());
-        if !ch.borrow().context.bind(ctx.py()).is(ctx) {
-            return Err(crate::args::value_error(
-                "completion channel must belong to this context",
-            ));
-        }
-    }
-    Ok((cqe as u32, comp_vector))
-}
-
-/// A string as Python's `repr` writes it (`'efa_0'`), for the package's `repr`s.
-fn py_repr(s: &str) -> String {
-    let plain = s
-        .chars()
-        .all(|c| (' '..='~').contains(&c) && c != '\\' && c != '\'');
-    if plain {
-        format!("'{s}'")
-    } else {
-        format!("{s:?}")
+        format!("Context(name={})", crate::args::py_repr(&self.name))
     }
 }

@@ -9,30 +9,26 @@
 //! given by address and lkey.
 
 use efa_typestate::{
-    ArrayVec, Payload, RecvBatch, RecvBufs, RemoteBuffer, SendBatch, SendOp, SendWr, Sge, SgeList,
+    ArrayVec, Payload, RecvBatch, RecvBufs, RemoteBuffer, SendBatch, SendWr, Sge, SgeList,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyType};
 use pyo3::PyClass;
 use std::marker::PhantomData;
 
-use crate::args::value_error;
-use crate::credits::Refused;
 use crate::errors::{invalid, OrRaise};
-use crate::pd::SPd;
 use crate::pd::{MrKind, AH, MR};
 use crate::qp::QP;
+use crate::send_checks::{check_wr, send_op, too_long, Refusals};
 use crate::wr::{RecvWR, SendWR, SGE};
 use efa_typestate::sys::verbs::ibv_send_flags;
-use efa_typestate::DynQp;
 
 /// Work requests per doorbell; longer lists go out in several (each all or nothing).
-const CHUNK: usize = 64;
+pub(crate) const CHUNK: usize = 64;
 /// SGEs per work request (EFA devices offer 1 or 2).
 const MAX_SGE: usize = 4;
 /// Largest inline payload staged (EFA's inline buffers are 32 bytes).
 const INLINE_MAX: usize = 64;
-const SIGNALED: u32 = ibv_send_flags::IBV_SEND_SIGNALED.0;
 const INLINE: u32 = ibv_send_flags::IBV_SEND_INLINE.0;
 
 /// The MR an SGE addresses: the one it was made from, or the MR of its lkey in the QP's PD.
@@ -387,86 +383,6 @@ pub fn post_recv(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()
         start = end;
     }
     Ok(())
-}
-
-/// A request's checks before its SGEs are looked at, in the package's order: a
-/// destination, an opcode EFA posts, one the QP was created with (`ValueError`, as the
-/// package raises them), then signaling (the package's `EfaError`, `EINVAL`). Returns
-/// the destination.
-fn check_wr<'a>(qp: &QP, wr: &'a SendWR) -> PyResult<&'a Py<AH>> {
-    use efa_typestate::sys::verbs::ibv_wr_opcode as Op;
-    use efa_typestate::SendOps;
-    let ah = wr.ah.as_ref().ok_or_else(|| {
-        value_error(
-            "EFA sends are connectionless: each SendWR needs a destination \
-             (dest=Peer or ah/remote_qpn/remote_qkey)",
-        )
-    })?;
-    let need = match wr.opcode {
-        Op::IBV_WR_SEND => SendOps::SEND,
-        Op::IBV_WR_SEND_WITH_IMM => SendOps::SEND_WITH_IMM,
-        Op::IBV_WR_RDMA_READ => SendOps::RDMA_READ,
-        Op::IBV_WR_RDMA_WRITE => SendOps::RDMA_WRITE,
-        Op::IBV_WR_RDMA_WRITE_WITH_IMM => SendOps::RDMA_WRITE_WITH_IMM,
-        o => {
-            return Err(value_error(format!(
-                "EFA supports SEND, SEND_WITH_IMM, RDMA_READ, RDMA_WRITE and \
-                 RDMA_WRITE_WITH_IMM (got opcode {o})"
-            )))
-        }
-    };
-    if qp.send_ops_flags & need.bits() == 0 {
-        return Err(value_error(format!(
-            "opcode {} is not enabled in this QP's send_ops_flags",
-            wr.opcode
-        )));
-    }
-    if wr.send_flags & SIGNALED == 0 && !qp.sq_sig_all {
-        return Err(invalid(
-            "post_send",
-            format!(
-                "work request {} is not SIGNALED: EFA completes every send (set SendFlags.SIGNALED or sq_sig_all=True)",
-                wr.wr_id
-            ),
-        ));
-    }
-    Ok(ah)
-}
-
-/// The requests of a chunk that fail by their completions (`crate::credits::Refused`).
-type Refusals = ArrayVec<Refused, CHUNK>;
-
-/// True (and `wr_id` noted in `refused`) for a SEND longer than the port's
-/// `max_msg_sz`: the Rust core refuses to post it, where the device (and so the `efa`
-/// package) fails it by an error completion; this package gives that completion.
-fn too_long(q: &DynQp<SPd>, op: u32, len: u64, wr_id: u64, refused: &mut Refusals) -> bool {
-    use efa_typestate::sys::verbs::ibv_wr_opcode as Op;
-    let send = op == Op::IBV_WR_SEND || op == Op::IBV_WR_SEND_WITH_IMM;
-    if !send || len <= u64::from(q.limits().max_msg_sz()) {
-        return false;
-    }
-    refused.push(Refused {
-        wr_id,
-        qp_num: q.qpn(),
-    });
-    true
-}
-
-fn send_op(op: u32, remote: RemoteBuffer, imm: u32) -> PyResult<SendOp> {
-    use efa_typestate::sys::verbs::ibv_wr_opcode as Op;
-    Ok(match op {
-        Op::IBV_WR_RDMA_WRITE => SendOp::Write(remote),
-        Op::IBV_WR_RDMA_WRITE_WITH_IMM => SendOp::WriteImm(remote, imm),
-        Op::IBV_WR_SEND => SendOp::Send,
-        Op::IBV_WR_SEND_WITH_IMM => SendOp::SendImm(imm),
-        Op::IBV_WR_RDMA_READ => SendOp::Read(remote),
-        o => {
-            return Err(invalid(
-                "post_send",
-                format!("opcode {o} is not one EFA posts"),
-            ))
-        }
-    })
 }
 
 /// The common shape in one pass: every request has one SGE whose owner is its MR, and

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use efa_typestate::sys::verbs::{ibv_qp_attr_mask as Mask, ibv_qp_type};
 use efa_typestate::{DynQp, Qp, QpConfig, QpStateKind, SendOps};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyTuple};
+use pyo3::types::{PyDict, PyTuple};
 
 use crate::args::value_error;
 use crate::cq::{AnyCq, CQ};
@@ -107,67 +107,6 @@ impl QPInitAttr {
             sl,
             unsolicited_write_recv,
         }
-    }
-}
-
-/// Address-handle attributes: on EFA only `dgid` matters.
-#[pyclass(module = "efa._efa", get_all, set_all)]
-pub struct AHAttr {
-    dgid: Py<PyBytes>,
-    sgid_index: u8,
-    port_num: u8,
-    hop_limit: u8,
-    traffic_class: u8,
-    flow_label: u32,
-    is_global: u8,
-}
-
-impl AHAttr {
-    pub fn gid(&self, py: Python<'_>) -> PyResult<[u8; 16]> {
-        // `dgid` may have been set to bytes of another length since.
-        self.dgid
-            .bind(py)
-            .as_bytes()
-            .try_into()
-            .map_err(|_| value_error("dgid must be 16 bytes"))
-    }
-}
-
-#[pymethods]
-impl AHAttr {
-    #[new]
-    #[pyo3(signature = (dgid=None, sgid_index=0, port_num=1, hop_limit=1, traffic_class=0, flow_label=0, is_global=1))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        dgid: Option<&Bound<'_, PyAny>>,
-        sgid_index: u8,
-        port_num: u8,
-        hop_limit: u8,
-        traffic_class: u8,
-        flow_label: u32,
-        is_global: u8,
-    ) -> PyResult<Self> {
-        // As the package: `bytes(dgid)` (a Gid, bytes, a bytearray...), 16 of them.
-        let dgid = match dgid {
-            None => PyBytes::new(py, &[0; 16]),
-            Some(g) => py
-                .get_type::<PyBytes>()
-                .call1((g,))?
-                .downcast_into::<PyBytes>()?,
-        };
-        if dgid.as_bytes().len() != 16 {
-            return Err(value_error("dgid must be 16 bytes"));
-        }
-        Ok(AHAttr {
-            dgid: dgid.unbind(),
-            sgid_index,
-            port_num,
-            hop_limit,
-            traffic_class,
-            flow_label,
-            is_global,
-        })
     }
 }
 
