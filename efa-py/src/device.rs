@@ -402,7 +402,8 @@ impl Context {
     }
     /// Acknowledges an event of `get_async_event` (the Rust core acknowledges each
     /// event as it returns it, so this only checks the context is open).
-    fn ack_async_event(&self, _ev: &AsyncEvent) -> PyResult<()> {
+    fn ack_async_event(&self, ev: &AsyncEvent) -> PyResult<()> {
+        let _ = ev;
         self.get().map(|_| ())
     }
     /// Allocates a protection domain.

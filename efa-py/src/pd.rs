@@ -53,24 +53,33 @@ fn access_of(access: u32) -> AccessFlags {
 
 #[pymethods]
 impl PD {
-    /// Registers memory. `target` is a buffer object (bytearray, numpy array, mmap,
+    /// Registers memory. `addr` is a buffer object (bytearray, numpy array, mmap,
     /// torch CPU tensor...: kept alive and pinned for the MR's life; it must be
     /// C-contiguous, and writable when `access` has LOCAL_WRITE or REMOTE_WRITE) or, as in
     /// the `efa` package, an integer address the caller keeps valid while the MR lives.
-    #[pyo3(signature = (target, length=None, access=0))]
+    #[pyo3(signature = (addr, length=None, access=0))]
     fn reg_mr(
         slf: &Bound<'_, Self>,
-        target: &Bound<'_, PyAny>,
+        addr: &Bound<'_, PyAny>,
         length: Option<&Bound<'_, PyAny>>,
         access: u32,
     ) -> PyResult<Py<MR>> {
+        // The package's name; here either an integer address or a buffer object.
+        let addr_or_buffer = addr;
         let py = slf.py();
         let flags = access_of(access);
         let wants_write =
             flags.contains(AccessFlags::LOCAL_WRITE) || flags.contains(AccessFlags::REMOTE_WRITE);
-        let (addr, len, owner): (usize, usize, PyObject) = if target.is_instance_of::<PyInt>() {
+        let (addr, len, owner): (usize, usize, PyObject) = if addr_or_buffer
+            .is_instance_of::<PyInt>()
+        {
             // The package's form and checks (ValueError).
-            let addr = int_in(target, 0, U64_MAX, "addr must be between 0 and 2**64 - 1")?;
+            let addr = int_in(
+                addr_or_buffer,
+                0,
+                U64_MAX,
+                "addr must be between 0 and 2**64 - 1",
+            )?;
             let length = length
                 .ok_or_else(|| invalid("ibv_reg_mr", "an integer address needs a length".into()))?;
             let len = int_in(length, 1, U64_MAX, "length must be between 1 and 2**64 - 1")?;
@@ -91,7 +100,7 @@ impl PD {
             let span = py
                 .import("efa._buffers")?
                 .getattr("host_span")?
-                .call1((target, wants_write))?;
+                .call1((addr_or_buffer, wants_write))?;
             let (addr, n, keep): (usize, usize, PyObject) = span.extract()?;
             let len = match length {
                 Some(l) if l > n => {
@@ -126,12 +135,22 @@ impl PD {
     /// device as `iova`). The fd is duplicated: the caller may close its own.
     fn reg_dmabuf_mr(
         slf: &Bound<'_, Self>,
-        offset: u64,
-        length: usize,
-        iova: u64,
+        offset: &Bound<'_, PyAny>,
+        length: &Bound<'_, PyAny>,
+        iova: &Bound<'_, PyAny>,
         fd: i32,
         access: u32,
     ) -> PyResult<Py<MR>> {
+        // The package's checks (ValueError).
+        let offset = int_in(offset, 0, U64_MAX, "offset must be between 0 and 2**64 - 1")? as u64;
+        let length = int_in(length, 1, U64_MAX, "length must be between 1 and 2**64 - 1")?;
+        let iova = int_in(iova, 0, U64_MAX, "iova must be between 0 and 2**64 - 1")? as u64;
+        let length = usize::try_from(length).map_err(|_| {
+            invalid(
+                "ibv_reg_dmabuf_mr",
+                "the length exceeds this machine's addresses".into(),
+            )
+        })?;
         if fd < 0 {
             return Err(invalid(
                 "ibv_reg_dmabuf_mr",

@@ -139,3 +139,26 @@ def test_poll_and_ack_events_take_positive_counts(ctx):
         cq.ack_events(0)
     cq.close()
     ch.close()
+
+
+def test_keyword_names_are_the_packages(pd):
+    buf = bytearray(4096)
+    mr = efa.reg_tensor(pd, buf, ALL)
+    same = pd.reg_mr(addr=mr.addr, length=4096, access=ALL)
+    assert (same.addr, same.length) == (mr.addr, 4096)
+    same.close()
+    mr.close()
+
+
+def test_reg_dmabuf_mr_refuses_bad_ranges_with_valueerror(pd):
+    import os
+    r, w = os.pipe()
+    try:
+        for offset, length, iova, what in [(-1, 4096, 0, "offset"), (0, 0, 0, "length"),
+                                           (0, 2**64, 0, "length"), (0, 4096, -1, "iova"),
+                                           (2**64, 4096, 0, "offset")]:
+            with pytest.raises(ValueError, match=what):
+                pd.reg_dmabuf_mr(offset, length, iova, r, ALL)
+    finally:
+        os.close(r)
+        os.close(w)
