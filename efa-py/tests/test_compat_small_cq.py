@@ -14,9 +14,10 @@ import efa
 from conftest import ALL, QKEY, poll_n, send_wr
 
 
+@pytest.mark.parametrize("ext", [False, True])
 @pytest.mark.parametrize("cqe", [16, 64])
-def test_default_caps_on_a_small_shared_cq(ctx, pd, cqe):
-    with ctx.create_cq(cqe) as cq:
+def test_default_caps_on_a_small_shared_cq(ctx, pd, cqe, ext):
+    with (ctx.create_cq_ex if ext else ctx.create_cq)(cqe) as cq:
         qp = pd.create_qp(efa.QPInitAttr(send_cq=cq, recv_cq=cq))
         assert qp.state == efa.QPState.RESET
         qp.to_init(qkey=QKEY)
@@ -41,8 +42,9 @@ def _loopback(ctx, pd, cq):
     return qp, me
 
 
-def test_posts_beyond_the_cqs_free_entries_are_refused_and_nothing_is_lost(ctx, pd):
-    with ctx.create_cq(8) as cq:
+@pytest.mark.parametrize("ext", [False, True])
+def test_posts_beyond_the_cqs_free_entries_are_refused_and_nothing_is_lost(ctx, pd, ext):
+    with (ctx.create_cq_ex if ext else ctx.create_cq)(8) as cq:
         n = cq.cqe
         qp, me = _loopback(ctx, pd, cq)
         buf = bytearray(64 * n)
