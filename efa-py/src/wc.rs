@@ -14,9 +14,7 @@ use std::sync::Mutex;
 
 use efa_typestate::{Completion, CompletionFlags};
 use pyo3::prelude::*;
-use pyo3::types::PyList;
-
-use crate::device::Gid;
+use pyo3::types::{PyBytes, PyList};
 
 /// Most `WC`s one CQ keeps for reuse.
 const POOL_MAX: usize = 256;
@@ -120,16 +118,17 @@ impl WC {
 
 #[pymethods]
 impl WC {
-    /// The sender's GID, when the CQ reports sender GIDs and the device gave one.
+    /// The sender's GID (16 bytes, as the package gives it), when the CQ reports sender
+    /// GIDs and the device gave one; else None.
     #[getter]
-    fn sgid(&self) -> Option<Gid> {
+    fn sgid<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
         if !self.has_sgid.load(Relaxed) {
             return None;
         }
         let mut g = [0u8; 16];
         g[..8].copy_from_slice(&self.sgid[0].load(Relaxed).to_ne_bytes());
         g[8..].copy_from_slice(&self.sgid[1].load(Relaxed).to_ne_bytes());
-        Some(Gid(g))
+        Some(PyBytes::new(py, &g))
     }
     /// True if the work request completed successfully.
     #[getter]
