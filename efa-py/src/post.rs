@@ -81,6 +81,16 @@ impl<'py> Items<'_, 'py> {
     }
 }
 
+/// `wrs` as a list when it is another iterable (a tuple, a generator: the package posts
+/// `list(wrs)`); None for a list or one work request, which are read as they are.
+fn as_list<'py, W: PyClass>(wrs: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
+    if wrs.is_instance_of::<PyList>() || wrs.is_instance_of::<W>() {
+        return Ok(None);
+    }
+    let items = wrs.try_iter()?.collect::<PyResult<Vec<_>>>()?;
+    Ok(Some(PyList::new(wrs.py(), items)?.into_any()))
+}
+
 /// A class's type object, looked up once per post: PyO3's `downcast` looks it up on
 /// every call (about a hundred instructions), and a post downcasts twice per work request.
 struct TypeOf<'py, T>(Bound<'py, PyType>, PhantomData<T>);
@@ -210,7 +220,8 @@ struct Plan {
 
 pub fn post_send(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()> {
     let t = Types::<SendWR>::new(py);
-    let list = Items::of(wrs);
+    let listed = as_list::<SendWR>(wrs)?;
+    let list = Items::of(listed.as_ref().unwrap_or(wrs));
     let n = list.len();
     let mut start = 0;
     while start < n {
@@ -332,7 +343,8 @@ unsafe impl<T> Send for Staged<'_, T> {}
 
 pub fn post_recv(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()> {
     let t = Types::<RecvWR>::new(py);
-    let list = Items::of(wrs);
+    let listed = as_list::<RecvWR>(wrs)?;
+    let list = Items::of(listed.as_ref().unwrap_or(wrs));
     let n = list.len();
     let mut start = 0;
     while start < n {

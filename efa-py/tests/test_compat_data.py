@@ -135,3 +135,17 @@ def test_an_oversized_send_fails_by_its_completion(quickstart):
     assert {wcs[60].byte_len, wcs[65].byte_len} == {16, max_msg}
     smr.close()
     dmr.close()
+
+
+def test_posts_take_any_iterable_of_work_requests(quickstart):
+    ctx, pd, cq, qp, peer = quickstart
+    buf = np.zeros(256, dtype=np.uint8)
+    mr = efa.reg_tensor(pd, buf, ACCESS)
+    # The package posts list(wrs): a tuple or a generator is a list of requests.
+    qp.post_recv(tuple(efa.RecvWR(wr_id=10 + i, sg_list=[mr.sge(16, 16 * i)]) for i in range(2)))
+    qp.post_send(efa.SendWR(wr_id=i, sg_list=[mr.sge(8, 128)], opcode=efa.WROpcode.SEND,
+                            send_flags=efa.SendFlags.SIGNALED, dest=peer) for i in range(2))
+    assert sorted(w.wr_id for w in _drain(cq, 4)) == [0, 1, 10, 11]
+    with pytest.raises(TypeError):
+        qp.post_send(42)
+    mr.close()
