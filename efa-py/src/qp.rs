@@ -173,14 +173,14 @@ impl QP {
         .sges(a.max_send_sge, a.max_recv_sge)
         .max_inline(a.max_inline_data)
         .service_level(a.sl);
-        let all = SendOps::SEND.bits()
-            | SendOps::SEND_WITH_IMM.bits()
-            | SendOps::RDMA_WRITE.bits()
-            | SendOps::RDMA_WRITE_WITH_IMM.bits()
-            | SendOps::RDMA_READ.bits();
-        if let Some(ops) = a.send_ops_flags {
-            cfg = cfg.send_ops(SendOps::from_bits_retain(ops));
+        // As the package: by default every operation of the QP type (SRD: SEND and RDMA,
+        // UD: SEND), which a device without RDMA read or write refuses (EOPNOTSUPP).
+        let mut default = SendOps::SEND | SendOps::SEND_WITH_IMM;
+        if a.qp_type == QPT_SRD {
+            default |= SendOps::RDMA_WRITE | SendOps::RDMA_WRITE_WITH_IMM | SendOps::RDMA_READ;
         }
+        let ops = a.send_ops_flags.unwrap_or(default.bits());
+        cfg = cfg.send_ops(SendOps::from_bits_retain(ops));
         if a.unsolicited_write_recv {
             cfg = cfg.unsolicited_write_recv();
         }
@@ -218,7 +218,7 @@ impl QP {
             send_cq: a.send_cq.clone_ref(py),
             recv_cq: a.recv_cq.clone_ref(py),
             qp_type: a.qp_type,
-            send_ops_flags: a.send_ops_flags.unwrap_or(all),
+            send_ops_flags: ops,
             sq_sig_all: a.sq_sig_all,
             send_credits,
             recv_credits,

@@ -162,3 +162,32 @@ def test_reg_dmabuf_mr_refuses_bad_ranges_with_valueerror(pd):
     finally:
         os.close(r)
         os.close(w)
+
+
+UNSUPPORTED_CHILD = """
+import efa
+ctx = efa.get_efa_device_list()[0].open()
+pd, cq = ctx.alloc_pd(), ctx.create_cq(16)
+for what, call in [("qp", lambda: pd.create_qp(efa.QPInitAttr(send_cq=cq, recv_cq=cq))),
+                   ("query_cq", cq.query_efa)]:
+    try:
+        call()
+        print(what, "made")
+    except efa.EfaError as e:
+        print(what, e.errno)
+"""
+
+
+def test_what_the_device_or_provider_lacks_is_eopnotsupp():
+    # A device without RDMA read (so the default send ops ask for more than it has) and a
+    # provider without efadv_query_cq (efa-sim's profile, in a process of its own): the
+    # package's verbs answer EOPNOTSUPP.
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, EFA_SIM_PROFILE="caps=-rdma_read,ring_query=0")
+    out = subprocess.run([sys.executable, "-c", UNSUPPORTED_CHILD], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["qp %d" % errno.EOPNOTSUPP,
+                                          "query_cq %d" % errno.EOPNOTSUPP]

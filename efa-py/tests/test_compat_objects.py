@@ -27,6 +27,11 @@ def test_attribute_objects_have_the_packages_reprs(ctx, pd):
     assert repr(qp) == "QP(qp_num=%d, qp_type=SRD)" % qp.qp_num
     ud = pd.create_qp(efa.QPInitAttr(send_cq=cq, recv_cq=cq, qp_type=efa.QPType.UD))
     assert repr(ud) == "QP(qp_num=%d, qp_type=UD)" % ud.qp_num
+    # The package's default send operations: every one of the QP type's.
+    ops = efa.QPExSendOpsFlags
+    assert ud.send_ops_flags == ops.SEND | ops.SEND_WITH_IMM
+    assert qp.send_ops_flags == (ops.SEND | ops.SEND_WITH_IMM | ops.RDMA_WRITE
+                                 | ops.RDMA_WRITE_WITH_IMM | ops.RDMA_READ)
     for q in (qp, ud):
         q.close()
         assert repr(q) == "QP(closed=True)"
