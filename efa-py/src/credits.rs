@@ -7,7 +7,9 @@
 //! posted to it and not yet polled from it, per QP, and a post that would take the
 //! count past the CQ's depth is refused as a full queue (`EfaError`, `ENOMEM`, what
 //! libefa answers for a full work queue) before anything reaches the device. Polling a
-//! completion frees its entry; closing a QP frees the entries its requests held.
+//! completion frees its entry; closing a QP frees the entries its requests held: its
+//! requests still queued never complete, and a program polls the completions it already
+//! has before closing it (libefa fails a poll that meets a completion of a destroyed QP).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
