@@ -123,11 +123,9 @@ impl Gid {
             .into_any()
             .unbind()
     }
-    fn __hash__(&self) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        self.0.hash(&mut h);
-        h.finish()
+    /// The hash of its bytes, which it equals.
+    fn __hash__(&self, py: Python<'_>) -> PyResult<isize> {
+        PyBytes::new(py, &self.0).hash()
     }
     /// The most-significant 64 bits (network byte order).
     #[getter]

@@ -137,7 +137,7 @@ def test_a_gid_equals_its_bytes(ctx):
     gid = ctx.query_gid()
     assert gid == gid.raw and gid == bytearray(gid.raw) and gid == efa.Gid(gid.raw)
     assert gid != bytes(16) and gid != "not a gid"
-    assert len({gid, efa.Gid(gid.raw)}) == 1
+    assert len({gid, efa.Gid(gid.raw), gid.raw}) == 1  # equal objects hash alike
 
 
 def test_failed_completions_raise_the_packages_completion_error(pd, cq, pair):
