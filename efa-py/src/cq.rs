@@ -234,7 +234,7 @@ impl CQ {
         let out = PyList::empty(py);
         // Completions of requests refused at the post come first (`crate::credits`).
         for r in self.credits.take_refused(num_entries) {
-            out.append(Py::new(py, crate::wc::WC::too_long(r.wr_id, r.qp_num))?)?;
+            out.append(Py::new(py, crate::wc::WC::too_long(r))?)?;
         }
         let mut left = num_entries - out.len();
         // Where the WC pool is looked at next, across this poll's provider calls.

@@ -37,12 +37,14 @@ struct State {
 }
 
 /// A send the device would fail by its completion, which the Rust core refuses at the
-/// post instead (a SEND longer than `max_msg_sz`): the package's program sees the
+/// post instead (a SEND longer than `max_msg_sz`, an RDMA longer than `max_rdma_size`): the package's program sees the
 /// completion, as it would from the device.
 #[derive(Clone, Copy)]
 pub struct Refused {
     pub wr_id: u64,
     pub qp_num: u32,
+    /// The completion's opcode (`ibv_wc_opcode`).
+    pub opcode: u32,
 }
 
 impl Credits {

@@ -62,18 +62,29 @@ pub fn check_wr<'a>(qp: &QP, wr: &'a SendWR) -> PyResult<&'a Py<AH>> {
 /// The requests of a chunk that fail by their completions (`crate::credits::Refused`).
 pub type Refusals = ArrayVec<Refused, CHUNK>;
 
-/// True (and `wr_id` noted in `refused`) for a SEND longer than the port's
-/// `max_msg_sz`: the Rust core refuses to post it, where the device (and so the `efa`
-/// package) fails it by an error completion; this package gives that completion.
+/// True (and the request noted in `refused`) for a SEND longer than the port's
+/// `max_msg_sz` or an RDMA read or write longer than the device's `max_rdma_size`: the
+/// Rust core refuses to post it, where the device (and so the `efa` package) fails it by
+/// an error completion; this package gives that completion.
 pub fn too_long(q: &DynQp<SPd>, op: u32, len: u64, wr_id: u64, refused: &mut Refusals) -> bool {
-    use efa_typestate::sys::verbs::ibv_wr_opcode as Op;
-    let send = op == Op::IBV_WR_SEND || op == Op::IBV_WR_SEND_WITH_IMM;
-    if !send || len <= u64::from(q.limits().max_msg_sz()) {
+    use efa_typestate::sys::verbs::{ibv_wc_opcode as Wc, ibv_wr_opcode as Op};
+    let limits = q.limits();
+    let (max, opcode) = match op {
+        Op::IBV_WR_SEND | Op::IBV_WR_SEND_WITH_IMM => (limits.max_msg_sz(), Wc::IBV_WC_SEND),
+        Op::IBV_WR_RDMA_WRITE | Op::IBV_WR_RDMA_WRITE_WITH_IMM => {
+            (limits.max_rdma_size(), Wc::IBV_WC_RDMA_WRITE)
+        }
+        Op::IBV_WR_RDMA_READ => (limits.max_rdma_size(), Wc::IBV_WC_RDMA_READ),
+        _ => return false,
+    };
+    // A device that reports no RDMA size (0) leaves the Rust core to judge.
+    if max == 0 || len <= u64::from(max) {
         return false;
     }
     refused.push(Refused {
         wr_id,
         qp_num: q.qpn(),
+        opcode,
     });
     true
 }

@@ -56,18 +56,19 @@ impl WC {
     }
 
     /// The error completion the device gives a SEND longer than the port's
-    /// `max_msg_sz` (`IBV_WC_LOC_LEN_ERR`, EFA status `LOCAL_ERROR_BAD_LENGTH`), for a
-    /// request the Rust core refuses to post (`crate::credits::Refused`).
-    pub fn too_long(wr_id: u64, qp_num: u32) -> WC {
-        use efa_typestate::sys::verbs::{ibv_wc_opcode, ibv_wc_status};
+    /// `max_msg_sz` or an RDMA longer than `max_rdma_size` (`IBV_WC_LOC_LEN_ERR`, EFA
+    /// status `LOCAL_ERROR_BAD_LENGTH`), for a request the Rust core refuses to post
+    /// (`crate::credits::Refused`).
+    pub fn too_long(r: crate::credits::Refused) -> WC {
+        use efa_typestate::sys::verbs::ibv_wc_status;
         CREATED.fetch_add(1, Relaxed);
         let wc = WC::zeroed();
-        wc.wr_id.store(wr_id, Relaxed);
+        wc.wr_id.store(r.wr_id, Relaxed);
         wc.status.store(ibv_wc_status::IBV_WC_LOC_LEN_ERR, Relaxed);
-        wc.opcode.store(ibv_wc_opcode::IBV_WC_SEND, Relaxed);
+        wc.opcode.store(r.opcode, Relaxed);
         wc.vendor_err
             .store(efa_typestate::EfaStatus::LOCAL_BAD_LENGTH.0, Relaxed);
-        wc.qp_num.store(qp_num, Relaxed);
+        wc.qp_num.store(r.qp_num, Relaxed);
         wc
     }
 

@@ -149,3 +149,42 @@ def test_posts_take_any_iterable_of_work_requests(quickstart):
     with pytest.raises(TypeError):
         qp.post_send(42)
     mr.close()
+
+
+RDMA_CHILD = """
+import efa
+ctx = efa.get_efa_device_list()[0].open()
+pd, cq = ctx.alloc_pd(), ctx.create_cq(64)
+qp = pd.create_qp(efa.QPInitAttr(send_cq=cq, recv_cq=cq)).prepare(qkey=1)
+peer = efa.local_endpoint_info(qp, qkey=1).peer(pd)
+acc = efa.AccessFlags.LOCAL_WRITE | efa.AccessFlags.REMOTE_WRITE | efa.AccessFlags.REMOTE_READ
+src, dst = bytearray(b"r" * 131072), bytearray(131072)
+ms, md = efa.reg_tensor(pd, src, acc), efa.reg_tensor(pd, dst, acc)
+print(ctx.query_efa_device().max_rdma_size)
+# One write past max_rdma_size (posted: the device fails it), then the split ones.
+qp.post_send(efa.write_wrs(ms, peer, md.addr, md.rkey, wr_id=1))
+qp.post_send(efa.read_wrs(ms, peer, md.addr, md.rkey, wr_id=2))
+qp.post_send(efa.write_wrs(ms, peer, md.addr, md.rkey, chunk=65536, wr_id=10))
+wcs = []
+while len(wcs) < 4:
+    wcs += cq.poll(8)
+for w in sorted(wcs, key=lambda w: w.wr_id):
+    print(w.wr_id, w.status == efa.WCStatus.LOC_LEN_ERR, w.opcode, hex(w.vendor_err))
+print(bytes(dst) == bytes(src))
+"""
+
+
+def test_an_rdma_past_max_rdma_size_fails_by_its_completion():
+    # The package's docs: oversized posts fail with an error completion (efa-sim's
+    # profile shrinks max_rdma_size to 64 KiB, in a process of its own).
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, EFA_SIM_PROFILE="max_rdma_size=65536")
+    out = subprocess.run([sys.executable, "-c", RDMA_CHILD], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    W, R = efa.WCOpcode.RDMA_WRITE, efa.WCOpcode.RDMA_READ
+    assert out.stdout.split("\n")[:6] == [
+        "65536", "1 True %d 0x6" % W, "2 True %d 0x6" % R,
+        "10 False %d 0x0" % W, "11 False %d 0x0" % W, "True"]
