@@ -11,6 +11,8 @@ use efa_typestate::{
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
+use crate::args::value_error;
+use crate::credits::Credits;
 use crate::device::{Context, SCtx};
 use crate::errors::{busy, closed, OrRaise};
 use crate::wc::WcPool;
@@ -38,11 +40,12 @@ macro_rules! with_cq {
 fn poll_into<const N: usize>(
     cq: &AnyCq,
     out: &Bound<'_, PyList>,
-    sgid: bool,
+    (sgid, credits): (bool, &Credits),
     (pool, at): (&WcPool, &mut usize),
 ) -> PyResult<(usize, usize)> {
     let mut buf = ArrayVec::<Completion, N>::new();
     let n = with_cq!(cq, q => q.poll(&mut buf)).or_raise("ibv_poll_cq")?;
+    credits.polled(buf.iter().map(|c| c.qp_num()));
     pool.append(out.py(), out, &buf, sgid, at)?;
     Ok((N, n))
 }
@@ -52,7 +55,7 @@ fn poll_into<const N: usize>(
 pub struct CompChannel {
     inner: Option<SChannel>,
     #[pyo3(get)]
-    context: Py<Context>,
+    pub(crate) context: Py<Context>,
     /// The CQs made on this channel, to hand back from `get_cq_event` (weak: a CQ keeps
     /// its channel, not the other way round). Behind a lock, not `&mut self`: a CQ may
     /// be made on the channel while another thread waits in `get_cq_event`.
@@ -135,13 +138,15 @@ pub struct CQ {
     unacked: AtomicU32,
     pub(crate) inner: Option<AnyCq>,
     #[pyo3(get)]
-    context: Py<Context>,
+    pub(crate) context: Py<Context>,
     #[pyo3(get)]
     channel: Option<Py<CompChannel>>,
     sgid: bool,
     unsolicited: bool,
     /// The `WC`s polls handed out, rewritten once the program dropped them.
     pool: WcPool,
+    /// The work requests posted to this CQ's QPs and not yet polled (shared with them).
+    pub(crate) credits: Arc<Credits>,
 }
 
 /// An extended EFA completion queue (`efadv_create_cq`): sender GIDs and unsolicited
@@ -184,7 +189,9 @@ impl CQ {
             )),
         };
         let id = with_cq!(&inner, q => q.id());
+        let credits = Credits::new(with_cq!(&inner, q => q.depth()));
         let base = CQ {
+            credits,
             unacked: AtomicU32::new(0),
             inner: Some(inner),
             context: ctx.clone().unbind(),
@@ -218,23 +225,43 @@ impl CQ {
 #[pymethods]
 impl CQ {
     /// Polls up to `num_entries` completions (never blocks); returns a list of `WC`.
-    fn poll<'py>(&self, py: Python<'py>, num_entries: usize) -> PyResult<Bound<'py, PyList>> {
+    fn poll<'py>(&self, py: Python<'py>, num_entries: i32) -> PyResult<Bound<'py, PyList>> {
         let cq = self.get()?;
+        if num_entries <= 0 {
+            return Err(value_error("num_entries must be positive"));
+        }
+        let num_entries = num_entries as usize;
         let out = PyList::empty(py);
-        let mut left = num_entries;
+        // Completions of requests refused at the post come first (`crate::credits`).
+        for r in self.credits.take_refused(num_entries) {
+            out.append(Py::new(py, crate::wc::WC::too_long(r))?)?;
+        }
+        let mut left = num_entries - out.len();
         // Where the WC pool is looked at next, across this poll's provider calls.
         let mut at = 0;
         // One provider poll per power of two at most `left` (completions beyond
         // `num_entries` stay in the CQ), until the CQ runs dry.
         while left > 0 {
             let (asked, got) = match left {
-                64.. => poll_into::<64>(cq, &out, self.sgid, (&self.pool, &mut at))?,
-                32..=63 => poll_into::<32>(cq, &out, self.sgid, (&self.pool, &mut at))?,
-                16..=31 => poll_into::<16>(cq, &out, self.sgid, (&self.pool, &mut at))?,
-                8..=15 => poll_into::<8>(cq, &out, self.sgid, (&self.pool, &mut at))?,
-                4..=7 => poll_into::<4>(cq, &out, self.sgid, (&self.pool, &mut at))?,
-                2..=3 => poll_into::<2>(cq, &out, self.sgid, (&self.pool, &mut at))?,
-                _ => poll_into::<1>(cq, &out, self.sgid, (&self.pool, &mut at))?,
+                64.. => {
+                    poll_into::<64>(cq, &out, (self.sgid, &self.credits), (&self.pool, &mut at))?
+                }
+                32..=63 => {
+                    poll_into::<32>(cq, &out, (self.sgid, &self.credits), (&self.pool, &mut at))?
+                }
+                16..=31 => {
+                    poll_into::<16>(cq, &out, (self.sgid, &self.credits), (&self.pool, &mut at))?
+                }
+                8..=15 => {
+                    poll_into::<8>(cq, &out, (self.sgid, &self.credits), (&self.pool, &mut at))?
+                }
+                4..=7 => {
+                    poll_into::<4>(cq, &out, (self.sgid, &self.credits), (&self.pool, &mut at))?
+                }
+                2..=3 => {
+                    poll_into::<2>(cq, &out, (self.sgid, &self.credits), (&self.pool, &mut at))?
+                }
+                _ => poll_into::<1>(cq, &out, (self.sgid, &self.credits), (&self.pool, &mut at))?,
             };
             left -= got;
             if got < asked {
@@ -266,6 +293,9 @@ impl CQ {
     #[pyo3(signature = (nevents=1))]
     fn ack_events(&self, nevents: u32) -> PyResult<()> {
         self.get()?;
+        if nevents == 0 {
+            return Err(value_error("nevents must be positive"));
+        }
         self.unacked
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
                 n.checked_sub(nevents)
@@ -334,4 +364,41 @@ pub struct CQAttr {
     entry_size: u32,
     num_entries: u32,
     doorbell_addr: usize,
+}
+
+#[pymethods]
+impl CQAttr {
+    fn __repr__(&self) -> String {
+        format!(
+            "CQAttr(buffer_addr=0x{:x}, entry_size={}, num_entries={}, doorbell_addr=0x{:x})",
+            self.buffer_addr, self.entry_size, self.num_entries, self.doorbell_addr
+        )
+    }
+}
+
+/// `create_cq`'s arguments, checked as the package checks them (`ValueError`): a
+/// positive size, a completion vector of the context, a channel of this context.
+pub fn cq_args(
+    ctx: &Bound<'_, Context>,
+    cqe: i32,
+    channel: Option<&Py<crate::cq::CompChannel>>,
+    comp_vector: i32,
+) -> PyResult<(u32, u32)> {
+    let vectors = ctx.borrow().get()?.num_comp_vectors();
+    if cqe <= 0 {
+        return Err(crate::args::value_error("cqe must be positive"));
+    }
+    let comp_vector = u32::try_from(comp_vector)
+        .ok()
+        .filter(|v| *v < vectors)
+        .ok_or_else(|| crate::args::value_error("comp_vector is outside the context's range"))?;
+    if let Some(ch) = channel {
+        let ch = ch.bind(ctx.py());
+        if !ch.borrow().context.bind(ctx.py()).is(ctx) {
+            return Err(crate::args::value_error(
+                "completion channel must belong to this context",
+            ));
+        }
+    }
+    Ok((cqe as u32, comp_vector))
 }

@@ -41,7 +41,11 @@ impl Device {
         Ok(Context::wrap(ctx))
     }
     fn __repr__(&self) -> String {
-        format!("Device(name={:?}, guid=0x{:016x})", self.name, self.guid)
+        format!(
+            "Device(name={}, guid=0x{:x})",
+            crate::args::py_repr(&self.name),
+            self.guid
+        )
     }
 }
 
@@ -82,7 +86,7 @@ pub fn get_efa_device_list(py: Python<'_>) -> PyResult<Vec<Device>> {
 }
 
 /// A 16-byte GID (the EFA device address).
-#[pyclass(module = "efa._efa", frozen, eq, hash)]
+#[pyclass(module = "efa._efa", frozen)]
 #[derive(PartialEq, Eq, Hash, Clone, Copy)]
 pub struct Gid(pub [u8; 16]);
 
@@ -90,9 +94,9 @@ pub struct Gid(pub [u8; 16]);
 impl Gid {
     #[new]
     fn new(raw: &[u8]) -> PyResult<Self> {
-        let raw: [u8; 16] = raw.try_into().map_err(|_| {
-            crate::errors::invalid("Gid", format!("a GID is 16 bytes, not {}", raw.len()))
-        })?;
+        let raw: [u8; 16] = raw
+            .try_into()
+            .map_err(|_| crate::args::value_error("gid must be exactly 16 bytes"))?;
         Ok(Gid(raw))
     }
     #[getter]
@@ -101,6 +105,27 @@ impl Gid {
     }
     fn __bytes__<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
         PyBytes::new(py, &self.0)
+    }
+    /// Equal to a `Gid` or to bytes/bytearray of the same 16 bytes (as the package).
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> PyObject {
+        let py = other.py();
+        let eq = if let Ok(g) = other.downcast::<Gid>() {
+            g.get().0 == self.0
+        } else if let Ok(b) = other.downcast::<PyBytes>() {
+            b.as_bytes() == self.0
+        } else if let Ok(b) = other.downcast::<pyo3::types::PyByteArray>() {
+            b.to_vec() == self.0
+        } else {
+            return py.NotImplemented();
+        };
+        pyo3::types::PyBool::new(py, eq)
+            .to_owned()
+            .into_any()
+            .unbind()
+    }
+    /// The hash of its bytes, which it equals.
+    fn __hash__(&self, py: Python<'_>) -> PyResult<isize> {
+        PyBytes::new(py, &self.0).hash()
     }
     /// The most-significant 64 bits (network byte order).
     #[getter]
@@ -154,8 +179,11 @@ pub struct DeviceAttr {
 impl DeviceAttr {
     fn __repr__(&self) -> String {
         format!(
-            "DeviceAttr(fw_ver={:?}, max_qp={}, max_qp_wr={}, max_cqe={}, max_mr_size={})",
-            self.fw_ver, self.max_qp, self.max_qp_wr, self.max_cqe, self.max_mr_size
+            "DeviceAttr(fw_ver={}, max_qp={}, max_cqe={}, phys_port_cnt={})",
+            crate::args::py_repr(&self.fw_ver),
+            self.max_qp,
+            self.max_cqe,
+            self.phys_port_cnt
         )
     }
 }
@@ -176,8 +204,13 @@ pub struct EfaDeviceAttr {
 impl EfaDeviceAttr {
     fn __repr__(&self) -> String {
         format!(
-            "EfaDeviceAttr(max_sq_wr={}, max_rq_wr={}, max_rdma_size={}, device_caps=0x{:x})",
-            self.max_sq_wr, self.max_rq_wr, self.max_rdma_size, self.device_caps
+            "EfaDeviceAttr(max_sq_wr={}, max_rq_wr={}, inline_buf_size={}, device_caps=0x{:x}, \
+             max_rdma_size={})",
+            self.max_sq_wr,
+            self.max_rq_wr,
+            self.inline_buf_size,
+            self.device_caps,
+            self.max_rdma_size
         )
     }
 }
@@ -202,8 +235,8 @@ pub struct PortAttr {
 impl PortAttr {
     fn __repr__(&self) -> String {
         format!(
-            "PortAttr(state={}, max_msg_sz={}, max_mtu={}, active_mtu={}, lid={})",
-            self.state, self.max_msg_sz, self.max_mtu, self.active_mtu, self.lid
+            "PortAttr(state={}, active_mtu={}, max_msg_sz={})",
+            self.state, self.active_mtu, self.max_msg_sz
         )
     }
 }
@@ -249,7 +282,7 @@ impl AsyncEvent {
             .unwrap_or("unknown")
     }
     fn __repr__(&self) -> String {
-        format!("AsyncEvent({}: {})", self.event_type, self.event_type_str())
+        format!("AsyncEvent({})", self.event_type_str())
     }
 }
 
@@ -367,7 +400,8 @@ impl Context {
     }
     /// Acknowledges an event of `get_async_event` (the Rust core acknowledges each
     /// event as it returns it, so this only checks the context is open).
-    fn ack_async_event(&self, _ev: &AsyncEvent) -> PyResult<()> {
+    fn ack_async_event(&self, ev: &AsyncEvent) -> PyResult<()> {
+        let _ = ev;
         self.get().map(|_| ())
     }
     /// Allocates a protection domain.
@@ -382,29 +416,43 @@ impl Context {
     #[pyo3(signature = (cqe, channel=None, comp_vector=0))]
     fn create_cq(
         slf: &Bound<'_, Self>,
-        cqe: u32,
+        cqe: i32,
         channel: Option<Py<crate::cq::CompChannel>>,
-        comp_vector: u32,
+        comp_vector: i32,
     ) -> PyResult<PyObject> {
+        let (cqe, comp_vector) = crate::cq::cq_args(slf, cqe, channel.as_ref(), comp_vector)?;
         crate::cq::CQ::create(slf, cqe, channel, comp_vector, false, false, false)
     }
     /// Creates an extended EFA completion queue (`efadv_create_cq`).
     #[pyo3(signature = (cqe, channel=None, comp_vector=0, wc_flags=None, sgid=false, unsolicited=false))]
     fn create_cq_ex(
         slf: &Bound<'_, Self>,
-        cqe: u32,
+        cqe: i32,
         channel: Option<Py<crate::cq::CompChannel>>,
-        comp_vector: u32,
+        comp_vector: i32,
         wc_flags: Option<u64>,
         sgid: bool,
         unsolicited: bool,
     ) -> PyResult<PyObject> {
         let _ = wc_flags; // every standard field is always reported
+        let (cqe, comp_vector) = crate::cq::cq_args(slf, cqe, channel.as_ref(), comp_vector)?;
         crate::cq::CQ::create(slf, cqe, channel, comp_vector, true, sgid, unsolicited)
     }
-    /// Closes this handle; the device stays open while objects made from it live.
+    /// Closes the device context; as in the package, `EfaError` (`EBUSY`) while objects
+    /// made from it (PDs, CQs, completion channels, and what they hold) are open.
     fn close(slf: &Bound<'_, Self>) -> PyResult<()> {
-        slf.try_borrow_mut().map_err(|_| busy("Context"))?.inner = None;
+        let mut me = slf.try_borrow_mut().map_err(|_| busy("Context"))?;
+        if let Some(ctx) = &me.inner {
+            let children = Arc::strong_count(ctx) - 1;
+            if children != 0 {
+                return Err(crate::errors::invalid_errno(
+                    "ibv_close_device",
+                    crate::errors::EBUSY,
+                    format!("cannot close context with {children} open child resource(s)"),
+                ));
+            }
+        }
+        me.inner = None;
         Ok(())
     }
     #[getter]
@@ -420,10 +468,6 @@ impl Context {
         Ok(false)
     }
     fn __repr__(&self) -> String {
-        format!(
-            "Context(name={:?}, closed={})",
-            self.name,
-            self.inner.is_none()
-        )
+        format!("Context(name={})", crate::args::py_repr(&self.name))
     }
 }

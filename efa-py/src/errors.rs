@@ -26,7 +26,7 @@ pub fn classes(py: Python<'_>) -> PyResult<&(Py<PyType>, Py<PyType>)> {
 pub const EINVAL: i32 = Errno::EINVAL.0;
 pub const EBADF: i32 = Errno::EBADF.0;
 pub const EOPNOTSUPP: i32 = Errno::EOPNOTSUPP.0;
-const EBUSY: i32 = Errno::EBUSY.0;
+pub const EBUSY: i32 = Errno::EBUSY.0;
 const EIO: i32 = Errno::EIO.0;
 
 /// An `EfaError` for `operation` with `errno` and `message`.
@@ -40,13 +40,22 @@ pub fn raise(py: Python<'_>, operation: &str, errno: i32, message: String) -> Py
     }
 }
 
-/// The errno a Rust error stands for (EINVAL for refused input, EIO otherwise).
+/// The errno a Rust error stands for, as the package's verbs would report it: the
+/// call's own, EINVAL for refused input, EOPNOTSUPP for what the provider, library or
+/// device does not offer, ENOMEM for a full queue, EIO otherwise.
 fn errno_of(e: &Error) -> i32 {
+    use efa_typestate::Unsupported;
     match e {
         Error::Verb {
             errno: Errno(n), ..
         } => *n,
         Error::Invalid(_) => EINVAL,
+        Error::Unsupported {
+            why: Unsupported::Provider(Errno(n)),
+            ..
+        } => *n,
+        Error::Unsupported { .. } => EOPNOTSUPP,
+        Error::SendQueueFull | Error::RecvQueueFull { .. } => Errno::ENOMEM.0,
         _ => EIO,
     }
 }

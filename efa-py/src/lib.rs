@@ -1,7 +1,6 @@
 //! `efa._efa`: the `efa` Python package's handles on the efa-typestate core.
 //!
-//! One module per concept: [`device`] (devices, context, attributes), [`pd`] (PD, MR,
-//! AH), [`cq`] (CQs, channels), [`wc`] (work completions), [`qp`] (queue pairs), [`wr`] (SGEs and work
+//! One module per concept: [`device`] (devices, context, attributes), [`pd`] (PD, AH), [`mr`] (MR), [`cq`] (CQs, channels), [`wc`] (work completions), [`qp`] (queue pairs), [`wr`] (SGEs and work
 //! requests), [`post`] (posting), [`memory`] (Python buffers as registered memory),
 //! [`errors`]. The pure-Python parts (enums, endpoint exchange, tensor helpers,
 //! `efa.cuda`) are in `python/efa/`.
@@ -12,16 +11,33 @@
 use pyo3::prelude::*;
 
 mod abi;
+mod args;
 mod cq;
+mod credits;
 mod device;
 mod errors;
 mod gpu;
 mod memory;
+mod mr;
 mod pd;
 mod post;
 mod qp;
+mod send_checks;
 mod wc;
 mod wr;
+
+/// True: the extension links libibverbs and libefa (as the package's `_linked` says it
+/// loaded them); importing it fails without them.
+#[pyfunction]
+fn _linked() -> bool {
+    true
+}
+
+/// True: the extension links `ibv_reg_dmabuf_mr` (rdma-core 34 and newer).
+#[pyfunction]
+fn _has_dmabuf() -> bool {
+    true
+}
 
 #[pymodule]
 fn _efa(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -35,6 +51,8 @@ fn _efa(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(gpu::_flush_gpudirect_writes, m)?)?;
     m.add_function(wrap_pyfunction!(wc::_wc_created, m)?)?;
     m.add_function(wrap_pyfunction!(abi::_abi, m)?)?;
+    m.add_function(wrap_pyfunction!(_linked, m)?)?;
+    m.add_function(wrap_pyfunction!(_has_dmabuf, m)?)?;
     wc::install_members(m.py())?;
     m.add_class::<device::Device>()?;
     m.add_class::<device::Context>()?;
@@ -44,8 +62,8 @@ fn _efa(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<device::PortAttr>()?;
     m.add_class::<device::AsyncEvent>()?;
     m.add_class::<pd::PD>()?;
-    m.add_class::<pd::MR>()?;
-    m.add_class::<pd::MRAttr>()?;
+    m.add_class::<mr::MR>()?;
+    m.add_class::<mr::MRAttr>()?;
     m.add_class::<pd::AH>()?;
     m.add_class::<cq::CQ>()?;
     m.add_class::<cq::CQEx>()?;
@@ -55,7 +73,7 @@ fn _efa(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<qp::QP>()?;
     m.add_class::<qp::QPCap>()?;
     m.add_class::<qp::QPInitAttr>()?;
-    m.add_class::<qp::AHAttr>()?;
+    m.add_class::<pd::AHAttr>()?;
     m.add_class::<qp::WQAttr>()?;
     m.add_class::<wr::SGE>()?;
     m.add_class::<wr::SendWR>()?;

@@ -9,7 +9,7 @@
 //! given by address and lkey.
 
 use efa_typestate::{
-    ArrayVec, Payload, RecvBatch, RecvBufs, RemoteBuffer, SendBatch, SendOp, SendWr, Sge, SgeList,
+    ArrayVec, Payload, RecvBatch, RecvBufs, RemoteBuffer, SendBatch, SendWr, Sge, SgeList,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyType};
@@ -19,16 +19,16 @@ use std::marker::PhantomData;
 use crate::errors::{invalid, OrRaise};
 use crate::pd::{MrKind, AH, MR};
 use crate::qp::QP;
+use crate::send_checks::{check_wr, send_op, too_long, Refusals};
 use crate::wr::{RecvWR, SendWR, SGE};
 use efa_typestate::sys::verbs::ibv_send_flags;
 
 /// Work requests per doorbell; longer lists go out in several (each all or nothing).
-const CHUNK: usize = 64;
+pub(crate) const CHUNK: usize = 64;
 /// SGEs per work request (EFA devices offer 1 or 2).
 const MAX_SGE: usize = 4;
 /// Largest inline payload staged (EFA's inline buffers are 32 bytes).
 const INLINE_MAX: usize = 64;
-const SIGNALED: u32 = ibv_send_flags::IBV_SEND_SIGNALED.0;
 const INLINE: u32 = ibv_send_flags::IBV_SEND_INLINE.0;
 
 /// The MR an SGE addresses: the one it was made from, or the MR of its lkey in the QP's PD.
@@ -79,6 +79,16 @@ impl<'py> Items<'_, 'py> {
             Items::One(o) => Ok((*o).clone()),
         }
     }
+}
+
+/// `wrs` as a list when it is another iterable (a tuple, a generator: the package posts
+/// `list(wrs)`); None for a list or one work request, which are read as they are.
+fn as_list<'py, W: PyClass>(wrs: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
+    if wrs.is_instance_of::<PyList>() || wrs.is_instance_of::<W>() {
+        return Ok(None);
+    }
+    let items = wrs.try_iter()?.collect::<PyResult<Vec<_>>>()?;
+    Ok(Some(PyList::new(wrs.py(), items)?.into_any()))
 }
 
 /// A class's type object, looked up once per post: PyO3's `downcast` looks it up on
@@ -210,14 +220,27 @@ struct Plan {
 
 pub fn post_send(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()> {
     let t = Types::<SendWR>::new(py);
-    let list = Items::of(wrs);
+    let listed = as_list::<SendWR>(wrs)?;
+    let list = Items::of(listed.as_ref().unwrap_or(wrs));
     let n = list.len();
     let mut start = 0;
     while start < n {
         let end = (start + CHUNK).min(n);
-        if !post_simple_chunk(qp, py, &t, &list, start, end)? {
-            post_send_chunk(qp, py, &t, &list, start, end)?;
+        // The send CQ's entries for these requests (given back if the post fails).
+        let k = (end - start) as u32;
+        qp.send_credits.reserve("post_send", qp.qp_num, k)?;
+        let mut refused = ArrayVec::new();
+        let posted = match post_simple_chunk(qp, py, &t, &list, (start, end), &mut refused) {
+            Ok(true) => Ok(()),
+            Ok(false) => post_send_chunk(qp, py, &t, &list, (start, end), &mut refused),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = posted {
+            qp.send_credits.release(qp.qp_num, k);
+            return Err(e);
         }
+        // Posted: the SENDs too long for the port fail by their completions.
+        qp.send_credits.refuse(&refused);
         start = end;
     }
     Ok(())
@@ -228,8 +251,8 @@ fn post_send_chunk<'py>(
     py: Python<'py>,
     t: &Types<'py, SendWR>,
     list: &Items<'_, 'py>,
-    start: usize,
-    end: usize,
+    (start, end): (usize, usize),
+    refused: &mut Refusals,
 ) -> PyResult<()> {
     // Pass 1: borrows of the MRs and AHs named, held until the post returned.
     let mut mrs: ArrayVec<PyRef<'_, MR>, { CHUNK * MAX_SGE }> = ArrayVec::new();
@@ -238,10 +261,7 @@ fn post_send_chunk<'py>(
     for i in start..end {
         let item = list.get_item(i)?;
         let wr = t.wr.cast(&item)?.borrow();
-        if wr.send_flags & SIGNALED == 0 && !qp.sq_sig_all {
-            return Err(not_signaled(wr.wr_id));
-        }
-        let ah = wr.ah.as_ref().ok_or_else(|| no_destination(wr.wr_id))?;
+        let ah = check_wr(qp, &wr)?;
         ahs.push(ah.bind(py).borrow());
         plans.push(Plan {
             wr_id: wr.wr_id,
@@ -290,11 +310,17 @@ fn post_send_chunk<'py>(
         } else {
             Payload::Sge(sge_of(&mrs, p.sges[0])?)
         };
+        if too_long(q, p.op, payload.len(), p.wr_id, refused) {
+            continue;
+        }
         let remote = RemoteBuffer::new(p.remote_addr, payload.len(), p.rkey);
         let op = send_op(p.op, remote, p.imm)?;
         let wr = SendWr::to_ah(p.wr_id, op, ahs[i].get()?, p.qpn, p.qkey, payload)
             .or_raise("post_send")?;
         batch.push(wr).or_raise("post_send")?;
+    }
+    if batch.is_empty() {
+        return Ok(());
     }
     let batch = Staged(&batch);
     py.allow_threads(move || {
@@ -317,7 +343,8 @@ unsafe impl<T> Send for Staged<'_, T> {}
 
 pub fn post_recv(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()> {
     let t = Types::<RecvWR>::new(py);
-    let list = Items::of(wrs);
+    let listed = as_list::<RecvWR>(wrs)?;
+    let list = Items::of(listed.as_ref().unwrap_or(wrs));
     let n = list.len();
     let mut start = 0;
     while start < n {
@@ -354,49 +381,20 @@ pub fn post_recv(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()
             batch.push(*wr_id, bufs).or_raise("post_recv")?;
         }
         let staged = Staged(&batch);
+        // The receive CQ's entries for these requests (given back if the post fails).
+        let k = (end - start) as u32;
+        qp.recv_credits.reserve("post_recv", qp.qp_num, k)?;
         py.allow_threads(move || {
             let staged = staged;
             // SAFETY: as for sends (see `post_send_chunk`): the receive buffers are kept
             // allocated by their MRs' owners.
             unsafe { q.post_recv(staged.0) }
         })
-        .or_raise("post_recv")?;
+        .or_raise("post_recv")
+        .inspect_err(|_| qp.recv_credits.release(qp.qp_num, k))?;
         start = end;
     }
     Ok(())
-}
-
-fn not_signaled(wr_id: u64) -> PyErr {
-    invalid(
-        "post_send",
-        format!(
-            "work request {wr_id} is not SIGNALED: EFA completes every send (set SendFlags.SIGNALED or sq_sig_all=True)"
-        ),
-    )
-}
-
-fn no_destination(wr_id: u64) -> PyErr {
-    invalid(
-        "post_send",
-        format!("work request {wr_id} names no destination (dest= or ah=)"),
-    )
-}
-
-fn send_op(op: u32, remote: RemoteBuffer, imm: u32) -> PyResult<SendOp> {
-    use efa_typestate::sys::verbs::ibv_wr_opcode as Op;
-    Ok(match op {
-        Op::IBV_WR_RDMA_WRITE => SendOp::Write(remote),
-        Op::IBV_WR_RDMA_WRITE_WITH_IMM => SendOp::WriteImm(remote, imm),
-        Op::IBV_WR_SEND => SendOp::Send,
-        Op::IBV_WR_SEND_WITH_IMM => SendOp::SendImm(imm),
-        Op::IBV_WR_RDMA_READ => SendOp::Read(remote),
-        o => {
-            return Err(invalid(
-                "post_send",
-                format!("opcode {o} is not one EFA posts"),
-            ))
-        }
-    })
 }
 
 /// The common shape in one pass: every request has one SGE whose owner is its MR, and
@@ -406,8 +404,8 @@ fn post_simple_chunk<'py>(
     py: Python<'py>,
     t: &Types<'py, SendWR>,
     list: &Items<'_, 'py>,
-    start: usize,
-    end: usize,
+    (start, end): (usize, usize),
+    refused: &mut Refusals,
 ) -> PyResult<bool> {
     struct Rec {
         ah: usize,
@@ -440,10 +438,7 @@ fn post_simple_chunk<'py>(
         let Some(mr) = &sge.mr else {
             return Ok(false);
         };
-        if wr.send_flags & SIGNALED == 0 && !qp.sq_sig_all {
-            return Err(not_signaled(wr.wr_id));
-        }
-        let ah = wr.ah.as_ref().ok_or_else(|| no_destination(wr.wr_id))?;
+        let ah = check_wr(qp, &wr)?;
         // Consecutive requests usually name the same AH and MR: one borrow serves them.
         if !ahs.last().is_some_and(|last| last.as_ptr() == ah.as_ptr()) {
             ahs.push(ah.bind(py).borrow());
@@ -477,6 +472,9 @@ fn post_simple_chunk<'py>(
     }
     let mut batch = SendBatch::<'_, CHUNK>::new(q);
     for r in &recs {
+        if too_long(q, r.op, u64::from(r.len), r.wr_id, refused) {
+            continue;
+        }
         let (region, base) = regions[r.mr];
         let sge = region
             .sge_at(r.addr, u64::from(r.len), base)
@@ -486,6 +484,9 @@ fn post_simple_chunk<'py>(
         let wr = SendWr::to_ah(r.wr_id, op, dests[r.ah], r.qpn, r.qkey, Payload::Sge(sge))
             .or_raise("post_send")?;
         batch.push(wr).or_raise("post_send")?;
+    }
+    if batch.is_empty() {
+        return Ok(true);
     }
     let batch = Staged(&batch);
     py.allow_threads(move || {

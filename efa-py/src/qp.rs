@@ -7,7 +7,9 @@ use efa_typestate::{DynQp, Qp, QpConfig, QpStateKind, SendOps};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
+use crate::args::value_error;
 use crate::cq::{AnyCq, CQ};
+use crate::credits::Credits;
 use crate::errors::{busy, closed, invalid, OrRaise};
 use crate::pd::{SPd, PD};
 
@@ -108,64 +110,6 @@ impl QPInitAttr {
     }
 }
 
-/// Address-handle attributes: on EFA only `dgid` matters.
-#[pyclass(module = "efa._efa", get_all, set_all)]
-pub struct AHAttr {
-    dgid: Option<Vec<u8>>,
-    sgid_index: u8,
-    port_num: u8,
-    hop_limit: u8,
-    traffic_class: u8,
-    flow_label: u32,
-    is_global: u8,
-}
-
-impl AHAttr {
-    pub fn gid(&self) -> PyResult<[u8; 16]> {
-        match &self.dgid {
-            None => Ok([0; 16]),
-            Some(g) => g.as_slice().try_into().map_err(|_| {
-                invalid(
-                    "ibv_create_ah",
-                    format!("a GID is 16 bytes, not {}", g.len()),
-                )
-            }),
-        }
-    }
-}
-
-#[pymethods]
-impl AHAttr {
-    #[new]
-    #[pyo3(signature = (dgid=None, sgid_index=0, port_num=1, hop_limit=1, traffic_class=0, flow_label=0, is_global=1))]
-    fn new(
-        dgid: Option<&Bound<'_, PyAny>>,
-        sgid_index: u8,
-        port_num: u8,
-        hop_limit: u8,
-        traffic_class: u8,
-        flow_label: u32,
-        is_global: u8,
-    ) -> PyResult<Self> {
-        let dgid = match dgid {
-            None => None,
-            Some(g) => Some(match g.downcast::<crate::device::Gid>() {
-                Ok(g) => g.get().0.to_vec(),
-                Err(_) => g.extract::<Vec<u8>>()?,
-            }),
-        };
-        Ok(AHAttr {
-            dgid,
-            sgid_index,
-            port_num,
-            hop_limit,
-            traffic_class,
-            flow_label,
-            is_global,
-        })
-    }
-}
-
 /// A work queue's ring layout from `QP.query_wqs` (process-local addresses).
 #[pyclass(module = "efa._efa", frozen, get_all)]
 pub struct WQAttr {
@@ -174,6 +118,16 @@ pub struct WQAttr {
     num_entries: u32,
     doorbell_addr: usize,
     max_batch: u32,
+}
+
+#[pymethods]
+impl WQAttr {
+    fn __repr__(&self) -> String {
+        format!(
+            "WQAttr(buffer_addr=0x{:x}, entry_size={}, num_entries={}, max_batch={})",
+            self.buffer_addr, self.entry_size, self.num_entries, self.max_batch
+        )
+    }
 }
 
 /// An EFA queue pair (SRD or UD).
@@ -189,9 +143,18 @@ pub struct QP {
     #[pyo3(get)]
     qp_type: u32,
     #[pyo3(get)]
-    send_ops_flags: u32,
+    pub(crate) send_ops_flags: u32,
     pub(crate) sq_sig_all: bool,
-    qp_num: u32,
+    pub(crate) qp_num: u32,
+    /// The free entries of the send and receive CQs, taken by posts (`crate::credits`).
+    pub(crate) send_credits: Arc<Credits>,
+    pub(crate) recv_credits: Arc<Credits>,
+}
+
+impl Drop for QP {
+    fn drop(&mut self) {
+        self.forget_credits();
+    }
 }
 
 impl QP {
@@ -201,35 +164,50 @@ impl QP {
             QPT_SRD => QpConfig::srd(),
             QPT_UD => QpConfig::ud(),
             t => {
-                return Err(invalid(
-                    "create_qp",
-                    format!("QP type {t} is neither SRD ({QPT_SRD}) nor UD ({QPT_UD})"),
-                ))
+                return Err(value_error(format!(
+                    "EFA supports qp_type SRD or UD (got {t}: SRD is {QPT_SRD}, UD {QPT_UD})"
+                )))
             }
         }
         .depth(a.max_send_wr, a.max_recv_wr)
         .sges(a.max_send_sge, a.max_recv_sge)
         .max_inline(a.max_inline_data)
         .service_level(a.sl);
-        let all = SendOps::SEND.bits()
-            | SendOps::SEND_WITH_IMM.bits()
-            | SendOps::RDMA_WRITE.bits()
-            | SendOps::RDMA_WRITE_WITH_IMM.bits()
-            | SendOps::RDMA_READ.bits();
-        if let Some(ops) = a.send_ops_flags {
-            cfg = cfg.send_ops(SendOps::from_bits_retain(ops));
+        // As the package: by default every operation of the QP type (SRD: SEND and RDMA,
+        // UD: SEND), which a device without RDMA read or write refuses (EOPNOTSUPP).
+        let mut default = SendOps::SEND | SendOps::SEND_WITH_IMM;
+        if a.qp_type == QPT_SRD {
+            default |= SendOps::RDMA_WRITE | SendOps::RDMA_WRITE_WITH_IMM | SendOps::RDMA_READ;
         }
+        let ops = a.send_ops_flags.unwrap_or(default.bits());
+        cfg = cfg.send_ops(SendOps::from_bits_retain(ops));
         if a.unsolicited_write_recv {
             cfg = cfg.unsolicited_write_recv();
         }
         let p = Arc::clone(pd.borrow().get()?);
-        let s = a.send_cq.borrow(py).get()?.clone();
-        let r = a.recv_cq.borrow(py).get()?.clone();
+        let (s, send_credits) = {
+            let c = a.send_cq.borrow(py);
+            (c.get()?.clone(), Arc::clone(&c.credits))
+        };
+        let (r, recv_credits) = {
+            let c = a.recv_cq.borrow(py);
+            (c.get()?.clone(), Arc::clone(&c.credits))
+        };
+        let ctx = pd.borrow().context.as_ptr();
+        if a.send_cq.borrow(py).context.as_ptr() != ctx
+            || a.recv_cq.borrow(py).context.as_ptr() != ctx
+        {
+            return Err(value_error(
+                "queue-pair CQs must belong to the PD's context",
+            ));
+        }
+        // CQs smaller than the QP's depths are accepted, as libefa accepts them; posts
+        // are bounded by the CQs' free entries instead (`crate::credits`).
         let reset = match (s, r) {
-            (AnyCq::Classic(s), AnyCq::Classic(r)) => Qp::new(p, s, r, &cfg),
-            (AnyCq::Classic(s), AnyCq::Ext(r)) => Qp::new(p, s, r, &cfg),
-            (AnyCq::Ext(s), AnyCq::Classic(r)) => Qp::new(p, s, r, &cfg),
-            (AnyCq::Ext(s), AnyCq::Ext(r)) => Qp::new(p, s, r, &cfg),
+            (AnyCq::Classic(s), AnyCq::Classic(r)) => Qp::new_bounding_cqs(p, s, r, &cfg),
+            (AnyCq::Classic(s), AnyCq::Ext(r)) => Qp::new_bounding_cqs(p, s, r, &cfg),
+            (AnyCq::Ext(s), AnyCq::Classic(r)) => Qp::new_bounding_cqs(p, s, r, &cfg),
+            (AnyCq::Ext(s), AnyCq::Ext(r)) => Qp::new_bounding_cqs(p, s, r, &cfg),
         }
         .or_raise("create_qp")?;
         let dynq = reset.into_dyn();
@@ -240,9 +218,18 @@ impl QP {
             send_cq: a.send_cq.clone_ref(py),
             recv_cq: a.recv_cq.clone_ref(py),
             qp_type: a.qp_type,
-            send_ops_flags: a.send_ops_flags.unwrap_or(all),
+            send_ops_flags: ops,
             sq_sig_all: a.sq_sig_all,
+            send_credits,
+            recv_credits,
         })
+    }
+    /// The QP is gone (closed or dropped): its requests no longer hold CQ entries.
+    fn forget_credits(&mut self) {
+        if self.inner.take().is_some() {
+            self.send_credits.forget(self.qp_num);
+            self.recv_credits.forget(self.qp_num);
+        }
     }
     pub(crate) fn get(&self) -> PyResult<&DynQp<SPd>> {
         self.inner.as_ref().ok_or_else(|| closed("QP"))
@@ -266,6 +253,18 @@ impl QP {
         q.modify(&mut attr, mask).or_raise("modify_qp(RTS)")
     }
 }
+
+/// The keywords `QP.modify` takes (the package's).
+const MODIFY_FIELDS: [&str; 8] = [
+    "qp_state",
+    "cur_qp_state",
+    "qkey",
+    "rq_psn",
+    "sq_psn",
+    "pkey_index",
+    "port_num",
+    "rnr_retry",
+];
 
 const MASK_STATE: u32 = Mask::IBV_QP_STATE.0;
 const MASK_CUR_STATE: u32 = Mask::IBV_QP_CUR_STATE.0;
@@ -326,6 +325,21 @@ impl QP {
     fn modify(&mut self, attr_mask: u32, fields: Option<&Bound<'_, PyDict>>) -> PyResult<()> {
         let mut attr = zeroed_attr();
         if let Some(f) = fields {
+            // As the package: every unknown keyword named at once, as a TypeError.
+            let mut unknown: Vec<String> = Vec::new();
+            for k in f.keys() {
+                let k: String = k.extract()?;
+                if !MODIFY_FIELDS.contains(&k.as_str()) {
+                    unknown.push(k);
+                }
+            }
+            if !unknown.is_empty() {
+                unknown.sort();
+                return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                    "unknown QP attribute(s): {}",
+                    unknown.join(", ")
+                )));
+            }
             for (k, v) in f.iter() {
                 let k: String = k.extract()?;
                 match k.as_str() {
@@ -338,13 +352,7 @@ impl QP {
                     "pkey_index" => attr.pkey_index = v.extract()?,
                     "sq_psn" => attr.sq_psn = v.extract()?,
                     "rq_psn" => attr.rq_psn = v.extract()?,
-                    "rnr_retry" => attr.rnr_retry = v.extract()?,
-                    other => {
-                        return Err(invalid(
-                            "ibv_modify_qp",
-                            format!("unknown QP attribute {other:?}"),
-                        ))
-                    }
+                    _ => attr.rnr_retry = v.extract()?,
                 }
             }
         }
@@ -412,7 +420,9 @@ impl QP {
     }
     /// Destroys the QP (its posted work requests are flushed).
     fn close(slf: &Bound<'_, Self>) -> PyResult<()> {
-        slf.try_borrow_mut().map_err(|_| busy("QP"))?.inner = None;
+        slf.try_borrow_mut()
+            .map_err(|_| busy("QP"))?
+            .forget_credits();
         Ok(())
     }
     #[getter]
@@ -430,7 +440,11 @@ impl QP {
     fn __repr__(&self) -> String {
         match &self.inner {
             None => "QP(closed=True)".into(),
-            Some(q) => format!("QP(qp_num={}, state={:?})", self.qp_num, q.state()),
+            Some(_) => format!(
+                "QP(qp_num={}, qp_type={})",
+                self.qp_num,
+                if self.qp_type == QPT_SRD { "SRD" } else { "UD" }
+            ),
         }
     }
 }

@@ -14,9 +14,7 @@ use std::sync::Mutex;
 
 use efa_typestate::{Completion, CompletionFlags};
 use pyo3::prelude::*;
-use pyo3::types::PyList;
-
-use crate::device::Gid;
+use pyo3::types::{PyBytes, PyList};
 
 /// Most `WC`s one CQ keeps for reuse.
 const POOL_MAX: usize = 256;
@@ -54,6 +52,23 @@ impl WC {
         CREATED.fetch_add(1, Relaxed);
         let wc = WC::zeroed();
         wc.set(c, sgid);
+        wc
+    }
+
+    /// The error completion the device gives a SEND longer than the port's
+    /// `max_msg_sz` or an RDMA longer than `max_rdma_size` (`IBV_WC_LOC_LEN_ERR`, EFA
+    /// status `LOCAL_ERROR_BAD_LENGTH`), for a request the Rust core refuses to post
+    /// (`crate::credits::Refused`).
+    pub fn too_long(r: crate::credits::Refused) -> WC {
+        use efa_typestate::sys::verbs::ibv_wc_status;
+        CREATED.fetch_add(1, Relaxed);
+        let wc = WC::zeroed();
+        wc.wr_id.store(r.wr_id, Relaxed);
+        wc.status.store(ibv_wc_status::IBV_WC_LOC_LEN_ERR, Relaxed);
+        wc.opcode.store(r.opcode, Relaxed);
+        wc.vendor_err
+            .store(efa_typestate::EfaStatus::LOCAL_BAD_LENGTH.0, Relaxed);
+        wc.qp_num.store(r.qp_num, Relaxed);
         wc
     }
 
@@ -104,16 +119,17 @@ impl WC {
 
 #[pymethods]
 impl WC {
-    /// The sender's GID, when the CQ reports sender GIDs and the device gave one.
+    /// The sender's GID (16 bytes, as the package gives it), when the CQ reports sender
+    /// GIDs and the device gave one; else None.
     #[getter]
-    fn sgid(&self) -> Option<Gid> {
+    fn sgid<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
         if !self.has_sgid.load(Relaxed) {
             return None;
         }
         let mut g = [0u8; 16];
         g[..8].copy_from_slice(&self.sgid[0].load(Relaxed).to_ne_bytes());
         g[8..].copy_from_slice(&self.sgid[1].load(Relaxed).to_ne_bytes());
-        Some(Gid(g))
+        Some(PyBytes::new(py, &g))
     }
     /// True if the work request completed successfully.
     #[getter]
@@ -136,7 +152,13 @@ impl WC {
             status: efa_typestate::WcStatus(status),
             efa: efa_typestate::EfaStatus(me.vendor_err.load(Relaxed)),
         };
-        let msg = format!("work request {}: {rust}", me.wr_id.load(Relaxed));
+        // The package's words, then the Rust core's (which name the EFA status).
+        let msg = format!(
+            "work completion failed: {} (status={status}, vendor_err=0x{:x}); work request {}: {rust}",
+            me.status_str(),
+            me.vendor_err.load(Relaxed),
+            me.wr_id.load(Relaxed)
+        );
         let py = slf.py();
         let completion_error = &crate::errors::classes(py)?.1;
         let err = PyErr::from_type(
@@ -147,8 +169,9 @@ impl WC {
     }
     fn __repr__(&self) -> String {
         format!(
-            "WC(wr_id={}, status={}, opcode={}, byte_len={}, qp_num={})",
+            "WC(wr_id={}, status={} ({}), opcode={}, byte_len={}, qp_num={})",
             self.wr_id.load(Relaxed),
+            self.status.load(Relaxed),
             self.status_str(),
             self.opcode.load(Relaxed),
             self.byte_len.load(Relaxed),

@@ -3,6 +3,7 @@
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
+use crate::args::{int_in, int_or, value_error, U32_MAX, U64_MAX};
 use crate::pd::{AH, MR};
 
 /// A scatter/gather entry: `SGE(target, length, lkey=0, offset=0)`, `target` an `MR`
@@ -37,23 +38,55 @@ impl SGE {
 #[pymethods]
 impl SGE {
     #[new]
-    #[pyo3(signature = (target, length, lkey=0, offset=0))]
-    fn new(target: &Bound<'_, PyAny>, length: u32, lkey: u32, offset: u64) -> PyResult<SGE> {
+    #[pyo3(signature = (target, length, lkey=None, offset=None))]
+    fn new(
+        target: &Bound<'_, PyAny>,
+        length: &Bound<'_, PyAny>,
+        lkey: Option<&Bound<'_, PyAny>>,
+        offset: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<SGE> {
+        // The package's checks and messages (ValueError).
         let py = target.py();
+        let length = int_in(
+            length,
+            0,
+            U32_MAX,
+            "SGE length must be between 0 and 2**32 - 1",
+        )?;
+        let offset = int_or(offset, 0, (0, i128::MAX), "SGE offset must be non-negative")?;
+        let lkey = int_or(
+            lkey,
+            0,
+            (0, U32_MAX),
+            "SGE lkey must be between 0 and 2**32 - 1",
+        )? as u32;
         if let Ok(mr) = target.downcast::<MR>() {
             let m = mr.borrow();
+            m.get()?;
+            let len = i128::from(m.len());
+            if offset > len || length > len - offset {
+                return Err(value_error("SGE range exceeds the memory region"));
+            }
             return Ok(SGE {
-                addr: m.base + offset,
-                length,
-                lkey: m.lkey_raw(),
+                addr: m.base + offset as u64,
+                length: length as u32,
+                lkey: if lkey == 0 { m.lkey_raw() } else { lkey },
                 mr: Some(mr.clone().unbind()),
                 keep: py.None(),
             });
         }
-        let addr: u64 = target.extract()?;
+        let addr = int_in(
+            target,
+            0,
+            U64_MAX,
+            "SGE address must be between 0 and 2**64 - 1",
+        )?;
+        if addr + offset > U64_MAX {
+            return Err(value_error("SGE address plus offset exceeds 2**64 - 1"));
+        }
         Ok(SGE {
-            addr: addr + offset,
-            length,
+            addr: (addr + offset) as u64,
+            length: length as u32,
             lkey,
             mr: None,
             keep: py.None(),

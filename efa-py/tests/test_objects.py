@@ -30,7 +30,7 @@ def test_context_queries(ctx):
 
 
 def test_gid_refuses_wrong_length():
-    with pytest.raises(efa.EfaError, match="16 bytes"):
+    with pytest.raises(ValueError, match="16 bytes"):  # as the package
         efa.Gid(b"short")
 
 
@@ -107,5 +107,8 @@ def test_mr_attributes(pd):
 def test_exceptions_construct_as_the_package_does():
     e = efa.EfaError("ibv_reg_mr", 12, "no memory")
     assert isinstance(e, OSError) and (e.operation, e.errno, e.strerror) == ("ibv_reg_mr", 12, "no memory")
-    assert efa.EfaError("ibv_open_device", 2).strerror == "No such file or directory"
+    # Without a detail, the package's words: "<operation> failed: <strerror>".
+    e = efa.EfaError("ibv_open_device", 2)
+    assert e.strerror == "ibv_open_device failed: No such file or directory"
+    assert str(e) == "[Errno 2] ibv_open_device failed: No such file or directory"
     assert issubclass(efa.CompletionError, efa.EfaError)

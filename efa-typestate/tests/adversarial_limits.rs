@@ -292,3 +292,28 @@ fn cq_checks_use_the_granted_depths() {
         .unwrap();
     assert_eq!(qp.caps().max_send_wr, 1024);
 }
+
+#[test]
+fn new_bounding_cqs_accepts_small_cqs_and_keeps_every_other_check() {
+    let ctx = open(0);
+    let pd = ctx.alloc_pd().unwrap();
+    let tiny = ctx.create_cq(CqOptions::new(16)).unwrap();
+    // The QP `create_qp` refuses (too_small(Shared, 16, 512)) is made, as libefa makes it.
+    let qp = Qp::new_bounding_cqs(&pd, &tiny, &tiny, &QpConfig::srd()).unwrap();
+    assert_eq!((qp.caps().max_send_wr, qp.caps().max_recv_wr), (256, 256));
+    // Device limits are still checked before the device sees the request.
+    let e = Qp::new_bounding_cqs(&pd, &tiny, &tiny, &QpConfig::srd().depth(1 << 20, 8))
+        .map(drop)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Invalid(InvalidInput::ExceedsDeviceLimit {
+                what: DeviceLimit::SendDepth,
+                value: 1048576,
+                ..
+            })
+        ),
+        "{e:?}"
+    );
+}

@@ -1,8 +1,8 @@
 """efa: AWS EFA (SRD RDMA) from Python, on the efa-rs Rust core.
 
 The API of the ``efa`` package (handles, work requests, enums, endpoint exchange and
-tensor helpers), with the Rust crate's checks: misuse raises :class:`EfaError`, never
-crashes. ``efa.cuda`` (GPUDirect helpers) is imported explicitly, so that ``import efa``
+tensor helpers), with the Rust crate's checks: a bad argument raises what the package
+raises, other misuse :class:`EfaError`; nothing crashes. ``efa.cuda`` (GPUDirect helpers) is imported explicitly, so that ``import efa``
 never loads libcuda.
 """
 

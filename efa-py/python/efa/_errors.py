@@ -9,20 +9,25 @@ import os
 
 
 class EfaError(OSError):
-    """Raised when an EFA call fails or is refused."""
+    """Raised when an EFA call fails or is refused (`.errno`, `.strerror`, `.operation`)."""
 
     def __init__(self, operation, err, detail=None):
         self.operation = operation
         self.detail = detail
-        super().__init__(err, detail if detail is not None else os.strerror(err))
+        msg = ("%s failed: %s" % (operation, os.strerror(err))
+               if detail is None else str(detail))
+        super().__init__(err, msg)
 
 
 class CompletionError(EfaError):
-    """Raised by :meth:`WC.raise_for_status` for a failed completion (`.wc`)."""
+    """Raised by :meth:`WC.raise_for_status` for a failed completion (`.wc`, `.status`,
+    `.vendor_err`)."""
 
     def __init__(self, wc, detail=None):
         self.wc = wc
+        self.status = wc.status
+        self.vendor_err = wc.vendor_err
         if detail is None:
-            detail = "work request %d failed: %s (vendor error 0x%x)" % (
-                wc.wr_id, wc.status_str, wc.vendor_err)
-        super().__init__("poll_cq", _errno.EIO, detail)
+            detail = "work completion failed: %s (status=%d, vendor_err=0x%x)" % (
+                wc.status_str, wc.status, wc.vendor_err)
+        super().__init__("work completion", _errno.EIO, detail)

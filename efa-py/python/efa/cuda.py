@@ -73,7 +73,11 @@ class GpuMR:
         length = self.length - offset if length is None else int(length)
         if length < 0 or length > self.length - offset:
             raise ValueError("SGE range exceeds the GPU memory region")
-        return _efa.SGE(self.mr, length, offset=self.addr - self.mr.addr + offset)._keepalive(self)
+        if isinstance(self.mr, _efa.MR):
+            sge = _efa.SGE(self.mr, length, offset=self.addr - self.mr.addr + offset)
+        else:  # an MR-like object (the package's form: address and lkey)
+            sge = _efa.SGE(self.addr, length, lkey=self.lkey, offset=offset)
+        return sge._keepalive(self)
 
     def close(self):
         self.mr.close()

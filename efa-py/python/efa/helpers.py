@@ -3,53 +3,52 @@
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 
 from . import _efa
 from .enums import SendFlags, WROpcode
 
-# Network byte order: 16-byte GID, 32-bit QP number, 32-bit qkey.
-_WIRE = struct.Struct("!16sII")
-
-
+@dataclass
 class EndpointInfo:
     """What a peer needs to reach an SRD/UD QP; 24 bytes on the wire (:meth:`to_bytes`)."""
 
-    __slots__ = ("gid", "qp_num", "qkey")
+    gid: bytes
+    qp_num: int
+    qkey: int
 
-    def __init__(self, gid, qp_num: int, qkey: int):
-        gid = bytes(gid)
-        if len(gid) != 16:
+    # Network byte order: 16-byte GID, 32-bit QP number, 32-bit qkey (the package's
+    # class attribute, not a field).
+    _STRUCT = struct.Struct("!16sII")
+
+    def __post_init__(self) -> None:
+        self.gid = bytes(self.gid)
+        self.qp_num = int(self.qp_num)
+        self.qkey = int(self.qkey)
+        if len(self.gid) != 16:
             raise ValueError("gid must be exactly 16 bytes")
-        if not 0 <= int(qp_num) <= 0xFFFFFF:
+        if not 0 <= self.qp_num <= 0xFFFFFF:
             raise ValueError("qp_num must be a 24-bit value")
-        if not 0 <= int(qkey) <= 0xFFFFFFFF:
+        if not 0 <= self.qkey <= 0xFFFFFFFF:
             raise ValueError("qkey must be a 32-bit value")
-        self.gid, self.qp_num, self.qkey = gid, int(qp_num), int(qkey)
 
     def to_bytes(self) -> bytes:
-        return _WIRE.pack(self.gid, self.qp_num, self.qkey)
+        return self._STRUCT.pack(self.gid, self.qp_num, self.qkey)
 
     @classmethod
     def from_bytes(cls, data) -> "EndpointInfo":
         data = bytes(data)
-        if len(data) != _WIRE.size:
+        if len(data) != cls._STRUCT.size:
             raise ValueError(
-                "EndpointInfo payload must be exactly %d bytes (got %d)" % (_WIRE.size, len(data))
+                "EndpointInfo payload must be exactly %d bytes (got %d)"
+                % (cls._STRUCT.size, len(data))
             )
-        return cls(*_WIRE.unpack(data))
+        gid, qp_num, qkey = cls._STRUCT.unpack(data)
+        return cls(gid=gid, qp_num=qp_num, qkey=qkey)
 
     def peer(self, pd, sgid_index: int = 0, port: int = 1) -> "Peer":
-        """The :class:`Peer` (a new AH in ``pd``) for this endpoint."""
+        """The :class:`Peer` (a new AH in ``pd``, which the Peer owns) for this endpoint."""
         ah = pd.create_ah(self.gid, sgid_index=sgid_index, port_num=port)
-        return Peer(ah, self.qp_num, self.qkey)
-
-    def __eq__(self, other):
-        if not isinstance(other, EndpointInfo):
-            return NotImplemented
-        return (self.gid, self.qp_num, self.qkey) == (other.gid, other.qp_num, other.qkey)
-
-    def __repr__(self):
-        return "EndpointInfo(gid=%s, qp_num=%d, qkey=0x%x)" % (self.gid.hex(), self.qp_num, self.qkey)
+        return Peer(ah=ah, qp_num=self.qp_num, qkey=self.qkey)
 
 
 class Peer:
@@ -107,7 +106,9 @@ def reg_tensor(pd, tensor, access):
         raise ValueError(
             "reg_tensor only accepts host tensors; use efa.cuda.register_tensor for CUDA tensors"
         )
-    return pd.reg_mr(tensor, None, int(access))
+    # The MR's `owner` is the tensor itself, as in the package (the buffer stays pinned
+    # by the registration either way).
+    return pd.reg_mr(tensor, None, int(access))._keepalive(tensor)
 
 
 def _chunked(opcode, mr, dest, remote_addr, rkey, length, offset, chunk, wr_id):

@@ -134,6 +134,52 @@ impl<P> Qp<P, Reset> {
     }
 }
 
+impl<P> Qp<P, Reset> {
+    /// As [`Qp::new`], but CQs smaller than the QP's depths are accepted, as libefa
+    /// accepts them (no [`InvalidInput::CqTooSmall`]); every other check is the same.
+    ///
+    /// The caller takes over what that check guarded: a CQ must never hold more
+    /// completions than its depth (the device would overflow it and completions would
+    /// be lost), so the caller bounds the work requests outstanding on each CQ by its
+    /// free entries when posting. efa-py does (its CQs count the requests posted to
+    /// them and refuse a post that could overflow one).
+    pub fn new_bounding_cqs<C, SC, RC>(
+        pd: P,
+        send_cq: SC,
+        recv_cq: RC,
+        config: &QpConfig,
+    ) -> Result<Self>
+    where
+        P: Parent<Target = Pd<C>>,
+        C: Parent<Target = Context>,
+        SC: Sibling<P>,
+        SC::Target: CompletionQueue,
+        RC: Sibling<P>,
+        RC::Target: CompletionQueue,
+    {
+        let cqs = CqsOf {
+            send: send_cq.as_cq_ptr(),
+            recv: recv_cq.as_cq_ptr(),
+            // Depths no QP can exceed: `check_cqs` passes.
+            send_depth: u32::MAX,
+            recv_depth: u32::MAX,
+            #[cfg(feature = "std")]
+            direct: [send_cq.direct_cq().cloned(), recv_cq.direct_cq().cloned()],
+            direct_roles: [
+                send_cq.backend() == Backend::Direct,
+                recv_cq.backend() == Backend::Direct,
+            ],
+        };
+        let inner = create_inner(&pd, cqs, config)?;
+        Ok(Qp {
+            inner,
+            _state: PhantomData,
+            _cqs: [send_cq.into_keep(), recv_cq.into_keep()],
+            _pd: pd,
+        })
+    }
+}
+
 /// The QP's CQs and their granted depths.
 struct CqsOf {
     send: *mut ffi::ibv_cq,

@@ -1,0 +1,129 @@
+//! A CQ's free entries, counted so that a CQ smaller than its QPs' depths never
+//! overflows (libefa and the `efa` package accept such QPs; the device would drop the
+//! completions that do not fit).
+//!
+//! Every work request posted to a QP will complete on one CQ (EFA completes every
+//! send, and every receive that is consumed or flushed). So a CQ counts the requests
+//! posted to it and not yet polled from it, per QP, and a post that would take the
+//! count past the CQ's depth is refused as a full queue (`EfaError`, `ENOMEM`, what
+//! libefa answers for a full work queue) before anything reaches the device. Polling a
+//! completion frees its entry; closing a QP frees the entries its requests held: its
+//! requests still queued never complete, and a program polls the completions it already
+//! has before closing it (libefa fails a poll that meets a completion of a destroyed QP).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use efa_typestate::Errno;
+
+use crate::errors::invalid_errno;
+
+const ENOMEM: i32 = Errno::ENOMEM.0;
+
+/// The requests outstanding on one CQ.
+pub struct Credits {
+    depth: u32,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    used: u32,
+    /// Outstanding requests per QP number (only QPs with some).
+    per_qp: HashMap<u32, u32>,
+    /// Requests that fail by their completion without reaching the device, to be
+    /// polled before the device's completions (each holds its entry until then).
+    refused: VecDeque<Refused>,
+}
+
+/// A send the device would fail by its completion, which the Rust core refuses at the
+/// post instead (a SEND longer than `max_msg_sz`, an RDMA longer than `max_rdma_size`): the package's program sees the
+/// completion, as it would from the device.
+#[derive(Clone, Copy)]
+pub struct Refused {
+    pub wr_id: u64,
+    pub qp_num: u32,
+    /// The completion's opcode (`ibv_wc_opcode`).
+    pub opcode: u32,
+}
+
+impl Credits {
+    pub fn new(depth: u32) -> Arc<Credits> {
+        Arc::new(Credits {
+            depth,
+            state: Mutex::new(State::default()),
+        })
+    }
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    /// Takes `n` entries for requests of QP `qpn`, or refuses the post (`ENOMEM`).
+    pub fn reserve(&self, operation: &str, qpn: u32, n: u32) -> pyo3::PyResult<()> {
+        let mut s = self.lock();
+        let free = self.depth.saturating_sub(s.used);
+        if n > free {
+            return Err(invalid_errno(
+                operation,
+                ENOMEM,
+                format!(
+                    "the completion queue is full: {n} more work request(s) would exceed its \
+                     {} entries ({} outstanding, not yet polled); poll it first",
+                    self.depth, s.used
+                ),
+            ));
+        }
+        s.used += n;
+        *s.per_qp.entry(qpn).or_default() += n;
+        Ok(())
+    }
+    /// Gives back `n` entries of QP `qpn` (a post that failed, or completions polled).
+    pub fn release(&self, qpn: u32, n: u32) {
+        let mut s = self.lock();
+        release_in(&mut s, qpn, n);
+    }
+    /// Frees one entry per completion polled, by the QP it belongs to.
+    pub fn polled(&self, qpns: impl Iterator<Item = u32>) {
+        let mut s = self.lock();
+        for qpn in qpns {
+            release_in(&mut s, qpn, 1);
+        }
+    }
+    /// Queues the completions of `refused` requests (their entries already taken).
+    pub fn refuse(&self, refused: &[Refused]) {
+        self.lock().refused.extend(refused.iter().copied());
+    }
+    /// Takes up to `n` queued completions of refused requests, freeing their entries.
+    pub fn take_refused(&self, n: usize) -> Vec<Refused> {
+        let mut s = self.lock();
+        if s.refused.is_empty() {
+            return Vec::new();
+        }
+        let k = n.min(s.refused.len());
+        let taken: Vec<Refused> = s.refused.drain(..k).collect();
+        for r in &taken {
+            release_in(&mut s, r.qp_num, 1);
+        }
+        taken
+    }
+    /// A QP was closed: its requests will not complete here any more.
+    pub fn forget(&self, qpn: u32) {
+        let mut s = self.lock();
+        s.refused.retain(|r| r.qp_num != qpn);
+        if let Some(n) = s.per_qp.remove(&qpn) {
+            s.used -= n;
+        }
+    }
+}
+
+/// Frees up to `n` of `qpn`'s entries (a completion without a posted request, such as
+/// an unsolicited write-with-immediate, frees nothing).
+fn release_in(s: &mut State, qpn: u32, n: u32) {
+    if let Some(held) = s.per_qp.get_mut(&qpn) {
+        let k = n.min(*held);
+        *held -= k;
+        s.used -= k;
+        if *held == 0 {
+            s.per_qp.remove(&qpn);
+        }
+    }
+}
