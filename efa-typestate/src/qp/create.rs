@@ -135,6 +135,7 @@ impl<P> Qp<P, Reset> {
 }
 
 impl<P> Qp<P, Reset> {
+    /// For efa-py (hidden: Rust programs get [`InvalidInput::CqTooSmall`]'s protection).
     /// As [`Qp::new`], but CQs smaller than the QP's depths are accepted, as libefa
     /// accepts them (no [`InvalidInput::CqTooSmall`]); every other check is the same.
     ///
@@ -143,6 +144,7 @@ impl<P> Qp<P, Reset> {
     /// be lost), so the caller bounds the work requests outstanding on each CQ by its
     /// free entries when posting. efa-py does (its CQs count the requests posted to
     /// them and refuse a post that could overflow one).
+    #[doc(hidden)]
     pub fn new_bounding_cqs<C, SC, RC>(
         pd: P,
         send_cq: SC,
