@@ -17,8 +17,12 @@
 //!   in `batch_overruns`. Doorbells only the watcher sees are sampled, so several may
 //!   look like one: there it is not enforced.
 //!
-//! What stays unseen: the width of a doorbell store (a plain store has none to see; with
-//! the trap, any width the decoder knows lands) and write-combining barriers.
+//! * **32-bit doorbell stores.** The word after each send-queue doorbell holds a canary
+//!   ([`crate::ring::Doorbell`]): a store wider than the register overwrites it, and every
+//!   WQE that doorbell announces completes with status 2 (`wide_doorbells`).
+//!
+//! What stays unseen: narrower doorbell stores (a 16-bit store of a 16-bit producer count
+//! leaves the register as a 32-bit one would) and write-combining barriers.
 
 use super::runtime::doorbell::Doorbell;
 use super::runtime::request::Origin;

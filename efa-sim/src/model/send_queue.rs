@@ -293,6 +293,8 @@ impl DeviceSq {
             // Strict mode's rules for consumer-written rings (super::ring_rules).
             let strict_rings = rt.strict.is_some();
             let allowed = limit.take().unwrap_or(u32::MAX);
+            // Strict: a doorbell store wider than the 32-bit register announces nothing.
+            let wide = strict_rings && self.ring.doorbell().take_wide_store();
             while c.at.count != db {
                 let slot = u32::from(c.at.count);
                 // The phase byte first, by an acquire load: a direct consumer may fix a
@@ -316,6 +318,11 @@ impl DeviceSq {
                 self.consumed.store(c.at.count, Ordering::Release);
                 if stale {
                     bump(&rt.stats.stale_wqes);
+                    super::ring_rules::reject(rt, qp, &raw, &mut shared);
+                    continue;
+                }
+                if wide {
+                    bump(&rt.stats.wide_doorbells);
                     super::ring_rules::reject(rt, qp, &raw, &mut shared);
                     continue;
                 }

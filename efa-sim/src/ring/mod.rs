@@ -48,11 +48,25 @@ pub fn host_page_size() -> usize {
     })
 }
 
-/// A doorbell register: one 32-bit word on its own cache line.
+/// A doorbell register: one 32-bit word on its own cache line, followed by a canary word
+/// that only a store wider than the register changes (strict mode's check that doorbells
+/// are 32-bit stores, `crate::model::ring_rules`).
 #[repr(C, align(64))]
-pub struct Doorbell(AtomicU32);
+pub struct Doorbell(AtomicU32, AtomicU32);
+
+/// What the word after a doorbell holds until a wider store overwrites it.
+const CANARY: u32 = 0xdb32_c0de;
 
 impl Doorbell {
+    /// A register holding 0, its canary in place.
+    fn new() -> Doorbell {
+        Doorbell(AtomicU32::new(0), AtomicU32::new(CANARY))
+    }
+    /// Whether a store wider than 32 bits reached the register since the last call (its
+    /// canary was overwritten); puts the canary back.
+    pub fn take_wide_store(&self) -> bool {
+        self.1.load(Ordering::Acquire) != CANARY && self.1.swap(CANARY, Ordering::AcqRel) != CANARY
+    }
     /// The value last written (acquire: entries written before it are visible).
     #[inline]
     pub fn read(&self) -> u32 {
@@ -158,8 +172,12 @@ impl Ring {
             entries,
             doorbell: match mmio.then(mmio::MmioPage::new).flatten() {
                 Some(page) => DoorbellHome::Mmio(page),
-                None => DoorbellHome::Heap(Box::new(Doorbell(AtomicU32::new(0)))),
+                None => DoorbellHome::Heap(Box::new(Doorbell::new())),
             },
+        })
+        .inspect(|r: &Ring| {
+            // A trapped page starts zeroed: its register gets its canary too.
+            r.doorbell().1.store(CANARY, Ordering::Release);
         })
     }
 

@@ -26,7 +26,8 @@ static void expect_send_cqes(uint16_t first, int n, int bad_from, struct ibv_cq 
  * reads the LLQ as a NIC does. A consumed slot is poisoned (zeros, the stale phase); a
  * slot rewritten in part is a bad WQE; a WQE whose phase is wrong at its doorbell is a bad
  * WQE at once, not one the device waits for; a doorbell the device sees as such (the
- * consumer calls efa_sim_direct_sq_doorbell) may announce max_batch WQEs, no more. */
+ * consumer calls efa_sim_direct_sq_doorbell) may announce max_batch WQEs, no more; a
+ * doorbell is a 32-bit store. */
 static void strict_rules(struct ibv_qp *qa, struct ibv_qp *qb, struct ibv_cq *peer_cq,
 			 uint16_t bqpn, uint16_t ahn, char *abuf, char *bbuf, struct ibv_mr *ma,
 			 struct ibv_mr *mb)
@@ -82,5 +83,18 @@ static void strict_rules(struct ibv_qp *qa, struct ibv_qp *qb, struct ibv_cq *pe
 	tx_write(&w, 0);
 	ring(sq.doorbell, sq_pc);
 	expect_send_cqes(0x900, 1, 1, peer_cq);
+	/* 5. A doorbell written by a 64-bit store (the register is 32 bits wide): its WQEs
+	 *    are refused. */
+	w = send_wqe(0x901, bqpn, ahn, abuf, 8, ma->lkey);
+	tx_write(&w, 0);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	*(volatile uint64_t *)(void *)sq.doorbell = sq_pc;
+	expect_send_cqes(0x901, 1, 0, peer_cq);
+	/*    and the next doorbell, of the right width, goes as usual. */
+	peer_recv(qb, 902, bbuf, 64, mb->lkey);
+	w = send_wqe(0x902, bqpn, ahn, abuf, 8, ma->lkey);
+	tx_write(&w, 0);
+	ring(sq.doorbell, sq_pc);
+	expect_send_cqes(0x902, 1, 1, peer_cq);
 }
 

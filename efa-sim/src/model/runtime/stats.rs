@@ -82,6 +82,9 @@ counters! {
     /// Strict mode: WQEs beyond `max_batch` in one doorbell the device saw as such,
     /// completed with status 2 (`crate::model::ring_rules`).
     batch_overruns,
+    /// Strict mode: WQEs of a send-queue doorbell written by a store wider than its
+    /// 32-bit register, completed with status 2 (`crate::model::ring_rules`).
+    wide_doorbells,
     /// Completions lost to CQ overflow: they found their CQ ring full (by the consumer
     /// index of its doorbell), or their CQ had overflowed before.
     cq_overflows,
