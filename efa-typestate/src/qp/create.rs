@@ -112,25 +112,7 @@ impl<P> Qp<P, Reset> {
         RC: Sibling<P>,
         RC::Target: CompletionQueue,
     {
-        let cqs = CqsOf {
-            send: send_cq.as_cq_ptr(),
-            recv: recv_cq.as_cq_ptr(),
-            send_depth: send_cq.depth(),
-            recv_depth: recv_cq.depth(),
-            #[cfg(feature = "std")]
-            direct: [send_cq.direct_cq().cloned(), recv_cq.direct_cq().cloned()],
-            direct_roles: [
-                send_cq.backend() == Backend::Direct,
-                recv_cq.backend() == Backend::Direct,
-            ],
-        };
-        let inner = create_inner(&pd, cqs, config)?;
-        Ok(Qp {
-            inner,
-            _state: PhantomData,
-            _cqs: [send_cq.into_keep(), recv_cq.into_keep()],
-            _pd: pd,
-        })
+        Self::with_cqs(pd, send_cq, recv_cq, config, true)
     }
 }
 
@@ -159,12 +141,32 @@ impl<P> Qp<P, Reset> {
         RC: Sibling<P>,
         RC::Target: CompletionQueue,
     {
+        Self::with_cqs(pd, send_cq, recv_cq, config, false)
+    }
+
+    /// [`Qp::new`]; `check_depths`: whether the CQs must hold the QP's depths.
+    fn with_cqs<C, SC, RC>(
+        pd: P,
+        send_cq: SC,
+        recv_cq: RC,
+        config: &QpConfig,
+        check_depths: bool,
+    ) -> Result<Self>
+    where
+        P: Parent<Target = Pd<C>>,
+        C: Parent<Target = Context>,
+        SC: Sibling<P>,
+        SC::Target: CompletionQueue,
+        RC: Sibling<P>,
+        RC::Target: CompletionQueue,
+    {
+        // Without the check, depths no QP can exceed: `check_cqs` passes.
+        let depth = |d: u32| if check_depths { d } else { u32::MAX };
         let cqs = CqsOf {
             send: send_cq.as_cq_ptr(),
             recv: recv_cq.as_cq_ptr(),
-            // Depths no QP can exceed: `check_cqs` passes.
-            send_depth: u32::MAX,
-            recv_depth: u32::MAX,
+            send_depth: depth(send_cq.depth()),
+            recv_depth: depth(recv_cq.depth()),
             #[cfg(feature = "std")]
             direct: [send_cq.direct_cq().cloned(), recv_cq.direct_cq().cloned()],
             direct_roles: [
