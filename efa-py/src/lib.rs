@@ -12,6 +12,9 @@
 use pyo3::prelude::*;
 
 mod abi;
+mod arrays;
+mod arrays_buf;
+mod arrays_poll;
 mod cq;
 mod device;
 mod errors;
@@ -35,6 +38,8 @@ fn _efa(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(gpu::_flush_gpudirect_writes, m)?)?;
     m.add_function(wrap_pyfunction!(wc::_wc_created, m)?)?;
     m.add_function(wrap_pyfunction!(abi::_abi, m)?)?;
+    m.add_function(wrap_pyfunction!(arrays::post_array, m)?)?;
+    m.add_function(wrap_pyfunction!(arrays_poll::poll_into, m)?)?;
     wc::install_members(m.py())?;
     m.add_class::<device::Device>()?;
     m.add_class::<device::Context>()?;
