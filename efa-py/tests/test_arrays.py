@@ -158,14 +158,21 @@ def test_short_arrays_wrong_dtypes_and_non_contiguous_arrays_are_refused(pair, b
     assert (dst[:192] == src[:192]).all()
 
 
-def test_a_closed_mr_is_refused(pair, pd, bufs):
+def test_a_closed_mr_or_ah_is_refused(pair, pd, bufs):
     src, dst, ms, md = bufs
     tmp = efa.reg_tensor(pd, np.zeros(64, dtype=np.uint8), ALL)
     tmp.close()
     with pytest.raises(efa.EfaError, match="closed"):
         efa.post_array(pair.a, pair.to_b, tmp, (md.addr, md.rkey, md.length), u64(0), u64(0),
                        u32(8))
+    # A closed AH too (a Peer made on it).
+    ah = pd.create_ah(pair.ctx.query_gid(1, 0))
+    ah.close()
+    with pytest.raises(efa.EfaError, match="AH is closed"):
+        efa.post_array(pair.a, efa.Peer(ah, pair.to_b.qp_num, QKEY), ms,
+                       (md.addr, md.rkey, md.length), u64(0), u64(0), u32(8))
     assert nothing_completes(pair.cq)
+    assert not dst.any()
 
 
 def test_a_full_queue_posts_nothing(ctx, pd, cq, bufs):
