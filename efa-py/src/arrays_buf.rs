@@ -155,8 +155,11 @@ impl<'py> View<'py> {
         self.raw.ndim.max(0) as usize
     }
 
-    /// Size of dimension `d` (< ndim).
+    /// Size of dimension `d` (0 for `d` >= ndim).
     pub fn dim(&self, d: usize) -> usize {
+        if d >= self.ndim() {
+            return 0;
+        }
         if self.raw.shape.is_null() {
             return (self.raw.len / self.raw.itemsize.max(1)) as usize;
         }
@@ -167,7 +170,7 @@ impl<'py> View<'py> {
     /// Stride of dimension `d` (< ndim); `None` when the export gave no strides (it is
     /// C-contiguous then).
     fn stride(&self, d: usize) -> Option<isize> {
-        if self.raw.strides.is_null() {
+        if self.raw.strides.is_null() || d >= self.ndim() {
             return None;
         }
         // SAFETY: as `dim`, for `strides` (asked with `PYBUF_STRIDES`).
@@ -193,7 +196,7 @@ pub struct Ints<'py, T> {
     pub len: usize,
 }
 
-impl<'py, T: Copy> Ints<'py, T> {
+impl<'py, T: Copy + Default> Ints<'py, T> {
     /// A 1-D C-contiguous buffer of `T` (8 or 4 bytes).
     pub fn get(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Self> {
         let view = View::get(obj, name, core::mem::size_of::<T>(), 1, false)?;
@@ -202,10 +205,12 @@ impl<'py, T: Copy> Ints<'py, T> {
         Ok(Ints { view, ptr, len })
     }
 
-    /// Item `i` (< `len`).
+    /// Item `i`; callers index below `len` (0 past it: never a read outside the buffer).
     #[inline(always)]
     pub fn at(&self, i: usize) -> T {
-        debug_assert!(i < self.len);
+        if i >= self.len {
+            return T::default();
+        }
         let _ = &self.view;
         // SAFETY: `i < len`, the item count of the exported buffer, which stays exported
         // (and so allocated) while `self.view` lives; read unaligned, since a buffer's
