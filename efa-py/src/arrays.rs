@@ -134,7 +134,8 @@ pub fn post_array(
     // Pass 1: every entry checked and split; nothing is posted before all passed.
     let mut recs: Vec<Rec<'_>> = Vec::with_capacity(n.min(depth));
     for i in 0..n {
-        let (off, roff, len) = (lo.at(i), ro.at(i), ln.at(i));
+        // SAFETY: `i < n`, and every array was checked above to hold `n` items.
+        let (off, roff, len) = unsafe { (lo.at(i), ro.at(i), ln.at(i)) };
         if len == 0 {
             return Err(bad(i, "length 0".into()));
         }
@@ -154,8 +155,13 @@ pub fn post_array(
         let Some(rstart) = raddr.checked_add(roff) else {
             return Err(bad(i, format!("remote address 0x{raddr:x}+{roff} wraps")));
         };
-        let wr_id = ids.as_ref().map_or(i as u64, |a| a.at(i));
-        let imm = imms.as_ref().map_or(0, |a| a.at(i));
+        // SAFETY: as above (`wr_ids` and `imm`, when given, hold `n` items).
+        let (wr_id, imm) = unsafe {
+            (
+                ids.as_ref().map_or(i as u64, |a| a.at(i)),
+                imms.as_ref().map_or(0, |a| a.at(i)),
+            )
+        };
         let pieces = len.div_ceil(chunk) as usize;
         if recs.len() + pieces > depth {
             return Err(invalid(

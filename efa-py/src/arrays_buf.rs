@@ -196,7 +196,7 @@ pub struct Ints<'py, T> {
     pub len: usize,
 }
 
-impl<'py, T: Copy + Default> Ints<'py, T> {
+impl<'py, T: Copy> Ints<'py, T> {
     /// A 1-D C-contiguous buffer of `T` (8 or 4 bytes).
     pub fn get(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Self> {
         let view = View::get(obj, name, core::mem::size_of::<T>(), 1, false)?;
@@ -205,17 +205,17 @@ impl<'py, T: Copy + Default> Ints<'py, T> {
         Ok(Ints { view, ptr, len })
     }
 
-    /// Item `i`; callers index below `len` (0 past it: never a read outside the buffer).
+    /// Item `i`.
+    ///
+    /// # Safety
+    /// `i < self.len`.
     #[inline(always)]
-    pub fn at(&self, i: usize) -> T {
-        if i >= self.len {
-            return T::default();
-        }
+    pub unsafe fn at(&self, i: usize) -> T {
         let _ = &self.view;
-        // SAFETY: `i < len`, the item count of the exported buffer, which stays exported
-        // (and so allocated) while `self.view` lives; read unaligned, since a buffer's
-        // items need not be aligned. The GIL is held (`View`), so no Python code writes
-        // the items meanwhile.
+        // SAFETY: `i < len` (the caller's contract), the item count of the exported
+        // buffer, which stays exported (and so allocated) while `self.view` lives; read
+        // unaligned, since a buffer's items need not be aligned. The GIL is held
+        // (`View`), so no Python code writes the items meanwhile.
         unsafe { self.ptr.add(i).read_unaligned() }
     }
 }
