@@ -12,13 +12,13 @@
 //! into the send queue, a doorbell every `max_batch` requests), all or nothing: a send
 //! queue without room for all of them posts none (`EfaError`, "send queue is full").
 
-use efa_typestate::{Errno, Payload, RemoteBuffer, SendOp, SendWr, Sge};
+use efa_typestate::{Errno, MemoryRegion, Payload, RemoteBuffer, SendOp, SendWr, Sge};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::arrays_buf::Ints;
 use crate::errors::{invalid, raise, OrRaise};
-use crate::pd::{AH, MR};
+use crate::pd::{MrKind, AH, MR};
 use crate::qp::QP;
 use efa_typestate::sys::verbs::ibv_wr_opcode as Op;
 
@@ -91,7 +91,6 @@ pub fn post_array(
     let qkey: u32 = dest.getattr("qkey")?.extract()?;
     let mr_len: u64 = mr.getattr("length")?.extract()?; // raises for a closed MR
     let mr = mr.borrow();
-    let base = mr.base;
     let region = mr.get()?;
 
     let lo = Ints::<u64>::get(local_offsets, "local_offsets")?;
@@ -131,63 +130,29 @@ pub fn post_array(
     }
     .max(1);
 
-    // Pass 1: every entry checked and split; nothing is posted before all passed.
+    // Pass 1: every entry checked and split; nothing is posted before all passed. The
+    // loop is specialised per kind of registration (its SGEs made without a dispatch).
     let mut recs: Vec<Rec<'_>> = Vec::with_capacity(n.min(depth));
-    for i in 0..n {
-        // SAFETY: `i < n`, and every array was checked above to hold `n` items.
-        let (off, roff, len) = unsafe { (lo.at(i), ro.at(i), ln.at(i)) };
-        if len == 0 {
-            return Err(bad(i, "length 0".into()));
-        }
-        let l64 = u64::from(len);
-        if off > mr_len || l64 > mr_len - off {
-            return Err(bad(
-                i,
-                format!("local range {off}+{len} runs past the memory region's {mr_len} bytes"),
-            ));
-        }
-        if roff > rlen || l64 > rlen - roff {
-            return Err(bad(
-                i,
-                format!("remote range {roff}+{len} runs past the remote buffer's {rlen} bytes"),
-            ));
-        }
-        let Some(rstart) = raddr.checked_add(roff) else {
-            return Err(bad(i, format!("remote address 0x{raddr:x}+{roff} wraps")));
-        };
-        // SAFETY: as above (`wr_ids` and `imm`, when given, hold `n` items).
-        let (wr_id, imm) = unsafe {
-            (
-                ids.as_ref().map_or(i as u64, |a| a.at(i)),
-                imms.as_ref().map_or(0, |a| a.at(i)),
-            )
-        };
-        let pieces = len.div_ceil(chunk) as usize;
-        if recs.len() + pieces > depth {
-            return Err(invalid(
-                "post_send",
-                format!(
-                    "the transfer needs more than {depth} work requests (entry {i}), the send queue's depth: \
-                     nothing was posted (split it, or create the QP with a larger max_send_wr)"
-                ),
-            ));
-        }
-        let mut done = 0u32;
-        while done < len {
-            let part = (len - done).min(chunk);
-            // In range: `off + len <= mr_len`, checked above (so no wrap either).
-            let sge = region
-                .sge_at(base + off + u64::from(done), u64::from(part), base)
-                .map_err(|e| bad(i, format!("local range: {e}")))?;
-            recs.push(Rec {
-                sge,
-                wr_id,
-                raddr: rstart + u64::from(done),
-                len: part,
-                imm,
-            });
-            done += part;
-        }
+    let arrays = Arrays {
+        lo: &lo,
+        ro: &ro,
+        ln: &ln,
+        ids: ids.as_ref(),
+        imms: imms.as_ref(),
+        n,
+    };
+    let lim = Limits {
+        mr_len,
+        raddr,
+        rlen,
+        chunk,
+        depth,
+    };
+    match region {
+        MrKind::Local(m) => stage(m, &arrays, &lim, &mut recs)?,
+        MrKind::Remote(m) => stage(m, &arrays, &lim, &mut recs)?,
+        MrKind::DmaBuf(m) => stage(m, &arrays, &lim, &mut recs)?,
+        MrKind::Gpu(g) => stage(g.region(), &arrays, &lim, &mut recs)?,
     }
     drop((lo, ro, ln, ids, imms)); // the exports are released with the GIL held
     let dest = ah.get()?;
@@ -223,4 +188,98 @@ pub fn post_array(
     })
     .or_raise("post_send")?;
     Ok(recs.len())
+}
+
+/// The caller's arrays, each checked to hold `n` items.
+struct Arrays<'a, 'py> {
+    lo: &'a Ints<'py, u64>,
+    ro: &'a Ints<'py, u64>,
+    ln: &'a Ints<'py, u32>,
+    ids: Option<&'a Ints<'py, u64>>,
+    imms: Option<&'a Ints<'py, u32>>,
+    n: usize,
+}
+
+/// What entries are checked against: the MR's length, the remote buffer, the chunk
+/// size and the send queue's depth.
+struct Limits {
+    mr_len: u64,
+    raddr: u64,
+    rlen: u64,
+    chunk: u32,
+    depth: usize,
+}
+
+/// Checks every entry and stages its work requests (SGEs of `m`) into `recs`; the first
+/// bad entry raises with its index.
+fn stage<'m, M: MemoryRegion + ?Sized>(
+    m: &'m M,
+    a: &Arrays<'_, '_>,
+    lim: &Limits,
+    recs: &mut Vec<Rec<'m>>,
+) -> PyResult<()> {
+    let Limits {
+        mr_len,
+        raddr,
+        rlen,
+        chunk,
+        depth,
+    } = *lim;
+    for i in 0..a.n {
+        // SAFETY: `i < n`, and every array holds `n` items (checked by the caller).
+        let (off, roff, len) = unsafe { (a.lo.at(i), a.ro.at(i), a.ln.at(i)) };
+        if len == 0 {
+            return Err(bad(i, "length 0".into()));
+        }
+        let l64 = u64::from(len);
+        if off > mr_len || l64 > mr_len - off {
+            return Err(bad(
+                i,
+                format!("local range {off}+{len} runs past the memory region's {mr_len} bytes"),
+            ));
+        }
+        if roff > rlen || l64 > rlen - roff {
+            return Err(bad(
+                i,
+                format!("remote range {roff}+{len} runs past the remote buffer's {rlen} bytes"),
+            ));
+        }
+        let Some(rstart) = raddr.checked_add(roff) else {
+            return Err(bad(i, format!("remote address 0x{raddr:x}+{roff} wraps")));
+        };
+        // SAFETY: as above (`wr_ids` and `imm`, when given, hold `n` items).
+        let (wr_id, imm) = unsafe {
+            (
+                a.ids.map_or(i as u64, |x| x.at(i)),
+                a.imms.map_or(0, |x| x.at(i)),
+            )
+        };
+        let pieces = len.div_ceil(chunk) as usize;
+        if recs.len() + pieces > depth {
+            return Err(invalid(
+                "post_send",
+                format!(
+                    "the transfer needs more than {depth} work requests (entry {i}), the send queue's depth: \
+                     nothing was posted (split it, or create the QP with a larger max_send_wr)"
+                ),
+            ));
+        }
+        let mut done = 0u32;
+        while done < len {
+            let part = (len - done).min(chunk);
+            // In range: `off + len <= mr_len`, checked above (so no wrap either).
+            let sge = m
+                .sge(off + u64::from(done), u64::from(part))
+                .map_err(|e| bad(i, format!("local range: {e}")))?;
+            recs.push(Rec {
+                sge,
+                wr_id,
+                raddr: rstart + u64::from(done),
+                len: part,
+                imm,
+            });
+            done += part;
+        }
+    }
+    Ok(())
 }
