@@ -13,6 +13,9 @@ import efa
 from conftest import ALL, QKEY, poll_n, send_wr
 
 
+_IN_FLIGHT = []
+
+
 def _arm_and_write(pd, pair, cq):
     """Arms `cq` and posts one RDMA write that completes on it; returns the QP."""
     qp = pd.create_qp(efa.QPInitAttr(send_cq=cq, recv_cq=cq, max_send_wr=64, max_recv_wr=64))
@@ -22,6 +25,7 @@ def _arm_and_write(pd, pair, cq):
     cq.req_notify()
     qp.post_send(send_wr(1, ms.sge(8), pair.to_b, efa.WROpcode.RDMA_WRITE,
                          remote_addr=md.addr, rkey=md.rkey))
+    _IN_FLIGHT.append((ms, md))  # registered until the write is polled, not just posted
     return qp
 
 
