@@ -254,7 +254,12 @@ fn stage<'m, M: MemoryRegion + ?Sized>(
                 a.imms.map_or(0, |x| x.at(i)),
             )
         };
-        let pieces = len.div_ceil(chunk) as usize;
+        // One request per entry unless it is longer than a chunk (no division then).
+        let pieces = if len <= chunk {
+            1
+        } else {
+            len.div_ceil(chunk) as usize
+        };
         if recs.len() + pieces > depth {
             return Err(invalid(
                 "post_send",
