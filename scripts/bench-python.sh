@@ -4,7 +4,10 @@
 # `efa` package from PyPI (2026.10.22, installed into a scratch venv), the same script
 # (efa-py/bench/per_wr.py) on the same software device (release efa-sim), alternating
 # A B A B in one run. Prints each run's JSON and the median ratio per batch size.
-# Measures the simulator as well as the bindings: run it on an otherwise idle machine.
+# The array form (efa.post_array + efa.poll_into, efa/bench/arrays.py: the same writes,
+# 1024 per call) runs with this package only (numpy in its venv), in the same rounds.
+# The data path is the default one, as a user gets it (EFA_SIM_PROFILE and EFA_RS_DIRECT
+# unset). Measures the simulator as well as the bindings: run it on an otherwise idle machine.
 #
 # Usage: scripts/bench-python.sh [SECONDS_PER_MEASUREMENT]
 set -euo pipefail
@@ -27,6 +30,7 @@ rm -rf "$out"
 ours="$target_dir/bench-venvs/efa-rs" pypi="$target_dir/bench-venvs/efa-pypi"
 rm -rf "$ours" && python3 -m venv "$ours"
 "$ours/bin/python" -m pip install -q --disable-pip-version-check --no-index "$out"/efa_rs-*.whl
+"$ours/bin/python" -m pip install -q --disable-pip-version-check "numpy==${NUMPY_VERSION:-2.4.6}"
 if ! "$pypi/bin/python" -c "import efa, sys; sys.exit(efa.__version__ != '$pypi_version')" 2>/dev/null; then
   rm -rf "$pypi" && python3 -m venv "$pypi"
   "$pypi/bin/python" -m pip install -q --disable-pip-version-check "efa==$pypi_version"
@@ -37,17 +41,23 @@ results=$(mktemp)
 trap 'rm -f "$results"' EXIT
 for round in 1 2 3; do
   for venv in "$ours" "$pypi"; do
-    EFA_SIM_PROFILE= "$sim" run -- "$venv/bin/python" efa-py/bench/per_wr.py --seconds "$seconds" |
+    env -u EFA_RS_DIRECT EFA_SIM_PROFILE= "$sim" run -- "$venv/bin/python" efa-py/bench/per_wr.py --seconds "$seconds" |
       tee -a "$results"
   done
+  env -u EFA_RS_DIRECT EFA_SIM_PROFILE= "$sim" run -- "$ours/bin/python" efa-py/bench/arrays.py --seconds "$seconds" |
+    tee -a "$results"
 done
 python3 - "$results" "$ours" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 ours = [r for r in rows if r["package"].startswith(sys.argv[2])]
 pypi = [r for r in rows if not r["package"].startswith(sys.argv[2])]
+med = lambda rs, k: statistics.median(r[k] for r in rs if k in r)
 for b in (1, 32):
     k = "ns_per_wr_batch_%d" % b
-    a, p = statistics.median(r[k] for r in ours), statistics.median(r[k] for r in pypi)
+    a, p = med(ours, k), med(pypi, k)
     print("batch %2d: efa-rs %.0f ns/WR, efa (PyPI) %.0f ns/WR: PyPI/efa-rs = %.2f" % (b, a, p, p / a))
+arr = med(ours, "ns_per_wr_array_1024")
+print("array form (1024 per call): efa-rs %.1f ns/WR: PyPI batch 1 / array = %.1f, PyPI batch 32 / array = %.1f"
+      % (arr, med(pypi, "ns_per_wr_batch_1") / arr, med(pypi, "ns_per_wr_batch_32") / arr))
 PY

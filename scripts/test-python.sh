@@ -52,6 +52,7 @@ python3 -m venv "$tmp/venv"
 
 # Tests run from a copy, so `import efa` can only find the installed package.
 cp -r efa-py/tests "$tmp/tests"
+cp efa-py/README.md "$tmp/README.md"  # tests/test_arrays.py runs its example
 run_suite() {
   (cd "$tmp" && timeout 600 "$sim" run --gpus 1 -- "$tmp/venv/bin/python" -m pytest -q \
     -p no:cacheprovider "$@" tests)

@@ -33,6 +33,8 @@ def part(key):
         return "CPython"
     if "libc.so" in key or "ld-linux" in key:
         return "libc"
+    if "numpy" in key:  # the array benchmark's slicing and status check (bench/arrays.py)
+        return "numpy"
     return "bindings"
 
 
@@ -45,7 +47,8 @@ def main():
         split[part(key)] += b.get(key, 0) - a.get(key, 0)
     total = sum(split.values())
     print("  total %6.0f instructions per WR: " % (total / wrs) + ", ".join(
-        "%s %.0f" % (name, split[name] / wrs) for name in ("bindings", "CPython", "libc", "efa-sim")))
+        "%s %.0f" % (name, split[name] / wrs) for name in ("bindings", "CPython", "libc", "efa-sim", "numpy")
+        if name != "numpy" or split[name]))
 
 
 if __name__ == "__main__":

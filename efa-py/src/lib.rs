@@ -12,6 +12,9 @@ use pyo3::prelude::*;
 
 mod abi;
 mod args;
+mod arrays;
+mod arrays_buf;
+mod arrays_poll;
 mod cq;
 mod credits;
 mod device;
@@ -53,6 +56,8 @@ fn _efa(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(abi::_abi, m)?)?;
     m.add_function(wrap_pyfunction!(_linked, m)?)?;
     m.add_function(wrap_pyfunction!(_has_dmabuf, m)?)?;
+    m.add_function(wrap_pyfunction!(arrays::post_array, m)?)?;
+    m.add_function(wrap_pyfunction!(arrays_poll::poll_into, m)?)?;
     wc::install_members(m.py())?;
     m.add_class::<device::Device>()?;
     m.add_class::<device::Context>()?;

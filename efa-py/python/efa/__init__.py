@@ -63,6 +63,7 @@ from .helpers import (
     tensor_addr_len,
     write_wrs,
 )
+from ._efa import poll_into, post_array  # the array API (README: "Posting from arrays")
 
 __version__ = "0.1.0"
 
@@ -77,4 +78,5 @@ __all__ = [
     "WCStatus", "WROpcode",
     "EndpointInfo", "Peer", "local_endpoint_info", "read_wrs", "reg_tensor",
     "tensor_addr_len", "write_wrs",
+    "poll_into", "post_array",
 ]
