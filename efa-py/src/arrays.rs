@@ -120,6 +120,9 @@ pub fn post_array(
             "QP is in use by another thread's post or call; post_array needs it alone".into(),
         )
     })?;
+    // The send CQ's free entries (`crate::credits`): taken for the whole transfer before
+    // it is posted, as `QP.post_send` takes them, so a small CQ never overflows.
+    let (credits, qp_num) = (std::sync::Arc::clone(&qp_ref.send_credits), qp_ref.qp_num);
     let q = qp_ref.get_mut()?;
     let limits = *q.limits();
     let depth = limits.max_send_wr() as usize;
@@ -156,6 +159,8 @@ pub fn post_array(
     }
     drop((lo, ro, ln, ids, imms)); // the exports are released with the GIL held
     let dest = ah.get()?;
+    let count = u32::try_from(recs.len()).unwrap_or(u32::MAX);
+    credits.reserve("post_send", qp_num, count)?;
     let staged = Staged((q, &recs, dest), core::marker::PhantomData);
     py.allow_threads(move || {
         let staged = staged;
@@ -186,7 +191,8 @@ pub fn post_array(
             })
         }
     })
-    .or_raise("post_send")?;
+    .or_raise("post_send")
+    .inspect_err(|_| credits.release(qp_num, count))?;
     Ok(recs.len())
 }
 

@@ -32,10 +32,33 @@ pub fn poll_into(cq: &Bound<'_, CQ>, out: &Bound<'_, PyAny>) -> PyResult<usize> 
     }
     let rows = view.dim(0);
     let base = view.ptr::<u64>();
-    let cq = cq.borrow();
-    let cq = cq.get()?;
-    let mut buf = ArrayVec::<Completion, STEP>::new();
+    let cq_ref = cq.borrow();
+    let credits = &cq_ref.credits;
+    let cq = cq_ref.get()?;
+    let write_row = |at: usize, row: [u64; COLS]| {
+        if at >= rows {
+            return; // not reached: every caller stays below `rows`
+        }
+        // SAFETY: `at < rows`, so the row's `COLS` items lie inside the exported,
+        // writable, C-contiguous `(rows, COLS)` buffer of `u64` (checked by `View::get`),
+        // which stays exported while `view` lives; written unaligned (a buffer's items
+        // need not be aligned). The GIL is held.
+        unsafe {
+            let p = base.add(at * COLS);
+            for (j, v) in row.into_iter().enumerate() {
+                p.add(j).write_unaligned(v);
+            }
+        }
+    };
+    // Completions of requests refused at the post come first, as `CQ.poll` returns them
+    // (`crate::credits`).
     let mut got = 0;
+    for r in credits.take_refused(rows) {
+        let status = efa_typestate::sys::verbs::ibv_wc_status::IBV_WC_LOC_LEN_ERR;
+        write_row(got, [r.wr_id, u64::from(status), 0, 0]);
+        got += 1;
+    }
+    let mut buf = ArrayVec::<Completion, STEP>::new();
     while got < rows {
         // Completions beyond the rows left stay in the CQ: the provider is asked for at
         // most that many.
@@ -49,6 +72,7 @@ pub fn poll_into(cq: &Bound<'_, CQ>, out: &Bound<'_, PyAny>) -> PyResult<usize> 
         } else {
             poll_few(cq, want, &mut buf)?
         };
+        credits.polled(buf.iter().take(n).map(|c| c.qp_num()));
         for (k, c) in buf.iter().take(n).enumerate() {
             let row = [
                 c.wr_id(),
@@ -56,16 +80,7 @@ pub fn poll_into(cq: &Bound<'_, CQ>, out: &Bound<'_, PyAny>) -> PyResult<usize> 
                 u64::from(c.byte_len()),
                 u64::from(c.imm().unwrap_or(0)),
             ];
-            // SAFETY: `got + k < rows`, so the row's `COLS` items lie inside the
-            // exported, writable, C-contiguous `(rows, COLS)` buffer of `u64` (checked
-            // by `View::get`), which stays exported while `view` lives; written
-            // unaligned (a buffer's items need not be aligned). The GIL is held.
-            unsafe {
-                let p = base.add((got + k) * COLS);
-                for (j, v) in row.into_iter().enumerate() {
-                    p.add(j).write_unaligned(v);
-                }
-            }
+            write_row(got + k, row);
         }
         got += n;
         if n < want {

@@ -3,6 +3,7 @@ full before anything is posted, chunked, and its completions polled into an arra
 one process and two, its refusals (each naming the bad entry, none posting anything),
 and the README's example run as written."""
 
+import errno
 import os
 import re
 import struct
@@ -45,7 +46,12 @@ def nothing_completes(cq, wait=0.2):
 def bufs(pd):
     src = np.arange(8192, dtype=np.uint32).view(np.uint8).copy()  # 32 KiB, no two words alike
     dst = np.zeros(src.size, dtype=np.uint8)
-    return src, dst, efa.reg_tensor(pd, src, ALL), efa.reg_tensor(pd, dst, ALL)
+    ms, md = efa.reg_tensor(pd, src, ALL), efa.reg_tensor(pd, dst, ALL)
+    yield src, dst, ms, md
+    # Closed before the context: its close() refuses while children live, as the
+    # package's does.
+    ms.close()
+    md.close()
 
 
 def u64(*v):
@@ -303,3 +309,27 @@ def test_the_readme_example_runs_as_written(tmp_path):
     script = tmp_path / "example.py"
     script.write_text(code)
     subprocess.run([sys.executable, str(script)], check=True, timeout=60)
+
+
+def test_a_small_cq_bounds_an_array_post_and_poll_into_frees_its_entries(ctx, pd, bufs):
+    # A QP of default depths on a 16-entry CQ, as small-CQ programs make them: a transfer
+    # that could overflow the CQ is refused as a full queue, nothing posted; polled
+    # completions free their entries for the next one.
+    src, dst, ms, md = bufs
+    small = ctx.create_cq(16)
+    p = Pair(ctx, pd, small)
+    remote = (md.addr, md.rkey, md.length)
+    n = 17
+    with pytest.raises(efa.EfaError) as e:
+        efa.post_array(p.a, p.to_b, ms, remote, u64(*range(n)), u64(*range(n)), u32(*[1] * n))
+    assert e.value.errno == errno.ENOMEM  # the CQ's 16 entries cannot take 17
+    assert nothing_completes(small)
+    for round in range(3):
+        assert efa.post_array(p.a, p.to_b, ms, remote, u64(*range(16)), u64(*range(16)),
+                              u32(*[1] * 16), wr_ids=u64(*range(100 * round, 100 * round + 16))) == 16
+        done = drain(small, 16)
+        assert sorted(done[:, 0].tolist()) == list(range(100 * round, 100 * round + 16))
+        assert (done[:, 1] == 0).all()
+    p.a.close()
+    p.b.close()
+    small.close()
