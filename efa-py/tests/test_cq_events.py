@@ -14,7 +14,9 @@ from conftest import ALL, QKEY, poll_n, send_wr
 
 
 def _arm_and_write(pd, pair, cq):
-    """Arms `cq` and posts one RDMA write that completes on it; returns the QP."""
+    """Arms `cq` and posts one RDMA write that completes on it; returns the QP and the
+    write's two regions, which the caller keeps until the write completed (a region
+    deregistered under an outstanding WR fails it: strict mode runs the write late)."""
     qp = pd.create_qp(efa.QPInitAttr(send_cq=cq, recv_cq=cq, max_send_wr=64, max_recv_wr=64))
     qp.prepare(qkey=QKEY)
     ms = efa.reg_tensor(pd, bytearray(8), 0)
@@ -22,15 +24,16 @@ def _arm_and_write(pd, pair, cq):
     cq.req_notify()
     qp.post_send(send_wr(1, ms.sge(8), pair.to_b, efa.WROpcode.RDMA_WRITE,
                          remote_addr=md.addr, rkey=md.rkey))
-    return qp
+    return qp, (ms, md)
 
 
 def _one_event(ctx, pd, pair, ch, cq):
     """Arms `cq`, completes one RDMA write on it and returns `ch.get_cq_event()`."""
-    qp = _arm_and_write(pd, pair, cq)
+    qp, regions = _arm_and_write(pd, pair, cq)
     got = ch.get_cq_event()
     assert poll_n(cq, 1)[0].is_success
     qp.close()
+    del regions  # only now: the write has completed
     return got
 
 
@@ -77,12 +80,13 @@ def test_a_cq_can_be_made_on_a_channel_another_thread_waits_on(ctx, pd, pair):
     try:
         time.sleep(0.2)  # the thread is blocked in get_cq_event, without the GIL
         cq = ctx.create_cq(256, channel=ch)  # was a PanicException (channel borrowed)
-        qp = _arm_and_write(pd, pair, cq)
+        qp, regions = _arm_and_write(pd, pair, cq)
     finally:
         t.join(10)
     assert woke == [cq]  # the waiter is handed the CQ made while it waited
     cq.ack_events(1)
     assert poll_n(cq, 1)[0].is_success
     qp.close()
+    del regions  # only now: the write has completed
     cq.close()
     ch.close()
