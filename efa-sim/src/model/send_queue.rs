@@ -229,6 +229,10 @@ impl DeviceSq {
         let direct = execute(rt, qp, state, &h.wqe, h.size, g, &mut shared);
         shared.flush(qp);
         rt.stats.direct.fetch_add(direct, Ordering::Relaxed);
+        if h.lead && state != QpState::Err {
+            // Strict mode: what the lead overtook runs only once it has completed.
+            s.defer(self.id, h.resets, strict::after_lead(direct > 0));
+        }
         drop(c);
         // A doorbell rung meanwhile found the queue busy.
         if self.has_news() {

@@ -374,9 +374,15 @@ impl Endpoint {
             events: libc::POLLIN,
             revents: 0,
         };
-        let ms = timeout.as_millis().min(1000) as libc::c_int;
-        // SAFETY: one valid pollfd for the duration of the call.
-        unsafe { libc::poll(&mut pfd, 1, ms) };
+        // Microsecond precision (strict mode's held WQEs are due within a millisecond).
+        let t = timeout.min(Duration::from_secs(1));
+        let ts = libc::timespec {
+            tv_sec: t.as_secs() as libc::time_t,
+            tv_nsec: t.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: one valid pollfd and a valid timespec for the duration of the call; no
+        // signal mask.
+        unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
     }
 
     /// Receives up to `bufs.len()` datagrams without blocking (recvmmsg);

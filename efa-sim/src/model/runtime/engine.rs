@@ -70,7 +70,7 @@ impl Engine {
         let mut last_work = Instant::now();
         loop {
             // Strict mode's held WQEs run here too when traffic never lets the engine rest.
-            let worked = self.pass() | (self.rt.run_held() > 0);
+            let worked = self.pass() | (self.rt.run_held(false) > 0);
             let now = Instant::now();
             if worked {
                 last_work = now;
@@ -120,7 +120,12 @@ impl Engine {
                 ep.leave_idle();
                 continue; // frames arrived while we decided to sleep
             }
-            ep.wait_readable(if busy { POLLED_NAP } else { IDLE_SLEEP });
+            // Strict mode: no later than the first held WQE is due.
+            let nap = match self.rt.held_due() {
+                Some(due) => POLLED_NAP.min(due.saturating_duration_since(Instant::now())),
+                None => POLLED_NAP,
+            };
+            ep.wait_readable(if busy { nap } else { IDLE_SLEEP });
             ep.leave_idle();
             if let Some(r) = ring {
                 r.awake();

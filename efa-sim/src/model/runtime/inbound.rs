@@ -163,7 +163,7 @@ impl Runtime {
     pub(crate) fn progress(&self) -> bool {
         // Strict mode: WQEs held back that are due run here too (a poller waiting for
         // their completions needs no engine wake-up).
-        if self.strict.is_some() && self.run_held() > 0 {
+        if self.strict.is_some() && self.run_held(true) > 0 {
             return true;
         }
         // Tell the engine pollers are active (it then sleeps without asking for wakes).

@@ -215,19 +215,13 @@ impl Runtime {
     pub(crate) fn start(dev: &Arc<Device>) -> Result<Arc<Runtime>, String> {
         let config = dev.config().clone();
         let stats = Arc::new(StatsInner::default());
-        // Strict mode gives up every order SRD does not promise; the `reorder` fault knob
-        // alone permutes that fraction of the doorbells.
+        // Strict mode breaks every order SRD does not promise, in every run; the `reorder`
+        // fault knob alone permutes that fraction of the doorbells at random.
         let reorder = config.faults.reorder;
         let strict = if dev.profile.strict {
-            Some(strict::Strict::new(
-                config.faults.seed,
-                dev.index,
-                1.0,
-                strict::LONE_HOLD,
-            ))
+            Some(strict::Strict::adversarial(config.faults.seed, dev.index))
         } else {
-            (reorder > 0.0)
-                .then(|| strict::Strict::new(config.faults.seed, dev.index, reorder, 0.0))
+            (reorder > 0.0).then(|| strict::Strict::random(config.faults.seed, dev.index, reorder))
         };
         let ep = if dev.profile.strict {
             // Strict mode delays datagrams (see [`strict`]); the direct path stays on.

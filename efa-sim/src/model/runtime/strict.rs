@@ -1,37 +1,50 @@
-//! Strict mode (`EFA_SIM_PROFILE=strict`, the profile key `strict`): the device gives up
-//! every order SRD does not promise, so that code relying on one fails on efa-sim too.
+//! Strict mode (`EFA_SIM_PROFILE=strict`, the profile key `strict`): the device breaks
+//! every order SRD does not promise, deliberately and in every run, so that code relying
+//! on one fails on efa-sim the first time it runs.
 //!
-//! * **Doorbell permutation.** The WQEs one doorbell brings (at most [`WINDOW`]
-//!   consecutive WQEs of the QP per window: a larger doorbell is cut into windows) are
-//!   executed in a random permutation. A WQE that a later-posted WQE of its window
-//!   overtook is *held*: the device executes it [`HOLD_MIN_US`]..=[`HOLD_MAX_US`] µs
-//!   later (the engine thread, or a poller of one of the device's CQs, runs it once
-//!   due). So the body of an RDMA write posted with the write-with-immediate that
-//!   announces it in one doorbell lands, half of the time, only after the announcement
-//!   completed at the target (and its send completion came first at the initiator);
-//!   SENDs of one doorbell arrive in any order. This happens where the requester
-//!   consumes the doorbell, so on every path alike: the same-process direct path,
-//!   shared memory, UDP, `process_vm` copies and datagram chunks. Each WR's own data
-//!   still lands before its own completion at both ends (SRD guarantees that).
-//! * **Lone holds.** A WQE that nothing overtook is held all the same with probability
-//!   `LONE_HOLD` (1/8), so that later doorbells overtake it: WQEs of different doorbells
-//!   change order too.
-//! * **The `reorder` fault knob** without strict mode: a fraction `reorder` of the
-//!   windows is permuted as above (no lone holds).
+//! * **Each doorbell runs in reverse.** The WQEs one doorbell brings (at most
+//!   [`WINDOW`] consecutive WQEs of the QP per window: a larger doorbell is cut into
+//!   windows) execute last-posted first. The last-posted one (the window's *lead*) is
+//!   held [`GRACE_US`] µs, so that a doorbell rung right after overtakes it; every
+//!   earlier one is held until [`OVERTAKE_US`] µs after the lead ran (when the lead went
+//!   over datagrams, whose completion needs a round trip: [`DATAGRAM_OVERTAKE_US`]), then
+//!   they run in reverse posting order, [`STEP_US`] apart. So the body of an RDMA write
+//!   posted with the write-with-immediate or SEND that announces it in one doorbell
+//!   lands only after the announcement completed, at both ends, in every run.
+//! * **Later doorbells overtake earlier ones.** When a doorbell of a QP comes while
+//!   WQEs of earlier doorbells of that QP are still held, those are pushed back behind
+//!   the new window's WQEs. So a write announced by a SEND of a separate doorbell posted
+//!   before the write's completion lands after the announcement too; SENDs posted back
+//!   to back arrive newest first.
+//! * **Who runs a held WQE.** A poller of one of the device's CQs runs it once due; the
+//!   engine thread (for consumers that never call into efa-sim) a lead
+//!   [`ENGINE_LEAD_LAG_US`] and an overtaken WQE [`ENGINE_LAG_MS`] later. A program
+//!   that waits for the write's completion polls its send CQ; one that reads the body on
+//!   the announcement alone does not poll the initiator's device before it reads, so
+//!   the body is still missing when the scheduler delays the reading thread by
+//!   milliseconds.
+//! * **Bounded.** No WQE is held more than [`MAX_HOLD_MS`] ms after it was consumed (a
+//!   stream that never pauses gets order back there), and a held WQE runs even if no
+//!   later one ever comes. A QP moved to ERR completes its held WQEs with FLUSHED; a
+//!   reset or destroy drops them.
+//! * **What SRD guarantees still holds.** Each WR's own data lands before its own
+//!   completion at both ends, on every path (the same-process direct path, shared
+//!   memory, UDP, `process_vm` copies, datagram chunks), because the whole WQE is held,
+//!   not its completion.
+//! * **Receives** are consumed in posting (ring) order, as SRD does (model §3.5): with the
+//!   reversal, a peer's later message lands in the earlier posted buffer, and a QP's
+//!   messages to one target arrive newest first.
 //! * **Delays.** Every datagram of the device is held back a random 0..=1 ms with
 //!   probability 0.5 (`reorder=0.5` of `EFA_SIM_FAULTS`, unless `EFA_SIM_FAULTS` sets
 //!   `reorder` itself; the other fault knobs combine as usual). The same-process direct
 //!   path stays on (faults alone turn it off).
-//! * **Receives** are consumed in posting (ring) order, as SRD does (model §3.5): a later
-//!   message may land in an earlier posted buffer, which the permutation above makes
-//!   happen.
 //!
-//! The permutation and hold times come from one random stream per device, seeded from
-//! the `seed=` of `EFA_SIM_FAULTS` (0 when `EFA_SIM_FAULTS` is unset, 0x5eed when it is
-//! set without `seed=`) and the device index: one posting thread with the same seed
-//! gets the same permutations run after run (thread interleavings and the datagram
-//! delays, which follow the fault stream, still vary). A Rust test can restart the
-//! stream with [`crate::model::Device::reseed_strict`].
+//! **The `reorder` fault knob** without strict mode is the seeded, random explorer: a
+//! fraction `reorder` of the windows runs in a random permutation; a WQE a later-posted
+//! one overtook is held [`HOLD_MIN_US`]..=[`HOLD_MAX_US`] µs. The permutation and hold
+//! times come from one random stream per device, seeded from the `seed=` of
+//! `EFA_SIM_FAULTS` (0x5eed when set without `seed=`) and the device index; a Rust test
+//! can restart it with [`crate::model::Device::reseed_strict`].
 
 use super::doorbell::Doorbell;
 use super::Runtime;
@@ -43,18 +56,44 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Most consecutive WQEs of one QP one permutation covers (a doorbell's WQEs, cut into
+/// Most consecutive WQEs of one QP one window covers (a doorbell's WQEs, cut into
 /// windows of this size).
 pub const WINDOW: usize = 64;
-/// Shortest hold of an overtaken WQE.
+/// Strict mode: how long a window's lead (its last-posted WQE, which runs first) is held,
+/// so that a doorbell rung right after it overtakes it.
+pub const GRACE_US: u64 = 200;
+/// Strict mode: how long after a lead ran on the same-process direct path (where it
+/// completed at both ends before it returned) the WQEs it overtook run at the earliest:
+/// well past a waiting poller's longest nap (efa's `CompletionQueue::wait` sleeps up to
+/// 1 ms between polls) and a loaded machine's scheduling delays (2 ms: a target that
+/// reads at once then still read early in about 1 run of 100 on a shared 2-core
+/// machine), so that the target sees the lead's completion, and acts on it, first.
+pub const OVERTAKE_US: u64 = 5000;
+/// Strict mode: the same after a lead that went over datagrams (its completion needs a
+/// round trip, each way delayed up to 1 ms by strict mode's datagram delays).
+pub const DATAGRAM_OVERTAKE_US: u64 = 8000;
+/// Strict mode: spacing of the overtaken WQEs of one window (they run in reverse
+/// posting order).
+pub const STEP_US: u64 = 20;
+/// Strict mode: how much later than a poller of one of the device's CQs the engine
+/// thread runs an overtaken WQE. A program that waits for the write's completion polls
+/// its send CQ and so runs it when due; one that reads the body on the announcement
+/// alone does not poll the initiator's CQ before it reads, so a target thread the
+/// scheduler delays by milliseconds still reads first.
+pub const ENGINE_LAG_MS: u64 = 50;
+/// Strict mode: the same for a lead: a poller runs it after [`GRACE_US`], the engine
+/// thread this much later (so a program preempted between two post calls still has its
+/// second doorbell overtake the first, unless it polls the device in between).
+pub const ENGINE_LEAD_LAG_US: u64 = 2000;
+/// Longest any WQE is held after it was consumed (strict mode pushes held WQEs back
+/// behind later doorbells; this bounds it).
+pub const MAX_HOLD_MS: u64 = 60;
+/// `reorder` knob: shortest hold of an overtaken WQE.
 pub const HOLD_MIN_US: u64 = 50;
-/// Longest hold of an overtaken WQE.
+/// `reorder` knob: longest hold of an overtaken WQE.
 pub const HOLD_MAX_US: u64 = 1000;
 /// The `reorder` probability strict mode gives the device's datagrams.
 pub const DATAGRAM_REORDER: f64 = 0.5;
-/// Strict mode: probability that a WQE no later one overtook is held all the same, so
-/// that WQEs of different doorbells change order too.
-pub const LONE_HOLD: f64 = 0.125;
 
 /// Most held WQEs one [`Runtime::run_held`] call executes.
 const DUE_BATCH: usize = 16;
@@ -62,10 +101,15 @@ const DUE_BATCH: usize = 16;
 /// The WQEs of one window, in posting order.
 pub(crate) type Window = arrayvec::ArrayVec<WqeBuf, WINDOW>;
 
-/// A WQE an overtaking one pushed back: executed by [`super::Runtime::run_held`] when due.
+/// A WQE held back: executed by [`super::Runtime::run_held`] when due.
 #[derive(Clone, Copy)]
 pub(crate) struct Held {
     pub due: Instant,
+    /// When it was consumed (strict mode never holds it past [`MAX_HOLD_MS`] after).
+    pub since: Instant,
+    /// Strict mode: its window's lead; the queue's other held WQEs run only
+    /// [`OVERTAKE_US`] (or [`DATAGRAM_OVERTAKE_US`]) after it ran.
+    pub lead: bool,
     pub qpn: u32,
     /// Which send queue (QPNs are reused): [`crate::model::send_queue::DeviceSq`]'s id.
     pub sq: u64,
@@ -75,14 +119,11 @@ pub(crate) struct Held {
     pub size: usize,
 }
 
-/// The strict-mode state of one device.
+/// The strict-mode (or `reorder` knob) state of one device.
 pub(crate) struct Strict {
-    /// Probability that a window is permuted (1 in strict mode, `reorder` of
-    /// `EFA_SIM_FAULTS` otherwise).
-    permute: f64,
-    /// Probability that a WQE no later one overtook is held all the same (strict mode:
-    /// [`LONE_HOLD`]; 0 otherwise).
-    lone: f64,
+    /// `None`: strict mode, the adversarial order. `Some(p)`: the `reorder` knob, a
+    /// fraction `p` of the windows in a random permutation.
+    random: Option<f64>,
     rng: AtomicU64,
     held: Mutex<Vec<Held>>,
     count: AtomicUsize,
@@ -95,12 +136,26 @@ fn start(seed: u64, index: u32) -> u64 {
         .wrapping_mul(0xd1b5_4a32_d192_ed03)
 }
 
+const fn us(n: u64) -> Duration {
+    Duration::from_micros(n)
+}
+
 impl Strict {
-    /// The strict-mode state of device `index` (`permute`, `lone`: see the fields).
-    pub fn new(seed: u64, index: u32, permute: f64, lone: f64) -> Strict {
+    /// Strict mode's state for device `index` (`seed` only seeds what the `reorder`
+    /// knob would: strict mode's order is the same in every run).
+    pub fn adversarial(seed: u64, index: u32) -> Strict {
+        Strict::new(seed, index, None)
+    }
+
+    /// The `reorder` knob's state for device `index`: a fraction `permute` of the
+    /// windows in a seeded random permutation.
+    pub fn random(seed: u64, index: u32, permute: f64) -> Strict {
+        Strict::new(seed, index, Some(permute))
+    }
+
+    fn new(seed: u64, index: u32, random: Option<f64>) -> Strict {
         Strict {
-            permute,
-            lone,
+            random,
             rng: AtomicU64::new(start(seed, index)),
             held: Mutex::new(Vec::new()),
             count: AtomicUsize::new(0),
@@ -128,11 +183,11 @@ impl Strict {
         p >= 1.0 || (p > 0.0 && ((self.next() >> 11) as f64) < p * (1u64 << 53) as f64)
     }
 
-    /// The execution order of a window of `n` WQEs: a random permutation (Fisher-Yates)
-    /// with probability `permute`, else posting order.
-    pub fn permutation(&self, n: usize) -> arrayvec::ArrayVec<u8, WINDOW> {
+    /// The `reorder` knob's execution order of a window of `n` WQEs: a random
+    /// permutation (Fisher-Yates) with probability `p`, else posting order.
+    pub fn permutation(&self, n: usize, p: f64) -> arrayvec::ArrayVec<u8, WINDOW> {
         let mut order: arrayvec::ArrayVec<u8, WINDOW> = (0..n.min(WINDOW) as u8).collect();
-        if !self.coin(self.permute) {
+        if !self.coin(p) {
             return order;
         }
         for i in (1..order.len()).rev() {
@@ -142,10 +197,13 @@ impl Strict {
         order
     }
 
-    /// When a WQE overtaken now is due.
+    /// When a WQE held now (or held again: its QP cannot run it yet) is due.
     pub fn due(&self) -> Instant {
-        let us = HOLD_MIN_US + self.next() % (HOLD_MAX_US - HOLD_MIN_US + 1);
-        Instant::now() + Duration::from_micros(us)
+        let wait = match self.random {
+            None => GRACE_US,
+            Some(_) => HOLD_MIN_US + self.next() % (HOLD_MAX_US - HOLD_MIN_US + 1),
+        };
+        Instant::now() + us(wait)
     }
 
     /// Holds `h` until it is due.
@@ -155,24 +213,78 @@ impl Strict {
         self.count.store(held.len(), Ordering::Release);
     }
 
+    /// Strict mode: pushes the held WQEs of queue `sq` (consumed after `resets` resets)
+    /// back, all by one amount so that they keep their order, until the first is due at
+    /// `after` or later; none past [`MAX_HOLD_MS`] after it was consumed. They are
+    /// overtaken now: none is a lead any more.
+    pub fn defer(&self, sq: u64, resets: u64, after: Instant) {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let mine = |h: &&mut Held| h.sq == sq && h.resets == resets;
+        let Some(first) = held.iter_mut().filter(mine).map(|h| h.due).min() else {
+            return;
+        };
+        let by = after.saturating_duration_since(first);
+        for h in held.iter_mut().filter(mine) {
+            h.due = (h.due + by).min(h.since + Duration::from_millis(MAX_HOLD_MS));
+            h.lead = false;
+        }
+    }
+
     /// Whether WQEs are held.
     #[inline]
     pub fn any(&self) -> bool {
         self.count.load(Ordering::Acquire) > 0
     }
 
-    /// Takes up to [`DUE_BATCH`] held WQEs due now, in the order they are due (no
-    /// allocation: pollers run this on the caller's thread).
-    fn take_due(&self) -> arrayvec::ArrayVec<Held, DUE_BATCH> {
+    /// When `h` may run: when due, except that strict mode lets the engine thread
+    /// (`polled` false) run a lead only [`ENGINE_LEAD_LAG_US`] later and an overtaken
+    /// WQE [`ENGINE_LAG_MS`] later (never past [`MAX_HOLD_MS`] after it was consumed).
+    fn ready(&self, h: &Held, polled: bool) -> Instant {
+        if polled || self.random.is_some() {
+            return h.due;
+        }
+        let lag = match h.lead {
+            true => us(ENGINE_LEAD_LAG_US),
+            false => Duration::from_millis(ENGINE_LAG_MS),
+        };
+        let cap = h.since + Duration::from_millis(MAX_HOLD_MS);
+        (h.due + lag).min(cap.max(h.due))
+    }
+
+    /// When the engine thread may run the first held WQE (`None`: none held).
+    pub fn next_due(&self) -> Option<Instant> {
+        if !self.any() {
+            return None;
+        }
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.iter().map(|h| self.ready(h, false)).min()
+    }
+
+    /// Takes up to [`DUE_BATCH`] held WQEs that may run now (for a poller of one of the
+    /// device's CQs when `polled`, else for the engine thread), at most the first due of
+    /// each queue (running a lead pushes the rest of its queue back), in the order they
+    /// are due (no allocation: pollers run this on the caller's thread).
+    fn take_due(&self, polled: bool) -> arrayvec::ArrayVec<Held, DUE_BATCH> {
         let now = Instant::now();
         let mut due = arrayvec::ArrayVec::<Held, DUE_BATCH>::new();
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        held.retain(|h| {
-            if h.due > now || due.is_full() {
-                return true;
+        // The first due of each queue among those due now.
+        for h in held.iter().filter(|h| self.ready(h, polled) <= now) {
+            let full = due.is_full();
+            match due.iter_mut().find(|d| d.sq == h.sq) {
+                Some(d) if d.due > h.due => *d = *h,
+                Some(_) => {}
+                None if !full => due.push(*h),
+                None => {}
             }
-            due.push(*h);
-            false
+        }
+        held.retain(|h| {
+            !due.iter().any(|d| {
+                d.sq == h.sq
+                    && d.resets == h.resets
+                    && d.due == h.due
+                    && d.wqe.req_id() == h.wqe.req_id()
+            })
         });
         self.count.store(held.len(), Ordering::Release);
         drop(held);
@@ -182,9 +294,9 @@ impl Strict {
 }
 
 /// Executes the WQEs of `window` (of the send queue `sq` of `qp`, WQEs of `size` bytes,
-/// `qp` in `state` after `resets` resets) in a permutation of `s`; one overtaken by a
-/// later-posted WQE of the window is held (executed later by [`Runtime::run_held`]).
-/// Returns how many completed on the direct path.
+/// `qp` in `state` after `resets` resets): strict mode holds them all, the lead first
+/// (see the module docs); the `reorder` knob runs them in a permutation and holds one
+/// a later-posted WQE overtook. Returns how many completed on the direct path.
 pub(crate) fn permuted(
     rt: &Runtime,
     qp: &Qp,
@@ -192,39 +304,69 @@ pub(crate) fn permuted(
     g: &Guard,
     shared: &mut Doorbell,
 ) -> u64 {
+    let now = Instant::now();
+    let held = |due: Instant, lead: bool, wqe: &WqeBuf| Held {
+        due,
+        since: now,
+        lead,
+        qpn: qp.qpn(),
+        sq,
+        resets,
+        wqe: *wqe,
+        size,
+    };
     let mut direct = 0;
-    let mut latest: Option<u8> = None;
-    for i in s.permutation(window.len()) {
-        let wqe = &window[usize::from(i)];
-        // Overtaken by a later-posted WQE, or (strict mode) held at random: then later
-        // doorbells overtake it too.
-        let overtaken = latest.is_some_and(|l| l > i);
-        if state != QpState::Err && (overtaken || s.coin(s.lone)) {
-            s.hold(Held {
-                due: s.due(),
-                qpn: qp.qpn(),
-                sq,
-                resets,
-                wqe: *wqe,
-                size,
-            });
-            rt.ep.kick();
-            continue;
+    match s.random {
+        // A QP in ERR completes its WQEs at once (FLUSHED), in posting order.
+        _ if state == QpState::Err || window.is_empty() => {
+            for wqe in window.iter() {
+                direct += execute(rt, qp, state, wqe, size, g, shared);
+            }
         }
-        latest = latest.max(Some(i));
-        direct += execute(rt, qp, state, wqe, size, g, shared);
+        None => {
+            // The lead first, after the grace; the rest in reverse posting order once the
+            // lead has run (`Runtime::run_held` pushes them back further then).
+            let lead = now + us(GRACE_US);
+            let rest = lead + us(OVERTAKE_US);
+            let n = window.len();
+            // Earlier doorbells' held WQEs of this queue go behind this window's.
+            s.defer(sq, resets, rest + us(STEP_US * n as u64));
+            for (k, wqe) in window.iter().rev().enumerate() {
+                let due = match k {
+                    0 => lead,
+                    _ => rest + us(STEP_US * (k as u64 - 1)),
+                };
+                s.hold(held(due, k == 0, wqe));
+            }
+            rt.ep.kick();
+        }
+        Some(p) => {
+            let mut latest: Option<u8> = None;
+            for i in s.permutation(window.len(), p) {
+                let wqe = &window[usize::from(i)];
+                if latest.is_some_and(|l| l > i) {
+                    // Overtaken by a later-posted WQE.
+                    s.hold(held(s.due(), false, wqe));
+                    rt.ep.kick();
+                    continue;
+                }
+                latest = latest.max(Some(i));
+                direct += execute(rt, qp, state, wqe, size, g, shared);
+            }
+        }
     }
     window.clear();
     direct
 }
 
 impl Runtime {
-    /// Strict mode: executes the held WQEs that are due; how many ran.
-    pub(crate) fn run_held(&self) -> usize {
+    /// Executes the held WQEs that may run now (`polled`: for a poller of one of the
+    /// device's CQs; else for the engine thread); how many ran.
+    pub(crate) fn run_held(&self, polled: bool) -> usize {
         let Some(s) = self.strict.as_ref().filter(|s| s.any()) else {
             return 0;
         };
-        let due = s.take_due();
+        let due = s.take_due(polled);
         let ran = due.len();
         for h in due {
             let g = Guard::enter();
@@ -242,42 +384,24 @@ impl Runtime {
     pub(crate) fn has_held(&self) -> bool {
         self.strict.as_ref().is_some_and(Strict::any)
     }
+
+    /// When the engine thread may run the first held WQE (it sleeps no longer than that).
+    pub(crate) fn held_due(&self) -> Option<Instant> {
+        self.strict.as_ref().and_then(Strict::next_due)
+    }
+}
+
+/// After the lead `h` ran (on the direct path when `direct`), when the rest of its queue
+/// may run at the earliest.
+pub(crate) fn after_lead(direct: bool) -> Instant {
+    Instant::now()
+        + us(if direct {
+            OVERTAKE_US
+        } else {
+            DATAGRAM_OVERTAKE_US
+        })
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn permutations_are_seeded_and_cover_both_orders() {
-        let a = Strict::new(7, 0, 1.0, 0.0);
-        let b = Strict::new(7, 0, 1.0, 0.0);
-        let pa: Vec<_> = (0..50).map(|_| a.permutation(5)).collect();
-        let pb: Vec<_> = (0..50).map(|_| b.permutation(5)).collect();
-        assert_eq!(pa, pb);
-        for p in &pa {
-            let mut s = p.clone();
-            s.sort_unstable();
-            assert_eq!(&s[..], &[0, 1, 2, 3, 4]);
-        }
-        let c = Strict::new(7, 1, 1.0, 0.0);
-        assert_ne!(pa, (0..50).map(|_| c.permutation(5)).collect::<Vec<_>>());
-        let swapped = (0..1000).filter(|_| a.permutation(2)[0] == 1).count();
-        assert!((400..600).contains(&swapped), "{swapped}");
-        a.reseed(7, 0);
-        assert_eq!(a.permutation(5), pa[0]);
-    }
-
-    #[test]
-    fn the_reorder_knob_permutes_that_fraction_of_windows() {
-        let never = Strict::new(3, 0, 0.0, 0.0);
-        assert!((0..1000).all(|_| never.permutation(2)[0] == 0));
-        // reorder=0.3: a permuted two-WQE window is inverted half of the time.
-        let some = Strict::new(3, 0, 0.3, 0.0);
-        let swapped = (0..4000).filter(|_| some.permutation(2)[0] == 1).count();
-        assert!((480..720).contains(&swapped), "{swapped}");
-        let lone = Strict::new(3, 0, 1.0, LONE_HOLD);
-        let held = (0..8000).filter(|_| lone.coin(lone.lone)).count();
-        assert!((800..1200).contains(&held), "{held}");
-    }
-}
+#[path = "strict_tests.rs"]
+mod tests;
