@@ -11,7 +11,7 @@
 //! requests still queued never complete, and a program polls the completions it already
 //! has before closing it (libefa fails a poll that meets a completion of a destroyed QP).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use efa_typestate::Errno;
@@ -29,8 +29,9 @@ pub struct Credits {
 #[derive(Default)]
 struct State {
     used: u32,
-    /// Outstanding requests per QP number (only QPs with some).
-    per_qp: HashMap<u32, u32>,
+    /// Outstanding requests per QP number (only QPs with some): a short list, searched
+    /// in order (a CQ serves a few QPs; a hash per completion cost more).
+    per_qp: Vec<(u32, u32)>,
     /// Requests that fail by their completion without reaching the device, to be
     /// polled before the device's completions (each holds its entry until then).
     refused: VecDeque<Refused>,
@@ -73,7 +74,10 @@ impl Credits {
             ));
         }
         s.used += n;
-        *s.per_qp.entry(qpn).or_default() += n;
+        match s.per_qp.iter_mut().find(|e| e.0 == qpn) {
+            Some(e) => e.1 += n,
+            None => s.per_qp.push((qpn, n)),
+        }
         Ok(())
     }
     /// Gives back `n` entries of QP `qpn` (a post that failed, or completions polled).
@@ -84,8 +88,20 @@ impl Credits {
     /// Frees one entry per completion polled, by the QP it belongs to.
     pub fn polled(&self, qpns: impl Iterator<Item = u32>) {
         let mut s = self.lock();
+        // Runs of one QP's completions (the common case) are freed together.
+        let mut run: Option<(u32, u32)> = None;
         for qpn in qpns {
-            release_in(&mut s, qpn, 1);
+            match &mut run {
+                Some((q, n)) if *q == qpn => *n += 1,
+                _ => {
+                    if let Some((q, n)) = run.replace((qpn, 1)) {
+                        release_in(&mut s, q, n);
+                    }
+                }
+            }
+        }
+        if let Some((q, n)) = run {
+            release_in(&mut s, q, n);
         }
     }
     /// Queues the completions of `refused` requests (their entries already taken).
@@ -109,7 +125,8 @@ impl Credits {
     pub fn forget(&self, qpn: u32) {
         let mut s = self.lock();
         s.refused.retain(|r| r.qp_num != qpn);
-        if let Some(n) = s.per_qp.remove(&qpn) {
+        if let Some(i) = s.per_qp.iter().position(|e| e.0 == qpn) {
+            let (_, n) = s.per_qp.swap_remove(i);
             s.used -= n;
         }
     }
@@ -118,12 +135,14 @@ impl Credits {
 /// Frees up to `n` of `qpn`'s entries (a completion without a posted request, such as
 /// an unsolicited write-with-immediate, frees nothing).
 fn release_in(s: &mut State, qpn: u32, n: u32) {
-    if let Some(held) = s.per_qp.get_mut(&qpn) {
+    if let Some(i) = s.per_qp.iter().position(|e| e.0 == qpn) {
+        let held = &mut s.per_qp[i].1;
         let k = n.min(*held);
         *held -= k;
+        let empty = *held == 0;
         s.used -= k;
-        if *held == 0 {
-            s.per_qp.remove(&qpn);
+        if empty {
+            s.per_qp.swap_remove(i);
         }
     }
 }
