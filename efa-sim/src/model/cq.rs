@@ -15,7 +15,7 @@
 //! * Sub-CQs (first-generation EFA: the profile's `sub_cqs_per_cq`, 4 by default for
 //!   `vendor_part_id` 0xefa0): the ring holds that many rings of the CQ's depth end to
 //!   end, as rdma-core's `create_cq` lays them out. A QP's send completions go to one of
-//!   them and its receive completions to another ([`Cq::sub_of`]); efa-sim's provider polls
+//!   them and its receive completions to another (`Cq::sub_of`); efa-sim's provider polls
 //!   them in turn, as libefa does. `efadv_query_cq` describes the first only (rdma-core's
 //!   answer) and hands out no CQ doorbell (first-generation devices had none); the device
 //!   judges each sub-CQ full by the provider's position in it.
