@@ -10,36 +10,23 @@ counter: scripts/callgrind-python.sh array).
 """
 
 import argparse
-import ctypes
 import json
 import os
-import time
 
 # numpy's BLAS threads would spin beside the loop (and count in callgrind): one thread.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 import efa
+import per_wr  # noqa: E402 (beside this script: the pair of QPs and the timing)
 
-QKEY = 0x1234
-SIZE = 64
+SIZE = per_wr.SIZE
 
 
 def run(batch, seconds, exact_rounds=None):
-    ctx = efa.get_efa_device_list()[0].open()
-    pd = ctx.alloc_pd()
-    cq = ctx.create_cq(2 * batch)
-    attr = dict(max_send_wr=batch, max_recv_wr=16)
-    a = pd.create_qp(efa.QPInitAttr(send_cq=cq, recv_cq=cq, **attr)).prepare(qkey=QKEY)
-    b = pd.create_qp(efa.QPInitAttr(send_cq=cq, recv_cq=cq, **attr)).prepare(qkey=QKEY)
-    to_b = efa.local_endpoint_info(b, qkey=QKEY).peer(pd)
-    _to_a = efa.local_endpoint_info(a, qkey=QKEY).peer(pd)  # EFA: the target needs an AH
-    n = SIZE * batch
-    # ctypes arrays registered by address and length, as per_wr.py does.
-    src, dst = (ctypes.c_char * n)(), (ctypes.c_char * n)()
-    access = efa.AccessFlags.LOCAL_WRITE | efa.AccessFlags.REMOTE_WRITE | efa.AccessFlags.REMOTE_READ
-    ms = pd.reg_mr(ctypes.addressof(src), n, access)
-    md = pd.reg_mr(ctypes.addressof(dst), n, access)
+    # The same pair of QPs and regions as per_wr.py (its CQ and send queue sized for one
+    # call's batch).
+    cq, a, to_b, ms, md, handles, _keep = per_wr.setup(2 * batch, batch, SIZE * batch)
     offsets = np.arange(batch, dtype=np.uint64) * SIZE
     lengths = np.full(batch, SIZE, dtype=np.uint32)
     remote = (md.addr, md.rkey, md.length)
@@ -54,25 +41,7 @@ def run(batch, seconds, exact_rounds=None):
             if out[:, 1].any():
                 raise RuntimeError("failed completion: %r" % out[out[:, 1] != 0][:1])
 
-    rounds(20)  # warm up
-    if exact_rounds is not None:
-        rounds(exact_rounds)
-        for h in (ms, md, a, b):
-            h.close()
-        return None
-    k, spent = 10, 0.0
-    while spent < 0.2:
-        t = time.perf_counter()
-        rounds(k)
-        spent = time.perf_counter() - t
-        k *= 2
-    k = max(1, int(k / 2 * seconds / spent))
-    t = time.perf_counter()
-    rounds(k)
-    spent = time.perf_counter() - t
-    for h in (ms, md, a, b):
-        h.close()
-    return spent / (k * batch) * 1e9
+    return per_wr.measure(rounds, batch, seconds, exact_rounds, 20, 10, handles)
 
 
 def main():

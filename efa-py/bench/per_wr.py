@@ -19,21 +19,53 @@ QKEY = 0x1234
 SIZE = 64
 
 
-def run(batch, seconds, exact_rounds=None):
+def setup(cq_depth, send_depth, n):
+    """Two SRD QPs of one process on one CQ of `cq_depth`, each reaching the other, and
+    `n`-byte source and target regions; then the handles to close when done, and what
+    must stay alive until then (the buffers the MRs name, the AH towards `a`)."""
     ctx = efa.get_efa_device_list()[0].open()
     pd = ctx.alloc_pd()
-    cq = ctx.create_cq(1024)
-    attr = dict(max_send_wr=256, max_recv_wr=16)
+    cq = ctx.create_cq(cq_depth)
+    attr = dict(max_send_wr=send_depth, max_recv_wr=16)
     a = pd.create_qp(efa.QPInitAttr(send_cq=cq, recv_cq=cq, **attr)).prepare(qkey=QKEY)
     b = pd.create_qp(efa.QPInitAttr(send_cq=cq, recv_cq=cq, **attr)).prepare(qkey=QKEY)
     to_b = efa.local_endpoint_info(b, qkey=QKEY).peer(pd)
     _to_a = efa.local_endpoint_info(a, qkey=QKEY).peer(pd)  # EFA: the target needs an AH
-    n = SIZE * batch
     # ctypes arrays: both packages register an integer address and length.
     src, dst = (ctypes.c_char * n)(), (ctypes.c_char * n)()
     access = efa.AccessFlags.LOCAL_WRITE | efa.AccessFlags.REMOTE_WRITE | efa.AccessFlags.REMOTE_READ
     ms = pd.reg_mr(ctypes.addressof(src), n, access)
     md = pd.reg_mr(ctypes.addressof(dst), n, access)
+    return cq, a, to_b, ms, md, (ms, md, a, b), (src, dst, _to_a)
+
+
+def measure(rounds, batch, seconds, exact_rounds, warm_up, first_k, handles):
+    """Nanoseconds per work request of `rounds(k)` (k rounds of `batch` requests), timed
+    for about `seconds` after `warm_up` rounds; with `exact_rounds`, that many rounds
+    untimed and None. Closes `handles` afterwards."""
+    rounds(warm_up)
+    if exact_rounds is not None:
+        rounds(exact_rounds)
+        result = None
+    else:
+        k, spent = first_k, 0.0
+        while spent < 0.2:
+            t = time.perf_counter()
+            rounds(k)
+            spent = time.perf_counter() - t
+            k *= 2
+        k = max(1, int(k / 2 * seconds / spent))
+        t = time.perf_counter()
+        rounds(k)
+        spent = time.perf_counter() - t
+        result = spent / (k * batch) * 1e9
+    for h in handles:
+        h.close()
+    return result
+
+
+def run(batch, seconds, exact_rounds=None):
+    cq, a, to_b, ms, md, handles, _keep = setup(1024, 256, SIZE * batch)
     wrs = [
         efa.SendWR(wr_id=i, sg_list=[ms.sge(SIZE, SIZE * i)], opcode=efa.WROpcode.RDMA_WRITE,
                    send_flags=efa.SendFlags.SIGNALED, remote_addr=md.addr + SIZE * i,
@@ -52,25 +84,7 @@ def run(batch, seconds, exact_rounds=None):
                         raise RuntimeError("failed completion %r" % wc)
                     got += 1
 
-    rounds(200)  # warm up
-    if exact_rounds is not None:
-        rounds(exact_rounds)
-        for h in (ms, md, a, b):
-            h.close()
-        return None
-    k, spent = 100, 0.0
-    while spent < 0.2:
-        t = time.perf_counter()
-        rounds(k)
-        spent = time.perf_counter() - t
-        k *= 2
-    k = max(1, int(k / 2 * seconds / spent))
-    t = time.perf_counter()
-    rounds(k)
-    spent = time.perf_counter() - t
-    for h in (ms, md, a, b):
-        h.close()
-    return spent / (k * batch) * 1e9
+    return measure(rounds, batch, seconds, exact_rounds, 200, 100, handles)
 
 
 def main():
