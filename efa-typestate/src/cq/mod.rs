@@ -269,29 +269,27 @@ pub(crate) fn destroy_cq(cq: *mut ffi::ibv_cq) -> Result<()> {
 pub(crate) fn wants_direct(ctx: &Context, opts: &CqOptions) -> Result<Option<bool>> {
     use crate::direct::policy::{self, DirectSetting};
     use crate::qp::Backend;
-    if opts.backend_value() == Backend::Provider {
-        return Ok(None);
-    }
-    let required = match (opts.backend_value(), policy::setting()?) {
-        (Backend::Provider, _) => return Ok(None),
-        (Backend::Direct, DirectSetting::Off) => {
-            return Err(crate::error::DirectError::DisabledByEnvironment.into())
-        }
-        (Backend::Direct, _) => true,
-        (Backend::Auto, DirectSetting::On) => false,
-        (Backend::Auto, _) => return Ok(None),
+    let required = match opts.backend_value() {
+        Backend::Provider => return Ok(None),
+        Backend::Direct => true,
+        Backend::Auto if policy::setting()? == DirectSetting::On => false,
+        Backend::Auto => return Ok(None),
     };
-    let checked = direct_possible(ctx);
-    match checked {
+    match direct_allowed(ctx) {
         Ok(()) => Ok(Some(required)),
         Err(e) if required => Err(e),
         Err(_) => Ok(None),
     }
 }
 
-/// The checks of the direct path that need no CQ: `std`, proven barriers, and a device
-/// without sub-CQs.
-pub(crate) fn direct_possible(ctx: &Context) -> Result<()> {
+/// Whether the direct path may serve objects of `ctx` at all, for CQs and QPs alike: not
+/// turned off by the environment, the `std` feature, barriers proven on this
+/// architecture, a device without sub-CQs.
+pub(crate) fn direct_allowed(ctx: &Context) -> Result<()> {
+    use crate::direct::policy::{self, DirectSetting};
+    if policy::setting()? == DirectSetting::Off {
+        return Err(crate::error::DirectError::DisabledByEnvironment.into());
+    }
     if !cfg!(feature = "std") {
         return Err(crate::error::DirectError::NeedsStd.into());
     }

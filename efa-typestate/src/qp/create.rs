@@ -244,10 +244,7 @@ fn create_inner<C: Parent<Target = Context>>(
     if backend == Backend::Direct {
         // The operator's switch and the device's sub-CQs come first, so the error names
         // why rather than that the CQs are not direct.
-        if crate::direct::policy::setting()? == crate::direct::policy::DirectSetting::Off {
-            return Err(DirectError::DisabledByEnvironment.into());
-        }
-        crate::cq::direct_possible(ctx)?;
+        crate::cq::direct_allowed(ctx)?;
     }
     check_backends(&cqs, backend)?;
     let caps = config.caps.unwrap_or(QpCaps {
