@@ -63,3 +63,6 @@ run_suite "$@"
 bench="$PWD/efa-py/bench/per_wr.py"
 (cd "$tmp" && timeout 120 "$sim" run -- "$tmp/venv/bin/python" "$bench" --batches 1,32 --rounds 5) ||
   fail "efa-py/bench/per_wr.py failed"
+# The PyPI package's own test suite against this package (programs nobody here wrote),
+# when the whole suite was asked for.
+[ $# -gt 0 ] || bash scripts/test-pypi-suite.sh "$tmp/venv/bin/python" "$sim"
