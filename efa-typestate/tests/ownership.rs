@@ -187,3 +187,22 @@ fn typed_buffers_move_f32_f16_bits_and_records() {
     assert_eq!(inbox.as_slice(), records.as_slice());
     assert_eq!(inbox.as_slice()[1].value, -4.0);
 }
+
+#[test]
+fn closing_a_cq_lets_go_of_its_channel_and_context() {
+    let ctx = Arc::new(open(0));
+    let channel = Arc::new(CompChannel::new(Arc::clone(&ctx)).unwrap());
+    let cq = Cq::with_channel(Arc::clone(&ctx), Arc::clone(&channel), CqOptions::new(64)).unwrap();
+    let ext =
+        ExtCq::with_channel(Arc::clone(&ctx), Arc::clone(&channel), CqOptions::new(64)).unwrap();
+    assert_eq!(Arc::strong_count(&channel), 3, "each CQ holds the channel");
+    cq.close().map_err(|(_, e)| e).unwrap();
+    ext.close().map_err(|(_, e)| e).unwrap();
+    assert_eq!(Arc::strong_count(&channel), 1, "closed CQs hold nothing");
+    let channel = Arc::try_unwrap(channel).ok().unwrap();
+    channel.close().map_err(|(_, e)| e).unwrap();
+    let ctx = Arc::try_unwrap(ctx)
+        .ok()
+        .expect("nothing holds the context");
+    ctx.close().unwrap();
+}

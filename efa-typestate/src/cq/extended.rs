@@ -351,15 +351,15 @@ impl<C> ExtCq<C> {
         if let Err(e) = destroy_cq(self.raw.as_ptr().cast()) {
             return Err((self, e));
         }
-        let me = core::mem::ManuallyDrop::new(self);
-        // SAFETY: `me` is never used or dropped again; each remaining field is moved out
-        // once and dropped after the CQ is gone (own channel first, then the holders).
+        let mut me = core::mem::ManuallyDrop::new(self);
+        // SAFETY: `me` is never used or dropped again; each remaining field is dropped in
+        // place once, after the CQ is gone (own channel first, then the holders).
         unsafe {
-            drop(core::ptr::read(&me.own));
+            core::ptr::drop_in_place(&mut me.own);
             #[cfg(feature = "std")]
-            drop(core::ptr::read(&me.direct));
-            drop(core::ptr::read(&me._channel));
-            drop(core::ptr::read(&me._ctx));
+            core::ptr::drop_in_place(&mut me.direct);
+            core::ptr::drop_in_place(&mut me._channel);
+            core::ptr::drop_in_place(&mut me._ctx);
         }
         Ok(())
     }
