@@ -1,0 +1,68 @@
+"""The array API against a caller that rewrites its arrays while `efa.post_array` runs:
+another thread's numpy copies (which run without the GIL) flip an offset between a good
+value and one past the MR. Each entry must be read once, so that what was checked is
+what is posted: every call either posts a transfer whose every request completes
+successfully, or raises naming the bad entry and posts nothing. A post path that checked
+the arrays and then read them again would post the bad offset, and its completion would
+fail (the device's protection check)."""
+
+import threading
+import time
+
+import pytest
+
+import efa
+from conftest import ALL, Pair
+
+np = pytest.importorskip("numpy")
+
+N = 1024  # entries per call: numpy releases the GIL for copies of more than 500 items
+
+
+def test_offsets_rewritten_during_post_array_are_checked_as_posted(ctx, pd):
+    cq = ctx.create_cq(2 * N)
+    pair = Pair(ctx, pd, cq, max_send_wr=N)
+    src = np.arange(N * 8, dtype=np.uint8)
+    dst = np.zeros(N * 8, dtype=np.uint8)
+    ms, md = efa.reg_tensor(pd, src, ALL), efa.reg_tensor(pd, dst, ALL)
+    remote = (md.addr, md.rkey, md.length)
+    good = np.arange(N, dtype=np.uint64) * 8
+    hostile = good.copy()
+    hostile[N // 2] = ms.length  # entry N/2 starts right past the local MR
+    offsets = good.copy()
+    lengths = np.full(N, 8, dtype=np.uint32)
+    stop = threading.Event()
+
+    def flip():
+        while not stop.is_set():
+            np.copyto(offsets, hostile)
+            np.copyto(offsets, good)
+
+    out = np.zeros((N, 4), dtype=np.uint64)
+    posted = refused = 0
+    flipper = threading.Thread(target=flip)
+    flipper.start()
+    try:
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            try:
+                n = efa.post_array(pair.a, pair.to_b, ms, remote, offsets, good, lengths)
+            except ValueError as e:
+                assert "entry %d: local range" % (N // 2) in str(e)
+                refused += 1
+                continue
+            got = 0
+            poll_deadline = time.monotonic() + 5
+            while got < n:
+                got += efa.poll_into(pair.cq, out[got:n])
+                assert time.monotonic() < poll_deadline, "completions missing"
+            bad = out[:n][out[:n, 1] != 0]
+            assert not len(bad), "a request failed at the device: %r" % bad[:4]
+            posted += 1
+    finally:
+        stop.set()
+        flipper.join()
+        for handle in (ms, md, pair.a, pair.b, pair.to_a, pair.to_b, cq):
+            handle.close()
+    # Both outcomes happened, so the race was on.
+    assert posted and refused, (posted, refused)
