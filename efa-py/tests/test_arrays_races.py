@@ -66,3 +66,58 @@ def test_offsets_rewritten_during_post_array_are_checked_as_posted(ctx, pd):
             handle.close()
     # Both outcomes happened, so the race was on.
     assert posted and refused, (posted, refused)
+
+
+def test_lengths_rewritten_during_post_array_post_what_was_counted(ctx, pd):
+    # Entry N/2's length flips between one chunk and three: post_array's count (what it
+    # returns, and what the CQ's accounting reserved) must be what it posted. Each
+    # round's wr_ids are its own, so a request left over from a miscounted round shows up
+    # in the next one's completions, and a missing one leaves the round short.
+    cq = ctx.create_cq(8 * N)
+    pair = Pair(ctx, pd, cq, max_send_wr=2 * N)
+    src = np.arange(N * 8 + 64, dtype=np.uint8)
+    dst = np.zeros(N * 8 + 64, dtype=np.uint8)
+    ms, md = efa.reg_tensor(pd, src, ALL), efa.reg_tensor(pd, dst, ALL)
+    remote = (md.addr, md.rkey, md.length)
+    offsets = np.arange(N, dtype=np.uint64) * 8
+    short = np.full(N, 8, dtype=np.uint32)
+    long = short.copy()
+    long[N // 2] = 24
+    lengths = short.copy()
+    stop = threading.Event()
+
+    def flip():
+        while not stop.is_set():
+            np.copyto(lengths, long)
+            np.copyto(lengths, short)
+
+    out = np.zeros((N + 2, 4), dtype=np.uint64)
+    seen = set()
+    flipper = threading.Thread(target=flip)
+    flipper.start()
+    try:
+        deadline = time.monotonic() + 2.0
+        r = 0
+        while time.monotonic() < deadline:
+            r += 1
+            ids = np.arange(r * N, (r + 1) * N, dtype=np.uint64)
+            n = efa.post_array(pair.a, pair.to_b, ms, remote, offsets, offsets, lengths,
+                               wr_ids=ids, max_chunk=8)
+            seen.add(n)
+            got = 0
+            poll_deadline = time.monotonic() + 5
+            while got < n:
+                got += efa.poll_into(cq, out[got:n])
+                assert time.monotonic() < poll_deadline, "round %d: %d of %d" % (r, got, n)
+            assert (out[:n, 1] == 0).all()
+            assert ((out[:n, 0] >= r * N) & (out[:n, 0] < (r + 1) * N)).all(), \
+                "round %d polled another round's completion" % r
+    finally:
+        stop.set()
+        flipper.join()
+        time.sleep(0.05)
+        left = efa.poll_into(cq, out)
+        for handle in (ms, md, pair.a, pair.b, pair.to_a, pair.to_b, cq):
+            handle.close()
+    assert left == 0, "completions beyond what post_array counted: %r" % out[:left]
+    assert seen == {N, N + 2}, seen  # both lengths were posted, so the race was on
