@@ -24,6 +24,7 @@ mod memory;
 mod mr;
 mod pd;
 mod post;
+mod post_fast;
 mod qp;
 mod send_checks;
 mod wc;
@@ -59,6 +60,7 @@ fn _efa(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(arrays::post_array, m)?)?;
     m.add_function(wrap_pyfunction!(arrays_poll::poll_into, m)?)?;
     wc::install_members(m.py())?;
+    post_fast::init_types(py);
     m.add_class::<device::Device>()?;
     m.add_class::<device::Context>()?;
     m.add_class::<device::Gid>()?;

@@ -12,12 +12,12 @@ use efa_typestate::{
     ArrayVec, Payload, RecvBatch, RecvBufs, RemoteBuffer, SendBatch, SendWr, Sge, SgeList,
 };
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyType};
-use pyo3::PyClass;
+use pyo3::types::PyList;
 use std::marker::PhantomData;
 
 use crate::errors::{invalid, OrRaise};
 use crate::pd::{MrKind, AH, MR};
+use crate::post_fast::{exact, Cached};
 use crate::qp::QP;
 use crate::send_checks::{check_wr, send_op, too_long, Refusals};
 use crate::wr::{RecvWR, SendWR, SGE};
@@ -83,31 +83,28 @@ impl<'py> Items<'_, 'py> {
 
 /// `wrs` as a list when it is another iterable (a tuple, a generator: the package posts
 /// `list(wrs)`); None for a list or one work request, which are read as they are.
-fn as_list<'py, W: PyClass>(wrs: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
-    if wrs.is_instance_of::<PyList>() || wrs.is_instance_of::<W>() {
+fn as_list<'py, W: Cached>(wrs: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
+    if wrs.is_instance_of::<PyList>() || exact::<W>(wrs).is_some() || wrs.is_instance_of::<W>() {
         return Ok(None);
     }
     let items = wrs.try_iter()?.collect::<PyResult<Vec<_>>>()?;
     Ok(Some(PyList::new(wrs.py(), items)?.into_any()))
 }
 
-/// A class's type object, looked up once per post: PyO3's `downcast` looks it up on
-/// every call (about a hundred instructions), and a post downcasts twice per work request.
-struct TypeOf<'py, T>(Bound<'py, PyType>, PhantomData<T>);
+/// A class's type object (`crate::post_fast::init_types` stored it at import).
+struct TypeOf<'py, T>(PhantomData<(Python<'py>, T)>);
 
-impl<'py, T: PyClass> TypeOf<'py, T> {
-    fn new(py: Python<'py>) -> Self {
-        TypeOf(py.get_type::<T>(), PhantomData)
+impl<'py, T: Cached> TypeOf<'py, T> {
+    fn new(_py: Python<'py>) -> Self {
+        TypeOf(PhantomData)
     }
     /// `obj` as a `T`: an exact type match is taken as is, anything else goes through
     /// `downcast` (which raises the usual `TypeError`).
     fn cast<'a>(&self, obj: &'a Bound<'py, PyAny>) -> PyResult<&'a Bound<'py, T>> {
-        if obj.get_type_ptr() == self.0.as_type_ptr() {
-            // SAFETY: `self.0` is `T`'s type object (made only by `new`), and `obj`'s
-            // type is exactly it.
-            return Ok(unsafe { obj.downcast_unchecked::<T>() });
+        match exact::<T>(obj) {
+            Some(t) => Ok(t),
+            None => Ok(obj.downcast::<T>()?),
         }
-        Ok(obj.downcast::<T>()?)
     }
 }
 
@@ -117,7 +114,7 @@ struct Types<'py, W> {
     sge: TypeOf<'py, SGE>,
 }
 
-impl<'py, W: PyClass> Types<'py, W> {
+impl<'py, W: Cached> Types<'py, W> {
     fn new(py: Python<'py>) -> Self {
         Types {
             wr: TypeOf::new(py),
@@ -229,11 +226,19 @@ pub fn post_send(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()
         // The send CQ's entries for these requests (given back if the post fails).
         let k = (end - start) as u32;
         qp.send_credits.reserve("post_send", qp.qp_num, k)?;
+        let fast = match &list {
+            Items::List(l) => crate::post_fast::post_chunk(qp, py, Some(l), None, (start, end)),
+            Items::One(o) => crate::post_fast::post_chunk(qp, py, None, Some(o), (start, end)),
+        };
         let mut refused = ArrayVec::new();
-        let posted = match post_simple_chunk(qp, py, &t, &list, (start, end), &mut refused) {
+        let posted = match fast {
             Ok(true) => Ok(()),
-            Ok(false) => post_send_chunk(qp, py, &t, &list, (start, end), &mut refused),
             Err(e) => Err(e),
+            Ok(false) => match post_simple_chunk(qp, py, &t, &list, (start, end), &mut refused) {
+                Ok(true) => Ok(()),
+                Ok(false) => post_send_chunk(qp, py, &t, &list, (start, end), &mut refused),
+                Err(e) => Err(e),
+            },
         };
         if let Err(e) = posted {
             qp.send_credits.release(qp.qp_num, k);
@@ -335,7 +340,7 @@ fn post_send_chunk<'py>(
 }
 
 /// A staged batch handed to the GIL-free post (`allow_threads` wants `Send`).
-struct Staged<'b, T>(&'b T);
+pub(crate) struct Staged<'b, T>(pub(crate) &'b T);
 // SAFETY: `allow_threads` runs the closure on this same thread; `Send` is asked only
 // because the GIL is released meanwhile. The batch is only read, and the MRs and AHs it
 // points into stay borrowed (so open: `close` is refused) until the call returns.

@@ -1,0 +1,254 @@
+//! The lean path of `QP.post_send` for the common shape of a list: each `SendWR` has one
+//! SGE made from an MR, nothing inline, and passes every check. It reads the list and
+//! its SGE lists by borrowed references, borrows each run of requests' MR and AH once,
+//! and stages each request straight into the batch (one pass, no intermediate plan).
+//!
+//! It decides nothing on its own: any request it does not take as it is (another shape,
+//! a closed MR or AH, a request a check refuses, one too long for the device) makes it
+//! return `Ok(false)` before anything was posted or recorded, and the post goes the
+//! general way (`crate::post`), which raises what it always raised.
+
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use efa_typestate::sys::verbs::{ibv_send_flags, ibv_wr_opcode as Op};
+use efa_typestate::{ArrayVec, Payload, RemoteBuffer, SendBatch, SendOp, SendOps, SendWr};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+use pyo3::PyClass;
+
+use crate::errors::OrRaise;
+use crate::mr::{MrKind, MR};
+use crate::pd::{SPd, AH};
+use crate::post::CHUNK;
+use crate::qp::QP;
+use crate::wr::{SendWR, SGE};
+
+const INLINE: u32 = ibv_send_flags::IBV_SEND_INLINE.0;
+const SIGNALED: u32 = ibv_send_flags::IBV_SEND_SIGNALED.0;
+
+/// The type objects of the classes a post reads, stored once at import
+/// ([`init_types`]): PyO3's lookup of a class's type object costs about a hundred
+/// instructions a call.
+static SEND_WR: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(core::ptr::null_mut());
+static SGE_T: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(core::ptr::null_mut());
+static RECV_WR: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Records the type objects (at import; they live as long as the process).
+pub fn init_types(py: Python<'_>) {
+    let set = |at: &AtomicPtr<ffi::PyTypeObject>, t: *mut ffi::PyTypeObject| {
+        at.store(t, Ordering::Relaxed)
+    };
+    set(&SEND_WR, py.get_type::<SendWR>().as_type_ptr());
+    set(&SGE_T, py.get_type::<SGE>().as_type_ptr());
+    set(&RECV_WR, py.get_type::<crate::wr::RecvWR>().as_type_ptr());
+}
+
+/// A class whose type object [`init_types`] stored.
+pub trait Cached: PyClass {
+    fn type_ptr() -> *mut ffi::PyTypeObject;
+}
+impl Cached for SendWR {
+    fn type_ptr() -> *mut ffi::PyTypeObject {
+        SEND_WR.load(Ordering::Relaxed)
+    }
+}
+impl Cached for SGE {
+    fn type_ptr() -> *mut ffi::PyTypeObject {
+        SGE_T.load(Ordering::Relaxed)
+    }
+}
+impl Cached for crate::wr::RecvWR {
+    fn type_ptr() -> *mut ffi::PyTypeObject {
+        RECV_WR.load(Ordering::Relaxed)
+    }
+}
+
+/// `obj` as a `T` if its type is exactly `T` (no subclass: `SendWR`, `RecvWR` and `SGE`
+/// have none).
+#[inline(always)]
+pub fn exact<'a, 'py, T: Cached>(obj: &'a Bound<'py, PyAny>) -> Option<&'a Bound<'py, T>> {
+    let t = T::type_ptr();
+    if t.is_null() || obj.get_type_ptr() != t {
+        return None;
+    }
+    // SAFETY: `t` is `T`'s type object (stored by `init_types`) and `obj`'s type is
+    // exactly it, so `obj` is a `T`.
+    Some(unsafe { obj.downcast_unchecked::<T>() })
+}
+
+/// Item `i` of `list`, borrowed (no reference taken), if it has one.
+#[inline(always)]
+fn item<'a, 'py>(list: &'a Bound<'py, PyList>, i: usize) -> Option<Borrowed<'a, 'py, PyAny>> {
+    let py = list.py();
+    // SAFETY: `list` is a list; `PyList_GetItem` returns a borrowed reference (or NULL
+    // with IndexError set, cleared here), valid while the list holds the item: the GIL is
+    // held and no Python code runs until the caller is done with it.
+    let p = unsafe { ffi::PyList_GetItem(list.as_ptr(), i as ffi::Py_ssize_t) };
+    if p.is_null() {
+        let _ = PyErr::take(py);
+        return None;
+    }
+    // SAFETY: `p` is a valid, non-null borrowed reference (see above).
+    Some(unsafe { Borrowed::from_ptr(py, p) })
+}
+
+/// The lean post of `items[start..end]` (a list, or one `SendWR` when `one` is given):
+/// true if posted, false if this path did not take it (nothing posted; see the module
+/// docs). Errors only from the post itself (the provider's refusal, a QP not in RTS).
+pub fn post_chunk<'py>(
+    qp: &QP,
+    py: Python<'py>,
+    list: Option<&Bound<'py, PyList>>,
+    one: Option<&Bound<'py, PyAny>>,
+    (start, end): (usize, usize),
+) -> PyResult<bool> {
+    let Some(q) = qp.inner.as_ref() else {
+        return Ok(false);
+    };
+    let limits = q.limits();
+    // Declared before the batch, so that they outlive it: the batch points into the
+    // MRs and AHs they keep borrowed.
+    let mut mrs: ArrayVec<PyRef<'py, MR>, CHUNK> = ArrayVec::new();
+    let mut ahs: ArrayVec<PyRef<'py, AH>, CHUNK> = ArrayVec::new();
+    let mut batch = SendBatch::<'_, CHUNK>::new(q);
+    let mut last_mr: Option<(*mut ffi::PyObject, &MrKind, u64)> = None;
+    let mut last_ah: Option<(*mut ffi::PyObject, &efa_typestate::Ah<SPd>)> = None;
+    for i in start..end {
+        let obj = match (list, one) {
+            (Some(l), _) => match item(l, i) {
+                Some(o) => o,
+                None => return Ok(false),
+            },
+            (None, Some(o)) => o.as_borrowed(),
+            (None, None) => return Ok(false),
+        };
+        let Some(wr) = exact::<SendWR>(&obj) else {
+            return Ok(false);
+        };
+        let Ok(wr) = wr.try_borrow() else {
+            return Ok(false);
+        };
+        // The checks of `send_checks::check_wr`, as yes or no.
+        let need = match wr.opcode {
+            Op::IBV_WR_SEND => SendOps::SEND,
+            Op::IBV_WR_SEND_WITH_IMM => SendOps::SEND_WITH_IMM,
+            Op::IBV_WR_RDMA_READ => SendOps::RDMA_READ,
+            Op::IBV_WR_RDMA_WRITE => SendOps::RDMA_WRITE,
+            Op::IBV_WR_RDMA_WRITE_WITH_IMM => SendOps::RDMA_WRITE_WITH_IMM,
+            _ => return Ok(false),
+        };
+        if wr.send_flags & INLINE != 0
+            || qp.send_ops_flags & need.bits() == 0
+            || (wr.send_flags & SIGNALED == 0 && !qp.sq_sig_all)
+        {
+            return Ok(false);
+        }
+        let Some(ah) = &wr.ah else {
+            return Ok(false);
+        };
+        // One SGE, made from an MR.
+        let sgl = wr.sg_list.bind(py);
+        if sgl.len() != 1 {
+            return Ok(false);
+        }
+        let Some(sge_obj) = item(sgl, 0) else {
+            return Ok(false);
+        };
+        let Some(sge) = exact::<SGE>(&sge_obj) else {
+            return Ok(false);
+        };
+        let sge = sge.get();
+        let Some(mr) = &sge.mr else {
+            return Ok(false);
+        };
+        let (region, base) = match last_mr {
+            Some((p, region, base)) if p == mr.as_ptr() => (region, base),
+            _ => {
+                let Ok(m) = mr.bind(py).try_borrow() else {
+                    return Ok(false);
+                };
+                let Ok(kind) = m.get() else {
+                    return Ok(false);
+                };
+                // SAFETY: the `MrKind` lives in the MR's Python object, not in the
+                // `PyRef` moved into `mrs`: `mrs` keeps the object alive and shared-
+                // borrowed (so never mutated: `close` is refused) until it is dropped,
+                // after `batch`, the only holder of what is derived from this reference.
+                let kind: &MrKind = unsafe { &*(kind as *const MrKind) };
+                let base = m.base;
+                if mrs.try_push(m).is_err() {
+                    return Ok(false);
+                }
+                last_mr = Some((mr.as_ptr(), kind, base));
+                (kind, base)
+            }
+        };
+        let dest = match last_ah {
+            Some((p, dest)) if p == ah.as_ptr() => dest,
+            _ => {
+                let Ok(a) = ah.bind(py).try_borrow() else {
+                    return Ok(false);
+                };
+                let Ok(dest) = a.get() else {
+                    return Ok(false);
+                };
+                // SAFETY: as for the MR above: `ahs` keeps the AH alive and borrowed
+                // until after `batch` is dropped.
+                let dest: &efa_typestate::Ah<SPd> = unsafe { &*(dest as *const _) };
+                if ahs.try_push(a).is_err() {
+                    return Ok(false);
+                }
+                last_ah = Some((ah.as_ptr(), dest));
+                dest
+            }
+        };
+        let len = u64::from(sge.length);
+        // Too long for the device: the general path gives it its completion.
+        let max = match wr.opcode {
+            Op::IBV_WR_SEND | Op::IBV_WR_SEND_WITH_IMM => limits.max_msg_sz(),
+            _ => limits.max_rdma_size(),
+        };
+        if max != 0 && len > u64::from(max) {
+            return Ok(false);
+        }
+        let Ok(local) = region.sge_at(sge.addr, len, base) else {
+            return Ok(false);
+        };
+        let remote = RemoteBuffer::new(wr.remote_addr, len, wr.rkey);
+        let op = match wr.opcode {
+            Op::IBV_WR_RDMA_WRITE => SendOp::Write(remote),
+            Op::IBV_WR_RDMA_WRITE_WITH_IMM => SendOp::WriteImm(remote, wr.imm_data),
+            Op::IBV_WR_SEND => SendOp::Send,
+            Op::IBV_WR_SEND_WITH_IMM => SendOp::SendImm(wr.imm_data),
+            _ => SendOp::Read(remote),
+        };
+        let Ok(w) = SendWr::to_ah(
+            wr.wr_id,
+            op,
+            dest,
+            wr.remote_qpn,
+            wr.remote_qkey,
+            Payload::Sge(local),
+        ) else {
+            return Ok(false);
+        };
+        if batch.push(w).is_err() {
+            return Ok(false);
+        }
+    }
+    if batch.is_empty() {
+        return Ok(false);
+    }
+    let staged = crate::post::Staged(&batch);
+    py.allow_threads(move || {
+        let staged = staged;
+        // SAFETY: every SGE names memory of an open MR, kept allocated by its Python
+        // owner while the MR lives; `mrs` and `ahs` keep the MRs and AHs borrowed (so
+        // open) until the call returns. As in the `efa` package, the program must not
+        // reuse the bytes before the request's completion is polled.
+        unsafe { q.post_send(staged.0) }
+    })
+    .or_raise("post_send")?;
+    Ok(true)
+}
