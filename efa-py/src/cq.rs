@@ -45,7 +45,7 @@ fn poll_into<const N: usize>(
 ) -> PyResult<(usize, usize)> {
     let mut buf = ArrayVec::<Completion, N>::new();
     let n = with_cq!(cq, q => q.poll(&mut buf)).or_raise("ibv_poll_cq")?;
-    credits.polled(buf.iter().map(|c| c.qp_num()));
+    credits.polled_py(out.py(), buf.iter().map(|c| c.qp_num()));
     pool.append(out.py(), out, &buf, sgid, at)?;
     Ok((N, n))
 }
@@ -233,7 +233,7 @@ impl CQ {
         let num_entries = num_entries as usize;
         let out = PyList::empty(py);
         // Completions of requests refused at the post come first (`crate::credits`).
-        for r in self.credits.take_refused(num_entries) {
+        for r in self.credits.take_refused_py(py, num_entries) {
             out.append(Py::new(py, crate::wc::WC::too_long(r))?)?;
         }
         let mut left = num_entries - out.len();

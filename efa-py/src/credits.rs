@@ -11,19 +11,27 @@
 //! requests still queued never complete, and a program polls the completions it already
 //! has before closing it (libefa fails a poll that meets a completion of a destroyed QP).
 
+use std::cell::{RefCell, RefMut};
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use efa_typestate::Errno;
+use pyo3::sync::GILProtected;
+use pyo3::Python;
 
 use crate::errors::invalid_errno;
 
 const ENOMEM: i32 = Errno::ENOMEM.0;
 
 /// The requests outstanding on one CQ.
+///
+/// Every caller holds the GIL (posts and polls count with it held, before and after
+/// their GIL-free part), so the GIL guards the count: no lock of its own to take. The
+/// methods without a `py` argument take the GIL's token themselves (for callers that
+/// do not have it at hand; `Python::with_gil` costs more than the count itself).
 pub struct Credits {
     depth: u32,
-    state: Mutex<State>,
+    state: GILProtected<RefCell<State>>,
 }
 
 #[derive(Default)]
@@ -52,15 +60,27 @@ impl Credits {
     pub fn new(depth: u32) -> Arc<Credits> {
         Arc::new(Credits {
             depth,
-            state: Mutex::new(State::default()),
+            state: GILProtected::new(RefCell::new(State::default())),
         })
     }
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    /// The count. No Python code runs while it is borrowed (nothing here calls any),
+    /// so no borrow can overlap another.
+    fn lock<'py>(&'py self, py: Python<'py>) -> RefMut<'py, State> {
+        self.state.get(py).borrow_mut()
     }
     /// Takes `n` entries for requests of QP `qpn`, or refuses the post (`ENOMEM`).
     pub fn reserve(&self, operation: &str, qpn: u32, n: u32) -> pyo3::PyResult<()> {
-        let mut s = self.lock();
+        Python::with_gil(|py| self.reserve_py(py, operation, qpn, n))
+    }
+    /// [`reserve`](Self::reserve), with the GIL's token.
+    pub fn reserve_py(
+        &self,
+        py: Python<'_>,
+        operation: &str,
+        qpn: u32,
+        n: u32,
+    ) -> pyo3::PyResult<()> {
+        let mut s = self.lock(py);
         let free = self.depth.saturating_sub(s.used);
         if n > free {
             return Err(invalid_errno(
@@ -82,12 +102,19 @@ impl Credits {
     }
     /// Gives back `n` entries of QP `qpn` (a post that failed, or completions polled).
     pub fn release(&self, qpn: u32, n: u32) {
-        let mut s = self.lock();
-        release_in(&mut s, qpn, n);
+        Python::with_gil(|py| self.release_py(py, qpn, n))
+    }
+    /// [`release`](Self::release), with the GIL's token.
+    pub fn release_py(&self, py: Python<'_>, qpn: u32, n: u32) {
+        release_in(&mut self.lock(py), qpn, n);
     }
     /// Frees one entry per completion polled, by the QP it belongs to.
     pub fn polled(&self, qpns: impl Iterator<Item = u32>) {
-        let mut s = self.lock();
+        Python::with_gil(|py| self.polled_py(py, qpns))
+    }
+    /// [`polled`](Self::polled), with the GIL's token.
+    pub fn polled_py(&self, py: Python<'_>, qpns: impl Iterator<Item = u32>) {
+        let mut s = self.lock(py);
         // Runs of one QP's completions (the common case) are freed together.
         let mut run: Option<(u32, u32)> = None;
         for qpn in qpns {
@@ -105,12 +132,18 @@ impl Credits {
         }
     }
     /// Queues the completions of `refused` requests (their entries already taken).
-    pub fn refuse(&self, refused: &[Refused]) {
-        self.lock().refused.extend(refused.iter().copied());
+    pub fn refuse(&self, py: Python<'_>, refused: &[Refused]) {
+        if !refused.is_empty() {
+            self.lock(py).refused.extend(refused.iter().copied());
+        }
     }
     /// Takes up to `n` queued completions of refused requests, freeing their entries.
     pub fn take_refused(&self, n: usize) -> Vec<Refused> {
-        let mut s = self.lock();
+        Python::with_gil(|py| self.take_refused_py(py, n))
+    }
+    /// [`take_refused`](Self::take_refused), with the GIL's token.
+    pub fn take_refused_py(&self, py: Python<'_>, n: usize) -> Vec<Refused> {
+        let mut s = self.lock(py);
         if s.refused.is_empty() {
             return Vec::new();
         }
@@ -122,8 +155,8 @@ impl Credits {
         taken
     }
     /// A QP was closed: its requests will not complete here any more.
-    pub fn forget(&self, qpn: u32) {
-        let mut s = self.lock();
+    pub fn forget(&self, py: Python<'_>, qpn: u32) {
+        let mut s = self.lock(py);
         s.refused.retain(|r| r.qp_num != qpn);
         if let Some(i) = s.per_qp.iter().position(|e| e.0 == qpn) {
             let (_, n) = s.per_qp.swap_remove(i);

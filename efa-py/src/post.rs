@@ -225,7 +225,7 @@ pub fn post_send(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()
         let end = (start + CHUNK).min(n);
         // The send CQ's entries for these requests (given back if the post fails).
         let k = (end - start) as u32;
-        qp.send_credits.reserve("post_send", qp.qp_num, k)?;
+        qp.send_credits.reserve_py(py, "post_send", qp.qp_num, k)?;
         let fast = match &list {
             Items::List(l) => crate::post_fast::post_chunk(qp, py, Some(l), None, (start, end)),
             Items::One(o) => crate::post_fast::post_chunk(qp, py, None, Some(o), (start, end)),
@@ -241,11 +241,11 @@ pub fn post_send(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()
             },
         };
         if let Err(e) = posted {
-            qp.send_credits.release(qp.qp_num, k);
+            qp.send_credits.release_py(py, qp.qp_num, k);
             return Err(e);
         }
         // Posted: the SENDs too long for the port fail by their completions.
-        qp.send_credits.refuse(&refused);
+        qp.send_credits.refuse(py, &refused);
         start = end;
     }
     Ok(())
@@ -388,7 +388,7 @@ pub fn post_recv(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()
         let staged = Staged(&batch);
         // The receive CQ's entries for these requests (given back if the post fails).
         let k = (end - start) as u32;
-        qp.recv_credits.reserve("post_recv", qp.qp_num, k)?;
+        qp.recv_credits.reserve_py(py, "post_recv", qp.qp_num, k)?;
         py.allow_threads(move || {
             let staged = staged;
             // SAFETY: as for sends (see `post_send_chunk`): the receive buffers are kept
@@ -396,7 +396,7 @@ pub fn post_recv(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()
             unsafe { q.post_recv(staged.0) }
         })
         .or_raise("post_recv")
-        .inspect_err(|_| qp.recv_credits.release(qp.qp_num, k))?;
+        .inspect_err(|_| qp.recv_credits.release_py(py, qp.qp_num, k))?;
         start = end;
     }
     Ok(())

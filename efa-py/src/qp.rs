@@ -227,8 +227,10 @@ impl QP {
     /// The QP is gone (closed or dropped): its requests no longer hold CQ entries.
     fn forget_credits(&mut self) {
         if self.inner.take().is_some() {
-            self.send_credits.forget(self.qp_num);
-            self.recv_credits.forget(self.qp_num);
+            Python::with_gil(|py| {
+                self.send_credits.forget(py, self.qp_num);
+                self.recv_credits.forget(py, self.qp_num);
+            });
         }
     }
     pub(crate) fn get(&self) -> PyResult<&DynQp<SPd>> {
