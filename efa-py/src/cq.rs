@@ -220,12 +220,12 @@ impl CQ {
     pub(crate) fn get(&self) -> PyResult<&AnyCq> {
         self.inner.as_ref().ok_or_else(|| closed("CQ"))
     }
-}
-
-#[pymethods]
-impl CQ {
-    /// Polls up to `num_entries` completions (never blocks); returns a list of `WC`.
-    fn poll<'py>(&self, py: Python<'py>, num_entries: i32) -> PyResult<Bound<'py, PyList>> {
+    /// `CQ.poll` (also called by `crate::fastcall`).
+    pub(crate) fn poll_list<'py>(
+        &self,
+        py: Python<'py>,
+        num_entries: i32,
+    ) -> PyResult<Bound<'py, PyList>> {
         let cq = self.get()?;
         if num_entries <= 0 {
             return Err(value_error("num_entries must be positive"));
@@ -269,6 +269,14 @@ impl CQ {
             }
         }
         Ok(out)
+    }
+}
+
+#[pymethods]
+impl CQ {
+    /// Polls up to `num_entries` completions (never blocks); returns a list of `WC`.
+    fn poll<'py>(&self, py: Python<'py>, num_entries: i32) -> PyResult<Bound<'py, PyList>> {
+        self.poll_list(py, num_entries)
     }
     /// Arms the CQ: the next completion wakes its channel. `solicited_only=True` raises
     /// `EfaError` with `EOPNOTSUPP`, the EFA provider's answer (it arms nothing then).

@@ -19,6 +19,7 @@ mod cq;
 mod credits;
 mod device;
 mod errors;
+mod fastcall;
 mod gpu;
 mod memory;
 mod mr;
@@ -85,5 +86,6 @@ fn _efa(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<wr::SGE>()?;
     m.add_class::<wr::SendWR>()?;
     m.add_class::<wr::RecvWR>()?;
+    fastcall::install(py)?;
     Ok(())
 }

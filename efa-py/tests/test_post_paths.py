@@ -152,3 +152,33 @@ def test_a_write_past_max_rdma_size_in_a_list_fails_by_its_completion():
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:2] == [
         "[(0, 0), (1, 0), (2, 0)]", "[(0, 0), (1, %d), (2, 0)]" % efa.WCStatus.LOC_LEN_ERR]
+
+
+def test_calls_the_lean_methods_do_not_take_are_parsed_as_before(ctx, pair, mrs):
+    # QP.post_send and CQ.poll take one positional argument without PyO3's parsing
+    # (src/fastcall.rs); every other call goes to the parsing method, as before.
+    import inspect
+    assert str(inspect.signature(efa.QP.post_send)) == "(self, /, wrs)"
+    assert str(inspect.signature(efa.CQ.poll)) == "(self, /, num_entries)"
+    assert efa.CQ.poll.__doc__.startswith("Polls up to")
+    cq = ctx.create_cq(16)
+    assert cq.poll(1) == [] and cq.poll(num_entries=2) == [] and cq.poll(True) == []
+    for args, exc, words in [((), TypeError, "missing 1 required positional argument"),
+                             ((1, 2), TypeError, "takes 1 positional arguments but 2"),
+                             (("x",), TypeError, "cannot be interpreted as an integer"),
+                             ((2 ** 40,), OverflowError, "out of range"),
+                             ((0,), ValueError, "num_entries must be positive")]:
+        with pytest.raises(exc, match=words):
+            cq.poll(*args)
+    with pytest.raises(TypeError, match="doesn't apply to a"):
+        efa.CQ.poll(ctx, 1)
+    cq.close()
+    wrs = writes(pair, *mrs, 2)
+    pair.a.post_send(wrs=wrs)
+    assert len(poll_n(pair.cq, 2)) == 2
+    with pytest.raises(TypeError, match="missing 1 required positional argument"):
+        pair.a.post_send()
+    with pytest.raises(TypeError, match="unexpected keyword argument"):
+        pair.a.post_send(wrs, flags=1)
+    with pytest.raises(TypeError, match="doesn't apply to a"):
+        efa.QP.post_send(ctx, wrs)
