@@ -107,6 +107,7 @@ pub fn post_chunk<'py>(
         return Ok(false);
     };
     let limits = q.limits();
+    let (max_msg, max_rdma) = (limits.max_msg_sz(), limits.max_rdma_size());
     // Declared before the batch, so that they outlive it: the batch points into the
     // MRs and AHs they keep borrowed.
     let mut mrs: ArrayVec<PyRef<'py, MR>, CHUNK> = ArrayVec::new();
@@ -129,19 +130,8 @@ pub fn post_chunk<'py>(
         let Ok(wr) = wr.try_borrow() else {
             return Ok(false);
         };
-        // The checks of `send_checks::check_wr`, as yes or no.
-        let need = match wr.opcode {
-            Op::IBV_WR_SEND => SendOps::SEND,
-            Op::IBV_WR_SEND_WITH_IMM => SendOps::SEND_WITH_IMM,
-            Op::IBV_WR_RDMA_READ => SendOps::RDMA_READ,
-            Op::IBV_WR_RDMA_WRITE => SendOps::RDMA_WRITE,
-            Op::IBV_WR_RDMA_WRITE_WITH_IMM => SendOps::RDMA_WRITE_WITH_IMM,
-            _ => return Ok(false),
-        };
-        if wr.send_flags & INLINE != 0
-            || qp.send_ops_flags & need.bits() == 0
-            || (wr.send_flags & SIGNALED == 0 && !qp.sq_sig_all)
-        {
+        // The checks of `send_checks::check_wr` (the opcode's below), as yes or no.
+        if wr.send_flags & INLINE != 0 || (wr.send_flags & SIGNALED == 0 && !qp.sq_sig_all) {
             return Ok(false);
         }
         let Some(ah) = &wr.ah else {
@@ -149,7 +139,8 @@ pub fn post_chunk<'py>(
         };
         // One SGE, made from an MR.
         let sgl = wr.sg_list.bind(py);
-        if sgl.len() != 1 {
+        // SAFETY: `sgl` is a list (`PyList_Size` only reads its length).
+        if unsafe { ffi::PyList_Size(sgl.as_ptr()) } != 1 {
             return Ok(false);
         }
         let Some(sge_obj) = item(sgl, 0) else {
@@ -204,24 +195,31 @@ pub fn post_chunk<'py>(
             }
         };
         let len = u64::from(sge.length);
-        // Too long for the device: the general path gives it its completion.
-        let max = match wr.opcode {
-            Op::IBV_WR_SEND | Op::IBV_WR_SEND_WITH_IMM => limits.max_msg_sz(),
-            _ => limits.max_rdma_size(),
+        // One decoding of the opcode: the operation, the bit the QP must have enabled,
+        // and the longest request the device takes (longer ones fail by their
+        // completions, which the general path gives).
+        let remote = RemoteBuffer::new(wr.remote_addr, len, wr.rkey);
+        let (op, need, max) = match wr.opcode {
+            Op::IBV_WR_RDMA_WRITE => (SendOp::Write(remote), SendOps::RDMA_WRITE, max_rdma),
+            Op::IBV_WR_RDMA_WRITE_WITH_IMM => (
+                SendOp::WriteImm(remote, wr.imm_data),
+                SendOps::RDMA_WRITE_WITH_IMM,
+                max_rdma,
+            ),
+            Op::IBV_WR_SEND => (SendOp::Send, SendOps::SEND, max_msg),
+            Op::IBV_WR_SEND_WITH_IMM => (
+                SendOp::SendImm(wr.imm_data),
+                SendOps::SEND_WITH_IMM,
+                max_msg,
+            ),
+            Op::IBV_WR_RDMA_READ => (SendOp::Read(remote), SendOps::RDMA_READ, max_rdma),
+            _ => return Ok(false),
         };
-        if max != 0 && len > u64::from(max) {
+        if qp.send_ops_flags & need.bits() == 0 || (max != 0 && len > u64::from(max)) {
             return Ok(false);
         }
         let Ok(local) = region.sge_at(sge.addr, len, base) else {
             return Ok(false);
-        };
-        let remote = RemoteBuffer::new(wr.remote_addr, len, wr.rkey);
-        let op = match wr.opcode {
-            Op::IBV_WR_RDMA_WRITE => SendOp::Write(remote),
-            Op::IBV_WR_RDMA_WRITE_WITH_IMM => SendOp::WriteImm(remote, wr.imm_data),
-            Op::IBV_WR_SEND => SendOp::Send,
-            Op::IBV_WR_SEND_WITH_IMM => SendOp::SendImm(wr.imm_data),
-            _ => SendOp::Read(remote),
         };
         let Ok(w) = SendWr::to_ah(
             wr.wr_id,

@@ -9,8 +9,10 @@
 //! completion; with the pool, a loop that drops its completions before the next poll
 //! allocates none.
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
+
+use pyo3::sync::GILProtected;
 
 use efa_typestate::{Completion, CompletionFlags};
 use pyo3::prelude::*;
@@ -269,9 +271,21 @@ pub fn install_members(py: Python<'_>) -> PyResult<()> {
 /// row is taken to be kept, and the pool forgets it (the program's reference keeps it
 /// alive), so a program that keeps every completion costs the pool at most two looks at
 /// each.
-#[derive(Default)]
+///
+/// Guarded by the GIL (every poll holds it), not by a lock of its own.
 pub struct WcPool {
-    wcs: Mutex<Vec<(Py<WC>, u8)>>,
+    wcs: GILProtected<RefCell<Pooled>>,
+}
+
+/// The pooled `WC`s, each with the number of polls in a row that found it held.
+type Pooled = Vec<(Py<WC>, u8)>;
+
+impl Default for WcPool {
+    fn default() -> Self {
+        WcPool {
+            wcs: GILProtected::new(RefCell::new(Vec::new())),
+        }
+    }
 }
 
 impl WcPool {
@@ -290,7 +304,7 @@ impl WcPool {
     ) -> PyResult<()> {
         // A poll from a finaliser that runs inside this one (a collection triggered by an
         // allocation here) finds the pool taken: it allocates, it does not wait.
-        let Ok(mut wcs) = self.wcs.try_lock() else {
+        let Ok(mut wcs) = self.wcs.get(py).try_borrow_mut() else {
             for c in done {
                 out.append(Py::new(py, WC::from_completion(c, sgid))?)?;
             }
