@@ -21,6 +21,7 @@ mod device;
 mod errors;
 mod fastcall;
 mod gpu;
+mod kept;
 mod memory;
 mod mr;
 mod pd;

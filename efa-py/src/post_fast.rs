@@ -114,7 +114,7 @@ pub fn post_chunk<'py>(
     let mut ahs: ArrayVec<PyRef<'py, AH>, CHUNK> = ArrayVec::new();
     let mut batch = SendBatch::<'_, CHUNK>::new(q);
     let mut last_mr: Option<(*mut ffi::PyObject, &MrKind, u64)> = None;
-    let mut last_ah: Option<(*mut ffi::PyObject, &efa_typestate::Ah<SPd>)> = None;
+    let mut last_ah: Option<(*mut ffi::PyObject, &efa_typestate::Ah<SPd>, u64)> = None;
     for i in start..end {
         let obj = match (list, one) {
             (Some(l), _) => match item(l, i) {
@@ -175,8 +175,8 @@ pub fn post_chunk<'py>(
                 (kind, base)
             }
         };
-        let dest = match last_ah {
-            Some((p, dest)) if p == ah.as_ptr() => dest,
+        let (dest, ah_serial) = match last_ah {
+            Some((p, dest, serial)) if p == ah.as_ptr() => (dest, serial),
             _ => {
                 let Ok(a) = ah.bind(py).try_borrow() else {
                     return Ok(false);
@@ -187,13 +187,20 @@ pub fn post_chunk<'py>(
                 // SAFETY: as for the MR above: `ahs` keeps the AH alive and borrowed
                 // until after `batch` is dropped.
                 let dest: &efa_typestate::Ah<SPd> = unsafe { &*(dest as *const _) };
+                let serial = a.serial;
                 if ahs.try_push(a).is_err() {
                     return Ok(false);
                 }
-                last_ah = Some((ah.as_ptr(), dest));
-                dest
+                last_ah = Some((ah.as_ptr(), dest, serial));
+                (dest, serial)
             }
         };
+        let key = [qp.serial, sge.serial, ah_serial];
+        // SAFETY: the SGE's MR and the AH are borrowed in `mrs` and `ahs` (open: checked
+        // above) until after the batch is posted or dropped.
+        if unsafe { wr.kept.push_again(py, key, &mut batch) } {
+            continue;
+        }
         let len = u64::from(sge.length);
         // One decoding of the opcode: the operation, the bit the QP must have enabled,
         // and the longest request the device takes (longer ones fail by their
@@ -233,6 +240,9 @@ pub fn post_chunk<'py>(
         };
         if batch.push(w).is_err() {
             return Ok(false);
+        }
+        if let Some(send) = batch.keep_last() {
+            wr.kept.keep(py, key, send);
         }
     }
     if batch.is_empty() {

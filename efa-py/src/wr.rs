@@ -21,6 +21,8 @@ pub struct SGE {
     pub(crate) mr: Option<Py<MR>>,
     /// What `_keepalive` retains besides.
     keep: PyObject,
+    /// This object's number, never another's (`crate::kept`).
+    pub(crate) serial: u64,
 }
 
 impl SGE {
@@ -31,6 +33,7 @@ impl SGE {
             lkey,
             mr: Some(mr.clone().unbind()),
             keep: mr.py().None(),
+            serial: crate::kept::serial(),
         }
     }
 }
@@ -73,6 +76,7 @@ impl SGE {
                 lkey: if lkey == 0 { m.lkey_raw() } else { lkey },
                 mr: Some(mr.clone().unbind()),
                 keep: py.None(),
+                serial: crate::kept::serial(),
             });
         }
         let addr = int_in(
@@ -90,6 +94,7 @@ impl SGE {
             lkey,
             mr: None,
             keep: py.None(),
+            serial: crate::kept::serial(),
         })
     }
     /// The object this SGE retains: what `_keepalive` was given, else its MR (or None).
@@ -108,6 +113,7 @@ impl SGE {
             lkey: self.lkey,
             mr: self.mr.as_ref().map(|m| m.clone_ref(py)),
             keep: owner,
+            serial: crate::kept::serial(),
         }
     }
     fn __repr__(&self) -> String {
@@ -120,29 +126,35 @@ impl SGE {
 
 /// A send work request. Name the destination with `dest=` (anything with `.ah`,
 /// `.qp_num` and `.qkey`) or the `ah`/`remote_qpn`/`remote_qkey` trio.
+///
+/// Every attribute is settable, as in the package. The setters of the fields a kept
+/// request copies (`crate::kept`) forget it; `sg_list` and `ah` are compared at the post
+/// instead (the list may change in place).
 #[pyclass(module = "efa._efa")]
 pub struct SendWR {
-    #[pyo3(get, set)]
+    #[pyo3(get)]
     pub(crate) wr_id: u64,
     #[pyo3(get, set)]
     pub(crate) sg_list: Py<PyList>,
-    #[pyo3(get, set)]
+    #[pyo3(get)]
     pub(crate) opcode: u32,
-    #[pyo3(get, set)]
+    #[pyo3(get)]
     pub(crate) send_flags: u32,
-    #[pyo3(get, set)]
+    #[pyo3(get)]
     pub(crate) remote_addr: u64,
-    #[pyo3(get, set)]
+    #[pyo3(get)]
     pub(crate) rkey: u32,
-    #[pyo3(get, set)]
+    #[pyo3(get)]
     pub(crate) imm_data: u32,
     #[pyo3(get, set)]
     pub(crate) ah: Option<Py<AH>>,
-    #[pyo3(get, set)]
+    #[pyo3(get)]
     pub(crate) remote_qpn: u32,
-    #[pyo3(get, set)]
+    #[pyo3(get)]
     pub(crate) remote_qkey: u32,
     dest: PyObject,
+    /// The request as the Rust core last checked it (`crate::kept`).
+    pub(crate) kept: crate::kept::Slot,
 }
 
 fn list_of(py: Python<'_>, sg_list: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyList>> {
@@ -187,11 +199,52 @@ impl SendWR {
             remote_qpn,
             remote_qkey,
             dest: py.None(),
+            kept: crate::kept::Slot::default(),
         };
         if let Some(d) = dest {
             wr.set_dest(d)?;
         }
         Ok(wr)
+    }
+    #[setter]
+    fn set_wr_id(&mut self, wr_id: u64) {
+        self.wr_id = wr_id;
+        self.kept.forget();
+    }
+    #[setter]
+    fn set_opcode(&mut self, opcode: u32) {
+        self.opcode = opcode;
+        self.kept.forget();
+    }
+    #[setter]
+    fn set_send_flags(&mut self, send_flags: u32) {
+        self.send_flags = send_flags;
+        self.kept.forget();
+    }
+    #[setter]
+    fn set_remote_addr(&mut self, remote_addr: u64) {
+        self.remote_addr = remote_addr;
+        self.kept.forget();
+    }
+    #[setter]
+    fn set_rkey(&mut self, rkey: u32) {
+        self.rkey = rkey;
+        self.kept.forget();
+    }
+    #[setter]
+    fn set_imm_data(&mut self, imm_data: u32) {
+        self.imm_data = imm_data;
+        self.kept.forget();
+    }
+    #[setter]
+    fn set_remote_qpn(&mut self, remote_qpn: u32) {
+        self.remote_qpn = remote_qpn;
+        self.kept.forget();
+    }
+    #[setter]
+    fn set_remote_qkey(&mut self, remote_qkey: u32) {
+        self.remote_qkey = remote_qkey;
+        self.kept.forget();
     }
     /// The destination (`Peer`-like): setting it sets `ah`, `remote_qpn` and `remote_qkey`.
     #[getter]
@@ -201,6 +254,7 @@ impl SendWR {
     #[setter]
     fn set_dest(&mut self, dest: &Bound<'_, PyAny>) -> PyResult<()> {
         if !dest.is_none() {
+            self.kept.forget();
             self.ah = Some(dest.getattr("ah")?.extract()?);
             self.remote_qpn = dest.getattr("qp_num")?.extract()?;
             self.remote_qkey = dest.getattr("qkey")?.extract()?;

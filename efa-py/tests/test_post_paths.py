@@ -182,3 +182,28 @@ def test_calls_the_lean_methods_do_not_take_are_parsed_as_before(ctx, pair, mrs)
         pair.a.post_send(wrs, flags=1)
     with pytest.raises(TypeError, match="doesn't apply to a"):
         efa.QP.post_send(ctx, wrs)
+
+
+def test_a_sendwr_posted_to_another_qp_is_checked_for_that_qp(ctx, pd, cq, pair, mrs):
+    # A request checked for one QP is kept (src/kept.rs) for that QP only.
+    ms, md = mrs
+    wrs = writes(pair, ms, md, 2)
+    post_ok(pair, wrs)
+    post_ok(pair, wrs)  # the kept requests
+    sends_only = pd.create_qp(efa.QPInitAttr(
+        send_cq=cq, recv_cq=cq, send_ops_flags=efa.QPExSendOpsFlags.SEND)).prepare(qkey=0x1234)
+    with pytest.raises(ValueError, match="not enabled in this QP's send_ops_flags"):
+        sends_only.post_send(wrs)
+    sig_all = pd.create_qp(efa.QPInitAttr(send_cq=cq, recv_cq=cq, sq_sig_all=True)).prepare(
+        qkey=0x1234)
+    unsignaled = writes(pair, ms, md, 2)
+    for w in unsignaled:
+        w.send_flags = 0
+    sig_all.post_send(unsignaled)
+    sig_all.post_send(unsignaled)
+    assert len(poll_n(cq, 4)) == 4
+    with pytest.raises(efa.EfaError, match="not SIGNALED"):
+        pair.a.post_send(unsignaled)
+    nothing_posted(pair)
+    sends_only.close()
+    sig_all.close()

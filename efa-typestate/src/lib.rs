@@ -371,6 +371,6 @@ pub use topology::{
     TopologyErrorKind,
 };
 pub use wr::{
-    Payload, QpLimits, RdmaChunks, RecvBatch, RecvBufs, RecvTarget, RecvWr, SendBatch, SendOp,
-    SendOps, SendTarget, SendWr, StagedSend,
+    KeptSend, Payload, QpLimits, RdmaChunks, RecvBatch, RecvBufs, RecvTarget, RecvWr, SendBatch,
+    SendOp, SendOps, SendTarget, SendWr, StagedSend,
 };
