@@ -36,7 +36,9 @@ macro_rules! with_cq {
 }
 
 /// Polls up to `N` completions into `out` as `WC`s (from `pool`); returns `(N, how
-/// many)`.
+/// many)`. Not inlined: each size's buffer is on its own stack frame, not all seven on
+/// `CQ.poll`'s.
+#[inline(never)]
 fn poll_into<const N: usize>(
     cq: &AnyCq,
     out: &Bound<'_, PyList>,

@@ -37,8 +37,8 @@ pub struct Credits {
 #[derive(Default)]
 struct State {
     used: u32,
-    /// Outstanding requests per QP number (only QPs with some): a short list, searched
-    /// in order (a CQ serves a few QPs; a hash per completion cost more).
+    /// Outstanding requests per QP number (QPs that posted, until forgotten): a short
+    /// list, searched in order (a CQ serves a few QPs; a hash per completion cost more).
     per_qp: Vec<(u32, u32)>,
     /// Requests that fail by their completion without reaching the device, to be
     /// polled before the device's completions (each holds its entry until then).
@@ -73,6 +73,7 @@ impl Credits {
         Python::with_gil(|py| self.reserve_py(py, operation, qpn, n))
     }
     /// [`reserve`](Self::reserve), with the GIL's token.
+    #[inline]
     pub fn reserve_py(
         &self,
         py: Python<'_>,
@@ -83,15 +84,7 @@ impl Credits {
         let mut s = self.lock(py);
         let free = self.depth.saturating_sub(s.used);
         if n > free {
-            return Err(invalid_errno(
-                operation,
-                ENOMEM,
-                format!(
-                    "the completion queue is full: {n} more work request(s) would exceed its \
-                     {} entries ({} outstanding, not yet polled); poll it first",
-                    self.depth, s.used
-                ),
-            ));
+            return Err(full(operation, n, self.depth, s.used));
         }
         s.used += n;
         match s.per_qp.iter_mut().find(|e| e.0 == qpn) {
@@ -105,6 +98,7 @@ impl Credits {
         Python::with_gil(|py| self.release_py(py, qpn, n))
     }
     /// [`release`](Self::release), with the GIL's token.
+    #[inline]
     pub fn release_py(&self, py: Python<'_>, qpn: u32, n: u32) {
         release_in(&mut self.lock(py), qpn, n);
     }
@@ -113,6 +107,7 @@ impl Credits {
         Python::with_gil(|py| self.polled_py(py, qpns))
     }
     /// [`polled`](Self::polled), with the GIL's token.
+    #[inline]
     pub fn polled_py(&self, py: Python<'_>, qpns: impl Iterator<Item = u32>) {
         let mut s = self.lock(py);
         // Runs of one QP's completions (the common case) are freed together.
@@ -132,6 +127,7 @@ impl Credits {
         }
     }
     /// Queues the completions of `refused` requests (their entries already taken).
+    #[inline]
     pub fn refuse(&self, py: Python<'_>, refused: &[Refused]) {
         if !refused.is_empty() {
             self.lock(py).refused.extend(refused.iter().copied());
@@ -142,6 +138,7 @@ impl Credits {
         Python::with_gil(|py| self.take_refused_py(py, n))
     }
     /// [`take_refused`](Self::take_refused), with the GIL's token.
+    #[inline]
     pub fn take_refused_py(&self, py: Python<'_>, n: usize) -> Vec<Refused> {
         let mut s = self.lock(py);
         if s.refused.is_empty() {
@@ -165,17 +162,28 @@ impl Credits {
     }
 }
 
+/// The refusal of a post that does not fit (`ENOMEM`, a full queue as libefa reports it).
+#[cold]
+#[inline(never)]
+fn full(operation: &str, n: u32, depth: u32, used: u32) -> pyo3::PyErr {
+    invalid_errno(
+        operation,
+        ENOMEM,
+        format!(
+            "the completion queue is full: {n} more work request(s) would exceed its \
+             {depth} entries ({used} outstanding, not yet polled); poll it first"
+        ),
+    )
+}
+
 /// Frees up to `n` of `qpn`'s entries (a completion without a posted request, such as
-/// an unsolicited write-with-immediate, frees nothing).
+/// an unsolicited write-with-immediate, frees nothing). The QP's entry stays, at 0, until
+/// it is forgotten (no removal and re-insertion per post and poll).
 fn release_in(s: &mut State, qpn: u32, n: u32) {
     if let Some(i) = s.per_qp.iter().position(|e| e.0 == qpn) {
         let held = &mut s.per_qp[i].1;
         let k = n.min(*held);
         *held -= k;
-        let empty = *held == 0;
         s.used -= k;
-        if empty {
-            s.per_qp.swap_remove(i);
-        }
     }
 }

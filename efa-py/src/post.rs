@@ -13,11 +13,10 @@ use efa_typestate::{
 };
 use pyo3::prelude::*;
 use pyo3::types::PyList;
-use std::marker::PhantomData;
 
 use crate::errors::{invalid, OrRaise};
 use crate::pd::{MrKind, AH, MR};
-use crate::post_fast::{exact, Cached};
+use crate::post_fast::{exact, Cached, TypeOf, Types};
 use crate::qp::QP;
 use crate::send_checks::{check_wr, send_op, too_long, Refusals};
 use crate::wr::{RecvWR, SendWR, SGE};
@@ -89,38 +88,6 @@ fn as_list<'py, W: Cached>(wrs: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py
     }
     let items = wrs.try_iter()?.collect::<PyResult<Vec<_>>>()?;
     Ok(Some(PyList::new(wrs.py(), items)?.into_any()))
-}
-
-/// A class's type object (`crate::post_fast::init_types` stored it at import).
-struct TypeOf<'py, T>(PhantomData<(Python<'py>, T)>);
-
-impl<'py, T: Cached> TypeOf<'py, T> {
-    fn new(_py: Python<'py>) -> Self {
-        TypeOf(PhantomData)
-    }
-    /// `obj` as a `T`: an exact type match is taken as is, anything else goes through
-    /// `downcast` (which raises the usual `TypeError`).
-    fn cast<'a>(&self, obj: &'a Bound<'py, PyAny>) -> PyResult<&'a Bound<'py, T>> {
-        match exact::<T>(obj) {
-            Some(t) => Ok(t),
-            None => Ok(obj.downcast::<T>()?),
-        }
-    }
-}
-
-/// The type objects a post of `W`s (`SendWR` or `RecvWR`) reads.
-struct Types<'py, W> {
-    wr: TypeOf<'py, W>,
-    sge: TypeOf<'py, SGE>,
-}
-
-impl<'py, W: Cached> Types<'py, W> {
-    fn new(py: Python<'py>) -> Self {
-        Types {
-            wr: TypeOf::new(py),
-            sge: TypeOf::new(py),
-        }
-    }
 }
 
 /// One SGE of a plan: which borrowed MR (none: an inline request's integer address), and
@@ -216,7 +183,6 @@ struct Plan {
 }
 
 pub fn post_send(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()> {
-    let t = Types::<SendWR>::new(py);
     let listed = as_list::<SendWR>(wrs)?;
     let list = Items::of(listed.as_ref().unwrap_or(wrs));
     let n = list.len();
@@ -230,24 +196,37 @@ pub fn post_send(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()
             Items::List(l) => crate::post_fast::post_chunk(qp, py, Some(l), None, (start, end)),
             Items::One(o) => crate::post_fast::post_chunk(qp, py, None, Some(o), (start, end)),
         };
-        let mut refused = ArrayVec::new();
         let posted = match fast {
             Ok(true) => Ok(()),
+            Ok(false) => post_chunk_checked(qp, py, &list, (start, end)),
             Err(e) => Err(e),
-            Ok(false) => match post_simple_chunk(qp, py, &t, &list, (start, end), &mut refused) {
-                Ok(true) => Ok(()),
-                Ok(false) => post_send_chunk(qp, py, &t, &list, (start, end), &mut refused),
-                Err(e) => Err(e),
-            },
         };
         if let Err(e) = posted {
             qp.send_credits.release_py(py, qp.qp_num, k);
             return Err(e);
         }
-        // Posted: the SENDs too long for the port fail by their completions.
-        qp.send_credits.refuse(py, &refused);
         start = end;
     }
+    Ok(())
+}
+
+/// A chunk the lean path (`crate::post_fast`) did not take, its CQ entries taken: the
+/// common shape, else any, each check raising what the package raises; the SENDs too
+/// long for the port, posted, fail by their completions. Apart, so that the lean path's
+/// callers do not carry its stack frame.
+#[inline(never)]
+fn post_chunk_checked<'py>(
+    qp: &QP,
+    py: Python<'py>,
+    list: &Items<'_, 'py>,
+    (start, end): (usize, usize),
+) -> PyResult<()> {
+    let t = Types::<SendWR>::new(py);
+    let mut refused = ArrayVec::new();
+    if !post_simple_chunk(qp, py, &t, list, (start, end), &mut refused)? {
+        post_send_chunk(qp, py, &t, list, (start, end), &mut refused)?;
+    }
+    qp.send_credits.refuse(py, &refused);
     Ok(())
 }
 

@@ -16,6 +16,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use pyo3::PyClass;
+use std::marker::PhantomData;
 
 use crate::errors::OrRaise;
 use crate::mr::{MrKind, MR};
@@ -75,6 +76,38 @@ pub fn exact<'a, 'py, T: Cached>(obj: &'a Bound<'py, PyAny>) -> Option<&'a Bound
     // SAFETY: `t` is `T`'s type object (stored by `init_types`) and `obj`'s type is
     // exactly it, so `obj` is a `T`.
     Some(unsafe { obj.downcast_unchecked::<T>() })
+}
+
+/// A class's type object (`crate::post_fast::init_types` stored it at import).
+pub(crate) struct TypeOf<'py, T>(PhantomData<(Python<'py>, T)>);
+
+impl<'py, T: Cached> TypeOf<'py, T> {
+    pub(crate) fn new(_py: Python<'py>) -> Self {
+        TypeOf(PhantomData)
+    }
+    /// `obj` as a `T`: an exact type match is taken as is, anything else goes through
+    /// `downcast` (which raises the usual `TypeError`).
+    pub(crate) fn cast<'a>(&self, obj: &'a Bound<'py, PyAny>) -> PyResult<&'a Bound<'py, T>> {
+        match exact::<T>(obj) {
+            Some(t) => Ok(t),
+            None => Ok(obj.downcast::<T>()?),
+        }
+    }
+}
+
+/// The type objects a post of `W`s (`SendWR` or `RecvWR`) reads.
+pub(crate) struct Types<'py, W> {
+    pub(crate) wr: TypeOf<'py, W>,
+    pub(crate) sge: TypeOf<'py, SGE>,
+}
+
+impl<'py, W: Cached> Types<'py, W> {
+    pub(crate) fn new(py: Python<'py>) -> Self {
+        Types {
+            wr: TypeOf::new(py),
+            sge: TypeOf::new(py),
+        }
+    }
 }
 
 /// Item `i` of `list`, borrowed (no reference taken), if it has one.
