@@ -263,6 +263,19 @@ pub fn install_members(py: Python<'_>) -> PyResult<()> {
     Ok(())
 }
 
+/// Appends `wc` to `out` (`PyList_Append` itself: PyO3's `append` takes and drops a
+/// reference of its own around it).
+#[inline(always)]
+fn append(out: &Bound<'_, PyList>, wc: &Py<WC>) -> PyResult<()> {
+    // SAFETY: `out` is a list and `wc` a valid object (the list takes its own reference);
+    // the GIL is held (`out` is bound to it).
+    if unsafe { pyo3::ffi::PyList_Append(out.as_ptr(), wc.as_ptr()) } == 0 {
+        Ok(())
+    } else {
+        Err(PyErr::fetch(out.py()))
+    }
+}
+
 /// The `WC`s one CQ handed out, for reuse (see the module docs), each with the number
 /// of polls in a row that found it still held by the program.
 ///
@@ -343,12 +356,12 @@ impl WcPool {
             if let Some((wc, held)) = wcs.get_mut(*at) {
                 *held = 0;
                 wc.get().set(c, sgid);
-                out.append(wc.bind(py))?;
+                append(out, wc)?;
                 *at += 1;
                 continue;
             }
             let wc = Py::new(py, WC::from_completion(c, sgid))?;
-            out.append(wc.bind(py))?;
+            append(out, &wc)?;
             if wcs.len() < POOL_MAX {
                 wcs.push((wc, 0));
                 *at = wcs.len();
