@@ -61,6 +61,10 @@ enum Items<'a, 'py> {
 
 impl<'py> Items<'_, 'py> {
     fn of<'a>(wrs: &'a Bound<'py, PyAny>) -> Items<'a, 'py> {
+        if wrs.is_exact_instance_of::<PyList>() {
+            // SAFETY: `wrs`'s type is exactly `list`.
+            return Items::List(unsafe { wrs.downcast_unchecked::<PyList>() });
+        }
         match wrs.downcast::<PyList>() {
             Ok(l) => Items::List(l),
             Err(_) => Items::One(wrs),
@@ -183,8 +187,14 @@ struct Plan {
 }
 
 pub fn post_send(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()> {
-    let listed = as_list::<SendWR>(wrs)?;
-    let list = Items::of(listed.as_ref().unwrap_or(wrs));
+    // One `SendWR` (the cheapest test first), else a list, else any iterable.
+    let one = exact::<SendWR>(wrs).is_some();
+    let listed = if one { None } else { as_list::<SendWR>(wrs)? };
+    let list = match &listed {
+        _ if one => Items::One(wrs),
+        Some(l) => Items::of(l),
+        None => Items::of(wrs),
+    };
     let n = list.len();
     let mut start = 0;
     while start < n {

@@ -126,6 +126,34 @@ fn item<'a, 'py>(list: &'a Bound<'py, PyList>, i: usize) -> Option<Borrowed<'a, 
     Some(unsafe { Borrowed::from_ptr(py, p) })
 }
 
+/// The MRs or AHs a post borrows: the first apart (most posts name one), so that a post
+/// of one request drops no array.
+struct Held<'py, T: PyClass> {
+    first: Option<PyRef<'py, T>>,
+    more: ArrayVec<PyRef<'py, T>, CHUNK>,
+}
+
+impl<T: PyClass> Default for Held<'_, T> {
+    fn default() -> Self {
+        Held {
+            first: None,
+            more: ArrayVec::new(),
+        }
+    }
+}
+
+impl<'py, T: PyClass> Held<'py, T> {
+    /// Keeps `r` until the post is done; false if full (one per request at most).
+    #[inline(always)]
+    fn push(&mut self, r: PyRef<'py, T>) -> bool {
+        if self.first.is_none() {
+            self.first = Some(r);
+            return true;
+        }
+        self.more.try_push(r).is_ok()
+    }
+}
+
 /// The lean post of `items[start..end]` (a list, or one `SendWR` when `one` is given):
 /// true if posted, false if this path did not take it (nothing posted; see the module
 /// docs). Errors only from the post itself (the provider's refusal, a QP not in RTS).
@@ -143,8 +171,8 @@ pub fn post_chunk<'py>(
     let (max_msg, max_rdma) = (limits.max_msg_sz(), limits.max_rdma_size());
     // Declared before the batch, so that they outlive it: the batch points into the
     // MRs and AHs they keep borrowed.
-    let mut mrs: ArrayVec<PyRef<'py, MR>, CHUNK> = ArrayVec::new();
-    let mut ahs: ArrayVec<PyRef<'py, AH>, CHUNK> = ArrayVec::new();
+    let mut mrs: Held<'py, MR> = Held::default();
+    let mut ahs: Held<'py, AH> = Held::default();
     let mut batch = SendBatch::<'_, CHUNK>::new(q);
     let mut last_mr: Option<(*mut ffi::PyObject, &MrKind, u64)> = None;
     let mut last_ah: Option<(*mut ffi::PyObject, &efa_typestate::Ah<SPd>, u64)> = None;
@@ -201,7 +229,7 @@ pub fn post_chunk<'py>(
                 // after `batch`, the only holder of what is derived from this reference.
                 let kind: &MrKind = unsafe { &*(kind as *const MrKind) };
                 let base = m.base;
-                if mrs.try_push(m).is_err() {
+                if !mrs.push(m) {
                     return Ok(false);
                 }
                 last_mr = Some((mr.as_ptr(), kind, base));
@@ -221,7 +249,7 @@ pub fn post_chunk<'py>(
                 // until after `batch` is dropped.
                 let dest: &efa_typestate::Ah<SPd> = unsafe { &*(dest as *const _) };
                 let serial = a.serial;
-                if ahs.try_push(a).is_err() {
+                if !ahs.push(a) {
                     return Ok(false);
                 }
                 last_ah = Some((ah.as_ptr(), dest, serial));
