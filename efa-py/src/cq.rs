@@ -234,11 +234,14 @@ impl CQ {
         }
         let num_entries = num_entries as usize;
         let out = PyList::empty(py);
+        let mut left = num_entries;
         // Completions of requests refused at the post come first (`crate::credits`).
-        for r in self.credits.take_refused_py(py, num_entries) {
-            out.append(Py::new(py, crate::wc::WC::too_long(r))?)?;
+        if self.credits.has_refused(py) {
+            for r in self.credits.take_refused_py(py, num_entries) {
+                out.append(Py::new(py, crate::wc::WC::too_long(r))?)?;
+                left -= 1;
+            }
         }
-        let mut left = num_entries - out.len();
         // Where the WC pool is looked at next, across this poll's provider calls.
         let mut at = 0;
         // One provider poll per power of two at most `left` (completions beyond

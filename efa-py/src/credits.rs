@@ -133,6 +133,14 @@ impl Credits {
             self.lock(py).refused.extend(refused.iter().copied());
         }
     }
+    /// True if completions of refused requests wait to be polled.
+    #[inline]
+    pub fn has_refused(&self, py: Python<'_>) -> bool {
+        self.state
+            .get(py)
+            .try_borrow()
+            .is_ok_and(|s| !s.refused.is_empty())
+    }
     /// Takes up to `n` queued completions of refused requests, freeing their entries.
     pub fn take_refused(&self, n: usize) -> Vec<Refused> {
         Python::with_gil(|py| self.take_refused_py(py, n))
