@@ -76,7 +76,9 @@ impl Slot {
         }
     }
     /// Forgets the kept request (a field of its `SendWR` changed).
-    pub fn forget(&mut self) {
-        *self = Slot::default();
+    pub fn forget(&self, py: Python<'_>) {
+        // Never borrowed while Python code runs (so never here, in a setter): a borrow
+        // would panic, it could not leave a stale request kept.
+        *self.0.get(py).borrow_mut() = None;
     }
 }

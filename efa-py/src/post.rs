@@ -254,7 +254,7 @@ fn post_send_chunk<'py>(
     let mut plans: ArrayVec<Plan, CHUNK> = ArrayVec::new();
     for i in start..end {
         let item = list.get_item(i)?;
-        let wr = t.wr.cast(&item)?.borrow();
+        let wr = t.wr.cast(&item)?.get().fields(py);
         let ah = check_wr(qp, &wr)?;
         ahs.push(ah.bind(py).borrow());
         plans.push(Plan {
@@ -419,7 +419,7 @@ fn post_simple_chunk<'py>(
     let mut recs: ArrayVec<Rec, CHUNK> = ArrayVec::new();
     for i in start..end {
         let item = list.get_item(i)?;
-        let wr = t.wr.cast(&item)?.borrow();
+        let wr = t.wr.cast(&item)?.get().fields(py);
         if wr.send_flags & INLINE != 0 {
             return Ok(false);
         }

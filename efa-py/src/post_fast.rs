@@ -188,7 +188,8 @@ pub fn post_chunk<'py>(
         let Some(wr) = exact::<SendWR>(&obj) else {
             return Ok(false);
         };
-        let Ok(wr) = wr.try_borrow() else {
+        let this = wr.get();
+        let Some(wr) = this.try_fields(py) else {
             return Ok(false);
         };
         // The checks of `send_checks::check_wr` (the opcode's below), as yes or no.
@@ -259,7 +260,7 @@ pub fn post_chunk<'py>(
         let key = [qp.serial, sge.serial, ah_serial];
         // SAFETY: the SGE's MR and the AH are borrowed in `mrs` and `ahs` (open: checked
         // above) until after the batch is posted or dropped.
-        if unsafe { wr.kept.push_again(py, key, &mut batch) } {
+        if unsafe { this.kept.push_again(py, key, &mut batch) } {
             continue;
         }
         let len = u64::from(sge.length);
@@ -303,7 +304,7 @@ pub fn post_chunk<'py>(
             return Ok(false);
         }
         if let Some(send) = batch.keep_last() {
-            wr.kept.keep(py, key, send);
+            this.kept.keep(py, key, send);
         }
     }
     if batch.is_empty() {

@@ -207,3 +207,26 @@ def test_a_sendwr_posted_to_another_qp_is_checked_for_that_qp(ctx, pd, cq, pair,
     nothing_posted(pair)
     sends_only.close()
     sig_all.close()
+
+
+def test_a_sendwr_can_be_read_and_changed_while_dest_is_set(pair, mrs):
+    # SendWR keeps its fields behind the GIL (src/wr.rs), not a PyO3 borrow: code that
+    # `dest=` runs (a property of the peer) may read and change the same SendWR, as with
+    # the package's plain class.
+    ms, md = mrs
+    wr = writes(pair, ms, md, 1)[0]
+    seen = []
+
+    class Peer:
+        qp_num, qkey = pair.to_b.qp_num, pair.to_b.qkey
+
+        @property
+        def ah(self):
+            seen.append(wr.wr_id)
+            wr.wr_id = 42
+            return pair.to_b.ah
+
+    wr.dest = Peer()
+    assert seen == [0] and wr.wr_id == 42
+    got = post_ok(pair, wr)
+    assert got[0].wr_id == 42
