@@ -128,12 +128,12 @@ fn item<'a, 'py>(list: &'a Bound<'py, PyList>, i: usize) -> Option<Borrowed<'a, 
 
 /// The MRs or AHs a post borrows: the first apart (most posts name one), so that a post
 /// of one request drops no array.
-struct Held<'py, T: PyClass> {
+struct Held<'py, T: PyClass, const N: usize> {
     first: Option<PyRef<'py, T>>,
-    more: ArrayVec<PyRef<'py, T>, CHUNK>,
+    more: ArrayVec<PyRef<'py, T>, N>,
 }
 
-impl<T: PyClass> Default for Held<'_, T> {
+impl<T: PyClass, const N: usize> Default for Held<'_, T, N> {
     fn default() -> Self {
         Held {
             first: None,
@@ -142,7 +142,7 @@ impl<T: PyClass> Default for Held<'_, T> {
     }
 }
 
-impl<'py, T: PyClass> Held<'py, T> {
+impl<'py, T: PyClass, const N: usize> Held<'py, T, N> {
     /// Keeps `r` until the post is done; false if full (one per request at most).
     #[inline(always)]
     fn push(&mut self, r: PyRef<'py, T>) -> bool {
@@ -164,6 +164,24 @@ pub fn post_chunk<'py>(
     one: Option<&Bound<'py, PyAny>>,
     (start, end): (usize, usize),
 ) -> PyResult<bool> {
+    // One request: a batch of one, on a frame of its own (a 64-request batch's frame
+    // costs a one-request post more than its staging).
+    if end - start == 1 {
+        post_n::<1>(qp, py, list, one, (start, end))
+    } else {
+        post_n::<CHUNK>(qp, py, list, one, (start, end))
+    }
+}
+
+/// [`post_chunk`] with batches of `N` (at least `end - start`).
+#[inline(never)]
+fn post_n<'py, const N: usize>(
+    qp: &QP,
+    py: Python<'py>,
+    list: Option<&Bound<'py, PyList>>,
+    one: Option<&Bound<'py, PyAny>>,
+    (start, end): (usize, usize),
+) -> PyResult<bool> {
     let Some(q) = qp.inner.as_ref() else {
         return Ok(false);
     };
@@ -171,9 +189,9 @@ pub fn post_chunk<'py>(
     let (max_msg, max_rdma) = (limits.max_msg_sz(), limits.max_rdma_size());
     // Declared before the batch, so that they outlive it: the batch points into the
     // MRs and AHs they keep borrowed.
-    let mut mrs: Held<'py, MR> = Held::default();
-    let mut ahs: Held<'py, AH> = Held::default();
-    let mut batch = SendBatch::<'_, CHUNK>::new(q);
+    let mut mrs: Held<'py, MR, N> = Held::default();
+    let mut ahs: Held<'py, AH, N> = Held::default();
+    let mut batch = SendBatch::<'_, N>::new(q);
     let mut last_mr: Option<(*mut ffi::PyObject, &MrKind, u64)> = None;
     let mut last_ah: Option<(*mut ffi::PyObject, &efa_typestate::Ah<SPd>, u64)> = None;
     for i in start..end {
@@ -221,7 +239,7 @@ pub fn post_chunk<'py>(
                 let Ok(m) = mr.bind(py).try_borrow() else {
                     return Ok(false);
                 };
-                let Ok(kind) = m.get() else {
+                let Some(kind) = m.inner.as_ref() else {
                     return Ok(false);
                 };
                 // SAFETY: the `MrKind` lives in the MR's Python object, not in the
@@ -243,7 +261,7 @@ pub fn post_chunk<'py>(
                 let Ok(a) = ah.bind(py).try_borrow() else {
                     return Ok(false);
                 };
-                let Ok(dest) = a.get() else {
+                let Some(dest) = a.inner.as_ref() else {
                     return Ok(false);
                 };
                 // SAFETY: as for the MR above: `ahs` keeps the AH alive and borrowed
