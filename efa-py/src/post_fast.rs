@@ -126,6 +126,33 @@ fn item<'a, 'py>(list: &'a Bound<'py, PyList>, i: usize) -> Option<Borrowed<'a, 
     Some(unsafe { Borrowed::from_ptr(py, p) })
 }
 
+/// The GIL released around a post, taken back on drop (also if the post panics):
+/// `PyEval_SaveThread` and `PyEval_RestoreThread` themselves. PyO3's `allow_threads`
+/// does the same with its own bookkeeping besides (its thread-local GIL count, its
+/// pending reference counts), about thirty instructions a post, which code that touches
+/// no Python object while the GIL is away has no use for.
+struct Released(*mut ffi::PyThreadState);
+
+impl Released {
+    /// # Safety
+    /// Until the guard drops, this thread calls no Python API (and uses no object bound
+    /// to `_py`).
+    #[inline(always)]
+    unsafe fn gil(_py: Python<'_>) -> Released {
+        // SAFETY: the GIL is held (`_py`); the caller keeps off the Python API until the
+        // guard gives it back.
+        Released(unsafe { ffi::PyEval_SaveThread() })
+    }
+}
+
+impl Drop for Released {
+    #[inline(always)]
+    fn drop(&mut self) {
+        // SAFETY: `self.0` is this thread's state, saved by `gil`; restored once.
+        unsafe { ffi::PyEval_RestoreThread(self.0) }
+    }
+}
+
 /// The MRs or AHs a post borrows: the first apart (most posts name one), so that a post
 /// of one request drops no array.
 struct Held<'py, T: PyClass, const N: usize> {
@@ -328,15 +355,16 @@ fn post_n<'py, const N: usize>(
     if batch.is_empty() {
         return Ok(false);
     }
-    let staged = crate::post::Staged(&batch);
-    py.allow_threads(move || {
-        let staged = staged;
+    let posted = {
+        // SAFETY: this thread holds the GIL (`py`); until `_released` drops, it runs only
+        // the Rust core's post, which calls no Python API.
+        let _released = unsafe { Released::gil(py) };
         // SAFETY: every SGE names memory of an open MR, kept allocated by its Python
         // owner while the MR lives; `mrs` and `ahs` keep the MRs and AHs borrowed (so
         // open) until the call returns. As in the `efa` package, the program must not
         // reuse the bytes before the request's completion is polled.
-        unsafe { q.post_send(staged.0) }
-    })
-    .or_raise("post_send")?;
+        unsafe { q.post_send(&batch) }
+    };
+    posted.or_raise("post_send")?;
     Ok(true)
 }
