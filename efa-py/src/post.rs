@@ -188,13 +188,17 @@ struct Plan {
 
 pub fn post_send(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()> {
     // One `SendWR` (the cheapest test first), else a list, else any iterable.
-    let one = exact::<SendWR>(wrs).is_some();
-    let listed = if one { None } else { as_list::<SendWR>(wrs)? };
-    let list = match &listed {
-        _ if one => Items::One(wrs),
-        Some(l) => Items::of(l),
-        None => Items::of(wrs),
-    };
+    if exact::<SendWR>(wrs).is_some() {
+        qp.send_credits.reserve_py(py, "post_send", qp.qp_num, 1)?;
+        let posted = match crate::post_fast::post_chunk(qp, py, None, Some(wrs), (0, 1)) {
+            Ok(true) => Ok(()),
+            Ok(false) => post_chunk_checked(qp, py, &Items::One(wrs), (0, 1)),
+            Err(e) => Err(e),
+        };
+        return posted.inspect_err(|_| qp.send_credits.release_py(py, qp.qp_num, 1));
+    }
+    let listed = as_list::<SendWR>(wrs)?;
+    let list = Items::of(listed.as_ref().unwrap_or(wrs));
     let n = list.len();
     let mut start = 0;
     while start < n {
