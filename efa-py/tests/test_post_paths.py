@@ -172,6 +172,11 @@ def test_calls_the_lean_methods_do_not_take_are_parsed_as_before(ctx, pair, mrs)
             cq.poll(*args)
     with pytest.raises(TypeError, match="doesn't apply to a"):
         efa.CQ.poll(ctx, 1)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'n'"):
+        cq.poll(n=1)
+    with pytest.raises(TypeError, match="multiple values for argument 'num_entries'"):
+        cq.poll(1, num_entries=1)
+    assert efa.CQ.poll(cq, 1) == [] and cq.poll(**{"num_entries": 3}) == []
     cq.close()
     wrs = writes(pair, *mrs, 2)
     pair.a.post_send(wrs=wrs)
