@@ -36,7 +36,9 @@ macro_rules! with_cq {
 }
 
 /// Polls up to `N` completions into `out` as `WC`s (from `pool`); returns `(N, how
-/// many)`.
+/// many)`. Not inlined: each size's buffer is on its own stack frame, not all seven on
+/// `CQ.poll`'s.
+#[inline(never)]
 fn poll_into<const N: usize>(
     cq: &AnyCq,
     out: &Bound<'_, PyList>,
@@ -45,7 +47,7 @@ fn poll_into<const N: usize>(
 ) -> PyResult<(usize, usize)> {
     let mut buf = ArrayVec::<Completion, N>::new();
     let n = with_cq!(cq, q => q.poll(&mut buf)).or_raise("ibv_poll_cq")?;
-    credits.polled(buf.iter().map(|c| c.qp_num()));
+    credits.polled_py(out.py(), buf.iter().map(|c| c.qp_num()));
     pool.append(out.py(), out, &buf, sgid, at)?;
     Ok((N, n))
 }
@@ -220,23 +222,26 @@ impl CQ {
     pub(crate) fn get(&self) -> PyResult<&AnyCq> {
         self.inner.as_ref().ok_or_else(|| closed("CQ"))
     }
-}
-
-#[pymethods]
-impl CQ {
-    /// Polls up to `num_entries` completions (never blocks); returns a list of `WC`.
-    fn poll<'py>(&self, py: Python<'py>, num_entries: i32) -> PyResult<Bound<'py, PyList>> {
+    /// `CQ.poll` (also called by `crate::fastcall`).
+    pub(crate) fn poll_list<'py>(
+        &self,
+        py: Python<'py>,
+        num_entries: i32,
+    ) -> PyResult<Bound<'py, PyList>> {
         let cq = self.get()?;
         if num_entries <= 0 {
             return Err(value_error("num_entries must be positive"));
         }
         let num_entries = num_entries as usize;
         let out = PyList::empty(py);
+        let mut left = num_entries;
         // Completions of requests refused at the post come first (`crate::credits`).
-        for r in self.credits.take_refused(num_entries) {
-            out.append(Py::new(py, crate::wc::WC::too_long(r))?)?;
+        if self.credits.has_refused(py) {
+            for r in self.credits.take_refused_py(py, num_entries) {
+                out.append(Py::new(py, crate::wc::WC::too_long(r))?)?;
+                left -= 1;
+            }
         }
-        let mut left = num_entries - out.len();
         // Where the WC pool is looked at next, across this poll's provider calls.
         let mut at = 0;
         // One provider poll per power of two at most `left` (completions beyond
@@ -269,6 +274,14 @@ impl CQ {
             }
         }
         Ok(out)
+    }
+}
+
+#[pymethods]
+impl CQ {
+    /// Polls up to `num_entries` completions (never blocks); returns a list of `WC`.
+    fn poll<'py>(&self, py: Python<'py>, num_entries: i32) -> PyResult<Bound<'py, PyList>> {
+        self.poll_list(py, num_entries)
     }
     /// Arms the CQ: the next completion wakes its channel. `solicited_only=True` raises
     /// `EfaError` with `EOPNOTSUPP`, the EFA provider's answer (it arms nothing then).

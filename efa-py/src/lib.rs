@@ -19,11 +19,14 @@ mod cq;
 mod credits;
 mod device;
 mod errors;
+mod fastcall;
 mod gpu;
+mod kept;
 mod memory;
 mod mr;
 mod pd;
 mod post;
+mod post_fast;
 mod qp;
 mod send_checks;
 mod wc;
@@ -59,6 +62,7 @@ fn _efa(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(arrays::post_array, m)?)?;
     m.add_function(wrap_pyfunction!(arrays_poll::poll_into, m)?)?;
     wc::install_members(m.py())?;
+    post_fast::init_types(py);
     m.add_class::<device::Device>()?;
     m.add_class::<device::Context>()?;
     m.add_class::<device::Gid>()?;
@@ -83,5 +87,6 @@ fn _efa(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<wr::SGE>()?;
     m.add_class::<wr::SendWR>()?;
     m.add_class::<wr::RecvWR>()?;
+    fastcall::install(py)?;
     Ok(())
 }

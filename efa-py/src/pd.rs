@@ -201,6 +201,7 @@ impl PD {
         let ah = RAh::new(pd, efa_typestate::Gid(raw)).or_raise("ibv_create_ah")?;
         Ok(AH {
             inner: Some(ah),
+            serial: crate::kept::serial(),
             pd: slf.clone().unbind(),
         })
     }
@@ -234,6 +235,8 @@ impl PD {
 #[pyclass(module = "efa._efa")]
 pub struct AH {
     pub(crate) inner: Option<RAh<SPd>>,
+    /// This object's number, never another's (`crate::kept`).
+    pub(crate) serial: u64,
     #[pyo3(get)]
     pd: Py<PD>,
 }

@@ -12,12 +12,11 @@ use efa_typestate::{
     ArrayVec, Payload, RecvBatch, RecvBufs, RemoteBuffer, SendBatch, SendWr, Sge, SgeList,
 };
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyType};
-use pyo3::PyClass;
-use std::marker::PhantomData;
+use pyo3::types::PyList;
 
 use crate::errors::{invalid, OrRaise};
 use crate::pd::{MrKind, AH, MR};
+use crate::post_fast::{exact, Cached, TypeOf, Types};
 use crate::qp::QP;
 use crate::send_checks::{check_wr, send_op, too_long, Refusals};
 use crate::wr::{RecvWR, SendWR, SGE};
@@ -62,6 +61,10 @@ enum Items<'a, 'py> {
 
 impl<'py> Items<'_, 'py> {
     fn of<'a>(wrs: &'a Bound<'py, PyAny>) -> Items<'a, 'py> {
+        if wrs.is_exact_instance_of::<PyList>() {
+            // SAFETY: `wrs`'s type is exactly `list`.
+            return Items::List(unsafe { wrs.downcast_unchecked::<PyList>() });
+        }
         match wrs.downcast::<PyList>() {
             Ok(l) => Items::List(l),
             Err(_) => Items::One(wrs),
@@ -83,47 +86,12 @@ impl<'py> Items<'_, 'py> {
 
 /// `wrs` as a list when it is another iterable (a tuple, a generator: the package posts
 /// `list(wrs)`); None for a list or one work request, which are read as they are.
-fn as_list<'py, W: PyClass>(wrs: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
-    if wrs.is_instance_of::<PyList>() || wrs.is_instance_of::<W>() {
+fn as_list<'py, W: Cached>(wrs: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
+    if wrs.is_instance_of::<PyList>() || exact::<W>(wrs).is_some() || wrs.is_instance_of::<W>() {
         return Ok(None);
     }
     let items = wrs.try_iter()?.collect::<PyResult<Vec<_>>>()?;
     Ok(Some(PyList::new(wrs.py(), items)?.into_any()))
-}
-
-/// A class's type object, looked up once per post: PyO3's `downcast` looks it up on
-/// every call (about a hundred instructions), and a post downcasts twice per work request.
-struct TypeOf<'py, T>(Bound<'py, PyType>, PhantomData<T>);
-
-impl<'py, T: PyClass> TypeOf<'py, T> {
-    fn new(py: Python<'py>) -> Self {
-        TypeOf(py.get_type::<T>(), PhantomData)
-    }
-    /// `obj` as a `T`: an exact type match is taken as is, anything else goes through
-    /// `downcast` (which raises the usual `TypeError`).
-    fn cast<'a>(&self, obj: &'a Bound<'py, PyAny>) -> PyResult<&'a Bound<'py, T>> {
-        if obj.get_type_ptr() == self.0.as_type_ptr() {
-            // SAFETY: `self.0` is `T`'s type object (made only by `new`), and `obj`'s
-            // type is exactly it.
-            return Ok(unsafe { obj.downcast_unchecked::<T>() });
-        }
-        Ok(obj.downcast::<T>()?)
-    }
-}
-
-/// The type objects a post of `W`s (`SendWR` or `RecvWR`) reads.
-struct Types<'py, W> {
-    wr: TypeOf<'py, W>,
-    sge: TypeOf<'py, SGE>,
-}
-
-impl<'py, W: PyClass> Types<'py, W> {
-    fn new(py: Python<'py>) -> Self {
-        Types {
-            wr: TypeOf::new(py),
-            sge: TypeOf::new(py),
-        }
-    }
 }
 
 /// One SGE of a plan: which borrowed MR (none: an inline request's integer address), and
@@ -219,7 +187,16 @@ struct Plan {
 }
 
 pub fn post_send(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()> {
-    let t = Types::<SendWR>::new(py);
+    // One `SendWR` (the cheapest test first), else a list, else any iterable.
+    if exact::<SendWR>(wrs).is_some() {
+        qp.send_credits.reserve_py(py, "post_send", qp.qp_num, 1)?;
+        let posted = match crate::post_fast::post_chunk(qp, py, None, Some(wrs), (0, 1)) {
+            Ok(true) => Ok(()),
+            Ok(false) => post_chunk_checked(qp, py, &Items::One(wrs), (0, 1)),
+            Err(e) => Err(e),
+        };
+        return posted.inspect_err(|_| qp.send_credits.release_py(py, qp.qp_num, 1));
+    }
     let listed = as_list::<SendWR>(wrs)?;
     let list = Items::of(listed.as_ref().unwrap_or(wrs));
     let n = list.len();
@@ -228,21 +205,42 @@ pub fn post_send(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()
         let end = (start + CHUNK).min(n);
         // The send CQ's entries for these requests (given back if the post fails).
         let k = (end - start) as u32;
-        qp.send_credits.reserve("post_send", qp.qp_num, k)?;
-        let mut refused = ArrayVec::new();
-        let posted = match post_simple_chunk(qp, py, &t, &list, (start, end), &mut refused) {
+        qp.send_credits.reserve_py(py, "post_send", qp.qp_num, k)?;
+        let fast = match &list {
+            Items::List(l) => crate::post_fast::post_chunk(qp, py, Some(l), None, (start, end)),
+            Items::One(o) => crate::post_fast::post_chunk(qp, py, None, Some(o), (start, end)),
+        };
+        let posted = match fast {
             Ok(true) => Ok(()),
-            Ok(false) => post_send_chunk(qp, py, &t, &list, (start, end), &mut refused),
+            Ok(false) => post_chunk_checked(qp, py, &list, (start, end)),
             Err(e) => Err(e),
         };
         if let Err(e) = posted {
-            qp.send_credits.release(qp.qp_num, k);
+            qp.send_credits.release_py(py, qp.qp_num, k);
             return Err(e);
         }
-        // Posted: the SENDs too long for the port fail by their completions.
-        qp.send_credits.refuse(&refused);
         start = end;
     }
+    Ok(())
+}
+
+/// A chunk the lean path (`crate::post_fast`) did not take, its CQ entries taken: the
+/// common shape, else any, each check raising what the package raises; the SENDs too
+/// long for the port, posted, fail by their completions. Apart, so that the lean path's
+/// callers do not carry its stack frame.
+#[inline(never)]
+fn post_chunk_checked<'py>(
+    qp: &QP,
+    py: Python<'py>,
+    list: &Items<'_, 'py>,
+    (start, end): (usize, usize),
+) -> PyResult<()> {
+    let t = Types::<SendWR>::new(py);
+    let mut refused = ArrayVec::new();
+    if !post_simple_chunk(qp, py, &t, list, (start, end), &mut refused)? {
+        post_send_chunk(qp, py, &t, list, (start, end), &mut refused)?;
+    }
+    qp.send_credits.refuse(py, &refused);
     Ok(())
 }
 
@@ -260,7 +258,7 @@ fn post_send_chunk<'py>(
     let mut plans: ArrayVec<Plan, CHUNK> = ArrayVec::new();
     for i in start..end {
         let item = list.get_item(i)?;
-        let wr = t.wr.cast(&item)?.borrow();
+        let wr = t.wr.cast(&item)?.get().fields(py);
         let ah = check_wr(qp, &wr)?;
         ahs.push(ah.bind(py).borrow());
         plans.push(Plan {
@@ -335,7 +333,7 @@ fn post_send_chunk<'py>(
 }
 
 /// A staged batch handed to the GIL-free post (`allow_threads` wants `Send`).
-struct Staged<'b, T>(&'b T);
+pub(crate) struct Staged<'b, T>(pub(crate) &'b T);
 // SAFETY: `allow_threads` runs the closure on this same thread; `Send` is asked only
 // because the GIL is released meanwhile. The batch is only read, and the MRs and AHs it
 // points into stay borrowed (so open: `close` is refused) until the call returns.
@@ -383,7 +381,7 @@ pub fn post_recv(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()
         let staged = Staged(&batch);
         // The receive CQ's entries for these requests (given back if the post fails).
         let k = (end - start) as u32;
-        qp.recv_credits.reserve("post_recv", qp.qp_num, k)?;
+        qp.recv_credits.reserve_py(py, "post_recv", qp.qp_num, k)?;
         py.allow_threads(move || {
             let staged = staged;
             // SAFETY: as for sends (see `post_send_chunk`): the receive buffers are kept
@@ -391,7 +389,7 @@ pub fn post_recv(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()
             unsafe { q.post_recv(staged.0) }
         })
         .or_raise("post_recv")
-        .inspect_err(|_| qp.recv_credits.release(qp.qp_num, k))?;
+        .inspect_err(|_| qp.recv_credits.release_py(py, qp.qp_num, k))?;
         start = end;
     }
     Ok(())
@@ -425,7 +423,7 @@ fn post_simple_chunk<'py>(
     let mut recs: ArrayVec<Rec, CHUNK> = ArrayVec::new();
     for i in start..end {
         let item = list.get_item(i)?;
-        let wr = t.wr.cast(&item)?.borrow();
+        let wr = t.wr.cast(&item)?.get().fields(py);
         if wr.send_flags & INLINE != 0 {
             return Ok(false);
         }

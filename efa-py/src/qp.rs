@@ -146,6 +146,8 @@ pub struct QP {
     pub(crate) send_ops_flags: u32,
     pub(crate) sq_sig_all: bool,
     pub(crate) qp_num: u32,
+    /// This object's number, never another's (`crate::kept`).
+    pub(crate) serial: u64,
     /// The free entries of the send and receive CQs, taken by posts (`crate::credits`).
     pub(crate) send_credits: Arc<Credits>,
     pub(crate) recv_credits: Arc<Credits>,
@@ -213,6 +215,7 @@ impl QP {
         let dynq = reset.into_dyn();
         Ok(QP {
             qp_num: dynq.qpn(),
+            serial: crate::kept::serial(),
             inner: Some(dynq),
             pd: pd.clone().unbind(),
             send_cq: a.send_cq.clone_ref(py),
@@ -227,8 +230,10 @@ impl QP {
     /// The QP is gone (closed or dropped): its requests no longer hold CQ entries.
     fn forget_credits(&mut self) {
         if self.inner.take().is_some() {
-            self.send_credits.forget(self.qp_num);
-            self.recv_credits.forget(self.qp_num);
+            Python::with_gil(|py| {
+                self.send_credits.forget(py, self.qp_num);
+                self.recv_credits.forget(py, self.qp_num);
+            });
         }
     }
     pub(crate) fn get(&self) -> PyResult<&DynQp<SPd>> {

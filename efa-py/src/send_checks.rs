@@ -11,7 +11,7 @@ use crate::errors::invalid;
 use crate::pd::{SPd, AH};
 use crate::post::CHUNK;
 use crate::qp::QP;
-use crate::wr::SendWR;
+use crate::wr::WrFields;
 
 const SIGNALED: u32 = ibv_send_flags::IBV_SEND_SIGNALED.0;
 
@@ -19,7 +19,7 @@ const SIGNALED: u32 = ibv_send_flags::IBV_SEND_SIGNALED.0;
 /// destination, an opcode EFA posts, one the QP was created with (`ValueError`, as the
 /// package raises them), then signaling (the package's `EfaError`, `EINVAL`). Returns
 /// the destination.
-pub fn check_wr<'a>(qp: &QP, wr: &'a SendWR) -> PyResult<&'a Py<AH>> {
+pub fn check_wr<'a>(qp: &QP, wr: &'a WrFields) -> PyResult<&'a Py<AH>> {
     use efa_typestate::sys::verbs::ibv_wr_opcode as Op;
     use efa_typestate::SendOps;
     let ah = wr.ah.as_ref().ok_or_else(|| {

@@ -9,8 +9,10 @@
 //! completion; with the pool, a loop that drops its completions before the next poll
 //! allocates none.
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
+
+use pyo3::sync::GILProtected;
 
 use efa_typestate::{Completion, CompletionFlags};
 use pyo3::prelude::*;
@@ -261,6 +263,19 @@ pub fn install_members(py: Python<'_>) -> PyResult<()> {
     Ok(())
 }
 
+/// Appends `wc` to `out` (`PyList_Append` itself: PyO3's `append` takes and drops a
+/// reference of its own around it).
+#[inline(always)]
+fn append(out: &Bound<'_, PyList>, wc: &Py<WC>) -> PyResult<()> {
+    // SAFETY: `out` is a list and `wc` a valid object (the list takes its own reference);
+    // the GIL is held (`out` is bound to it).
+    if unsafe { pyo3::ffi::PyList_Append(out.as_ptr(), wc.as_ptr()) } == 0 {
+        Ok(())
+    } else {
+        Err(PyErr::fetch(out.py()))
+    }
+}
+
 /// The `WC`s one CQ handed out, for reuse (see the module docs), each with the number
 /// of polls in a row that found it still held by the program.
 ///
@@ -269,9 +284,21 @@ pub fn install_members(py: Python<'_>) -> PyResult<()> {
 /// row is taken to be kept, and the pool forgets it (the program's reference keeps it
 /// alive), so a program that keeps every completion costs the pool at most two looks at
 /// each.
-#[derive(Default)]
+///
+/// Guarded by the GIL (every poll holds it), not by a lock of its own.
 pub struct WcPool {
-    wcs: Mutex<Vec<(Py<WC>, u8)>>,
+    wcs: GILProtected<RefCell<Pooled>>,
+}
+
+/// The pooled `WC`s, each with the number of polls in a row that found it held.
+type Pooled = Vec<(Py<WC>, u8)>;
+
+impl Default for WcPool {
+    fn default() -> Self {
+        WcPool {
+            wcs: GILProtected::new(RefCell::new(Vec::new())),
+        }
+    }
 }
 
 impl WcPool {
@@ -290,7 +317,7 @@ impl WcPool {
     ) -> PyResult<()> {
         // A poll from a finaliser that runs inside this one (a collection triggered by an
         // allocation here) finds the pool taken: it allocates, it does not wait.
-        let Ok(mut wcs) = self.wcs.try_lock() else {
+        let Ok(mut wcs) = self.wcs.get(py).try_borrow_mut() else {
             for c in done {
                 out.append(Py::new(py, WC::from_completion(c, sgid))?)?;
             }
@@ -329,12 +356,12 @@ impl WcPool {
             if let Some((wc, held)) = wcs.get_mut(*at) {
                 *held = 0;
                 wc.get().set(c, sgid);
-                out.append(wc.bind(py))?;
+                append(out, wc)?;
                 *at += 1;
                 continue;
             }
             let wc = Py::new(py, WC::from_completion(c, sgid))?;
-            out.append(wc.bind(py))?;
+            append(out, &wc)?;
             if wcs.len() < POOL_MAX {
                 wcs.push((wc, 0));
                 *at = wcs.len();

@@ -1,6 +1,9 @@
 //! Scatter/gather entries and work requests, as the `efa` package spells them.
 
+use std::cell::{Ref, RefCell, RefMut};
+
 use pyo3::prelude::*;
+use pyo3::sync::GILProtected;
 use pyo3::types::PyList;
 
 use crate::args::{int_in, int_or, value_error, U32_MAX, U64_MAX};
@@ -21,6 +24,8 @@ pub struct SGE {
     pub(crate) mr: Option<Py<MR>>,
     /// What `_keepalive` retains besides.
     keep: PyObject,
+    /// This object's number, never another's (`crate::kept`).
+    pub(crate) serial: u64,
 }
 
 impl SGE {
@@ -31,6 +36,7 @@ impl SGE {
             lkey,
             mr: Some(mr.clone().unbind()),
             keep: mr.py().None(),
+            serial: crate::kept::serial(),
         }
     }
 }
@@ -73,6 +79,7 @@ impl SGE {
                 lkey: if lkey == 0 { m.lkey_raw() } else { lkey },
                 mr: Some(mr.clone().unbind()),
                 keep: py.None(),
+                serial: crate::kept::serial(),
             });
         }
         let addr = int_in(
@@ -90,6 +97,7 @@ impl SGE {
             lkey,
             mr: None,
             keep: py.None(),
+            serial: crate::kept::serial(),
         })
     }
     /// The object this SGE retains: what `_keepalive` was given, else its MR (or None).
@@ -108,6 +116,7 @@ impl SGE {
             lkey: self.lkey,
             mr: self.mr.as_ref().map(|m| m.clone_ref(py)),
             keep: owner,
+            serial: crate::kept::serial(),
         }
     }
     fn __repr__(&self) -> String {
@@ -120,29 +129,49 @@ impl SGE {
 
 /// A send work request. Name the destination with `dest=` (anything with `.ah`,
 /// `.qp_num` and `.qkey`) or the `ah`/`remote_qpn`/`remote_qkey` trio.
-#[pyclass(module = "efa._efa")]
+///
+/// Every attribute is settable, as in the package. Frozen to PyO3 (a post reads it with
+/// no borrow flag to take): its fields are behind the GIL instead, in a `RefCell` never
+/// borrowed while Python code runs. The setters of the fields a kept request copies
+/// (`crate::kept`) forget it; `sg_list` and `ah` are compared at the post instead (the
+/// list may change in place).
+#[pyclass(module = "efa._efa", frozen)]
 pub struct SendWR {
-    #[pyo3(get, set)]
+    f: GILProtected<RefCell<WrFields>>,
+    /// The request as the Rust core last checked it (`crate::kept`).
+    pub(crate) kept: crate::kept::Slot,
+}
+
+/// A `SendWR`'s attributes.
+pub struct WrFields {
     pub(crate) wr_id: u64,
-    #[pyo3(get, set)]
     pub(crate) sg_list: Py<PyList>,
-    #[pyo3(get, set)]
     pub(crate) opcode: u32,
-    #[pyo3(get, set)]
     pub(crate) send_flags: u32,
-    #[pyo3(get, set)]
     pub(crate) remote_addr: u64,
-    #[pyo3(get, set)]
     pub(crate) rkey: u32,
-    #[pyo3(get, set)]
     pub(crate) imm_data: u32,
-    #[pyo3(get, set)]
     pub(crate) ah: Option<Py<AH>>,
-    #[pyo3(get, set)]
     pub(crate) remote_qpn: u32,
-    #[pyo3(get, set)]
     pub(crate) remote_qkey: u32,
     dest: PyObject,
+}
+
+impl SendWR {
+    /// The attributes, read (a post: no Python code runs while they are borrowed).
+    #[inline(always)]
+    pub(crate) fn fields<'a>(&'a self, py: Python<'a>) -> Ref<'a, WrFields> {
+        self.f.get(py).borrow()
+    }
+    /// The attributes, read, unless they are being written (never, while the GIL is held
+    /// by the reader: no Python code runs while they are borrowed).
+    #[inline(always)]
+    pub(crate) fn try_fields<'a>(&'a self, py: Python<'a>) -> Option<Ref<'a, WrFields>> {
+        self.f.get(py).try_borrow().ok()
+    }
+    fn fields_mut<'a>(&'a self, py: Python<'a>) -> RefMut<'a, WrFields> {
+        self.f.get(py).borrow_mut()
+    }
 }
 
 fn list_of(py: Python<'_>, sg_list: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyList>> {
@@ -175,37 +204,138 @@ impl SendWR {
         remote_qkey: u32,
         dest: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<SendWR> {
-        let mut wr = SendWR {
-            wr_id,
-            sg_list: list_of(py, sg_list)?,
-            opcode,
-            send_flags,
-            remote_addr,
-            rkey,
-            imm_data,
-            ah,
-            remote_qpn,
-            remote_qkey,
-            dest: py.None(),
+        let wr = SendWR {
+            f: GILProtected::new(RefCell::new(WrFields {
+                wr_id,
+                sg_list: list_of(py, sg_list)?,
+                opcode,
+                send_flags,
+                remote_addr,
+                rkey,
+                imm_data,
+                ah,
+                remote_qpn,
+                remote_qkey,
+                dest: py.None(),
+            })),
+            kept: crate::kept::Slot::default(),
         };
         if let Some(d) = dest {
             wr.set_dest(d)?;
         }
         Ok(wr)
     }
+    #[getter]
+    fn wr_id(&self, py: Python<'_>) -> u64 {
+        self.fields(py).wr_id
+    }
+    #[setter]
+    fn set_wr_id(&self, py: Python<'_>, wr_id: u64) {
+        self.fields_mut(py).wr_id = wr_id;
+        self.kept.forget(py);
+    }
+    #[getter]
+    fn opcode(&self, py: Python<'_>) -> u32 {
+        self.fields(py).opcode
+    }
+    #[setter]
+    fn set_opcode(&self, py: Python<'_>, opcode: u32) {
+        self.fields_mut(py).opcode = opcode;
+        self.kept.forget(py);
+    }
+    #[getter]
+    fn send_flags(&self, py: Python<'_>) -> u32 {
+        self.fields(py).send_flags
+    }
+    #[setter]
+    fn set_send_flags(&self, py: Python<'_>, send_flags: u32) {
+        self.fields_mut(py).send_flags = send_flags;
+        self.kept.forget(py);
+    }
+    #[getter]
+    fn remote_addr(&self, py: Python<'_>) -> u64 {
+        self.fields(py).remote_addr
+    }
+    #[setter]
+    fn set_remote_addr(&self, py: Python<'_>, remote_addr: u64) {
+        self.fields_mut(py).remote_addr = remote_addr;
+        self.kept.forget(py);
+    }
+    #[getter]
+    fn rkey(&self, py: Python<'_>) -> u32 {
+        self.fields(py).rkey
+    }
+    #[setter]
+    fn set_rkey(&self, py: Python<'_>, rkey: u32) {
+        self.fields_mut(py).rkey = rkey;
+        self.kept.forget(py);
+    }
+    #[getter]
+    fn imm_data(&self, py: Python<'_>) -> u32 {
+        self.fields(py).imm_data
+    }
+    #[setter]
+    fn set_imm_data(&self, py: Python<'_>, imm_data: u32) {
+        self.fields_mut(py).imm_data = imm_data;
+        self.kept.forget(py);
+    }
+    #[getter]
+    fn remote_qpn(&self, py: Python<'_>) -> u32 {
+        self.fields(py).remote_qpn
+    }
+    #[setter]
+    fn set_remote_qpn(&self, py: Python<'_>, remote_qpn: u32) {
+        self.fields_mut(py).remote_qpn = remote_qpn;
+        self.kept.forget(py);
+    }
+    #[getter]
+    fn remote_qkey(&self, py: Python<'_>) -> u32 {
+        self.fields(py).remote_qkey
+    }
+    #[setter]
+    fn set_remote_qkey(&self, py: Python<'_>, remote_qkey: u32) {
+        self.fields_mut(py).remote_qkey = remote_qkey;
+        self.kept.forget(py);
+    }
+    #[getter]
+    fn sg_list(&self, py: Python<'_>) -> Py<PyList> {
+        self.fields(py).sg_list.clone_ref(py)
+    }
+    #[setter]
+    fn set_sg_list(&self, py: Python<'_>, sg_list: Py<PyList>) {
+        // The old list goes after the borrow ends (dropping it may run Python code).
+        let old = core::mem::replace(&mut self.fields_mut(py).sg_list, sg_list);
+        drop(old);
+    }
+    #[getter]
+    fn ah(&self, py: Python<'_>) -> Option<Py<AH>> {
+        self.fields(py).ah.as_ref().map(|a| a.clone_ref(py))
+    }
+    #[setter]
+    fn set_ah(&self, py: Python<'_>, ah: Option<Py<AH>>) {
+        let old = core::mem::replace(&mut self.fields_mut(py).ah, ah);
+        drop(old);
+    }
     /// The destination (`Peer`-like): setting it sets `ah`, `remote_qpn` and `remote_qkey`.
     #[getter]
     fn get_dest(&self, py: Python<'_>) -> PyObject {
-        self.dest.clone_ref(py)
+        self.fields(py).dest.clone_ref(py)
     }
     #[setter]
-    fn set_dest(&mut self, dest: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn set_dest(&self, dest: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = dest.py();
+        // Each attribute read (Python code) before the fields are borrowed to store it.
         if !dest.is_none() {
-            self.ah = Some(dest.getattr("ah")?.extract()?);
-            self.remote_qpn = dest.getattr("qp_num")?.extract()?;
-            self.remote_qkey = dest.getattr("qkey")?.extract()?;
+            self.kept.forget(py);
+            let ah: Py<AH> = dest.getattr("ah")?.extract()?;
+            self.set_ah(py, Some(ah));
+            let qpn: u32 = dest.getattr("qp_num")?.extract()?;
+            self.fields_mut(py).remote_qpn = qpn;
+            let qkey: u32 = dest.getattr("qkey")?.extract()?;
+            self.fields_mut(py).remote_qkey = qkey;
         }
-        self.dest = dest.clone().unbind();
+        let old = core::mem::replace(&mut self.fields_mut(py).dest, dest.clone().unbind());
+        drop(old);
         Ok(())
     }
 }

@@ -211,7 +211,10 @@
 //! (`max_msg_sz`), RDMA length (`max_rdma_size`) and RDMA range; the queue depth
 //! ([`InvalidInput::BatchLargerThanQueue`]: a batch can never outgrow its queue); `wr_id`
 //! bit 63 (reserved for leases). Posting checks that the batch was built for this QP (a
-//! pointer compare). A [`SendSession`] ([`Qp::post_with`]) makes the same checks, with
+//! pointer compare). A one-SGE request a batch checked can be kept ([`KeptSend`],
+//! [`SendBatch::keep_last`]) and added to a later batch of the same QP without its checks
+//! by the `unsafe` [`SendBatch::push_kept`] (bindings that post the same request objects
+//! again and again: the caller answers for the QP and for the AH and memory it names). A [`SendSession`] ([`Qp::post_with`]) makes the same checks, with
 //! the same errors, but hands each request to the provider as it is added, with nothing
 //! staged (what C code using `ibv_wr_*` does), and stays all or nothing: a closure that
 //! fails has its session aborted (`ibv_wr_abort`). Registrations refuse `REMOTE_WRITE` on slice-giving MRs and remote
@@ -246,7 +249,7 @@
 //! | **Polls say when they cannot take anything** | check ([`InvalidInput::OutputFull`]) | `adversarial_polls::*` |
 //! | **Threads**: handles are `Send`/`Sync` as their holders; sessions stay on one thread inside their closure | types; the provider's locks | `data::several_threads_post_to_one_qp`, the ThreadSanitizer job (`scripts/sanitize.sh`) |
 //! | **Unwinding** never leaves a session open or a transfer's chunks in flight | guards; `catch_unwind` around transfer callbacks | `session::a_panic_in_the_session_aborts_it`, `adversarial::hole_2_a_panicking_*` |
-//! | **Raw escape hatches** (`as_ptr`, `modify`, `register_raw`, `as_slice_unchecked`) | their `# Safety` contracts (raw work requests must not use `wr_id` bit 63) | n/a: `unsafe` by design |
+//! | **Raw escape hatches** (`as_ptr`, `modify`, `register_raw`, `as_slice_unchecked`, `push_kept`) | their `# Safety` contracts (raw work requests must not use `wr_id` bit 63) | n/a: `unsafe` by design |
 //!
 //! An abandoned lease therefore costs its memory and registration until the process
 //! exits: reclaim tickets, by their completion or, at teardown, by resetting their QP. Memory sanity is also checked by AddressSanitizer over the
@@ -371,6 +374,6 @@ pub use topology::{
     TopologyErrorKind,
 };
 pub use wr::{
-    Payload, QpLimits, RdmaChunks, RecvBatch, RecvBufs, RecvTarget, RecvWr, SendBatch, SendOp,
-    SendOps, SendTarget, SendWr, StagedSend,
+    KeptSend, Payload, QpLimits, RdmaChunks, RecvBatch, RecvBufs, RecvTarget, RecvWr, SendBatch,
+    SendOp, SendOps, SendTarget, SendWr, StagedSend,
 };

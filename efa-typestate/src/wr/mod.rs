@@ -17,12 +17,14 @@ use crate::mr::{RemoteBuffer, Sge, SgeList, Sges};
 mod builders;
 mod chunks;
 mod copy_vec;
+mod kept;
 mod limits;
 mod recv;
 mod send;
 mod staged;
 
 pub use chunks::RdmaChunks;
+pub use kept::KeptSend;
 pub use limits::QpLimits;
 pub use recv::{RecvBatch, RecvWr};
 pub use send::{SendBatch, SendWr};

@@ -98,6 +98,23 @@ impl<'a> StagedSend<'a> {
             _borrows: PhantomData,
         }
     }
+    /// The same request with its borrows forgotten (`wr::kept`: the keeper answers for
+    /// what it names).
+    #[inline(always)]
+    pub(crate) fn unbound(&self) -> StagedSend<'static> {
+        StagedSend {
+            _borrows: PhantomData,
+            ..*self
+        }
+    }
+    /// A kept request, for a batch that borrows (`'b`) what it names again.
+    #[inline(always)]
+    pub(crate) fn bound<'b>(&self) -> StagedSend<'b> {
+        StagedSend {
+            _borrows: PhantomData,
+            ..*self
+        }
+    }
     /// The work request id.
     #[inline]
     pub fn wr_id(&self) -> u64 {
