@@ -337,7 +337,7 @@ pub use direct::policy::DIRECT_ENV;
 pub use endpoint::{EndpointInfo, Gid, MAX_QPN};
 pub use error::{
     CqRole, DeviceLimit, DirectError, EfaStatus, Errno, Error, InvalidInput, PdObject, Result,
-    SrdOnly, Unsupported, Verb,
+    RunArray, SrdOnly, Unsupported, Verb,
 };
 pub use lease::{Lease, Posted, Rejected};
 #[cfg(feature = "std")]
@@ -371,6 +371,6 @@ pub use topology::{
     TopologyErrorKind,
 };
 pub use wr::{
-    Payload, QpLimits, RdmaChunks, RecvBatch, RecvBufs, RecvTarget, RecvWr, SendBatch, SendOp,
-    SendOps, SendTarget, SendWr, StagedSend,
+    Payload, QpLimits, RdmaChunks, RdmaRun, RecvBatch, RecvBufs, RecvTarget, RecvWr, RunEntries,
+    RunError, RunOp, SendBatch, SendOp, SendOps, SendTarget, SendWr, StagedSend,
 };

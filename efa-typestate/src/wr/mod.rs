@@ -19,12 +19,14 @@ mod chunks;
 mod copy_vec;
 mod limits;
 mod recv;
+mod run;
 mod send;
 mod staged;
 
 pub use chunks::RdmaChunks;
 pub use limits::QpLimits;
 pub use recv::{RecvBatch, RecvWr};
+pub use run::{RdmaRun, RunEntries, RunError, RunOp};
 pub use send::{SendBatch, SendWr};
 
 pub(crate) use builders::send_builders;
