@@ -333,3 +333,30 @@ def test_a_small_cq_bounds_an_array_post_and_poll_into_frees_its_entries(ctx, pd
     p.a.close()
     p.b.close()
     small.close()
+
+
+def test_unaligned_arrays_and_reserved_wr_ids(pair, bufs):
+    src, dst, ms, md = bufs
+    remote = (md.addr, md.rkey, md.length)
+
+    def unaligned(fmt, values):
+        size = struct.calcsize(fmt)
+        raw = bytearray(size * len(values) + 1)
+        view = memoryview(raw)[1:].cast(fmt)  # items one byte off their alignment
+        for i, v in enumerate(values):
+            view[i] = v
+        return view
+
+    # Read through a copy when the items are not aligned: the same transfer.
+    assert efa.post_array(pair.a, pair.to_b, ms, remote, unaligned("Q", [0, 64]),
+                          unaligned("Q", [128, 256]), unaligned("I", [64, 32]),
+                          wr_ids=unaligned("Q", [5, 6])) == 2
+    assert sorted(drain(pair.cq, 2)[:, 0].tolist()) == [5, 6]
+    assert (dst[128:192] == src[:64]).all() and (dst[256:288] == src[64:96]).all()
+    # A wr_id with bit 63 set (reserved by the Rust core) names its entry, posts nothing.
+    dst[:] = 0
+    with pytest.raises(efa.EfaError, match="entry 1: .*bit 63"):
+        efa.post_array(pair.a, pair.to_b, ms, remote, u64(0, 64), u64(0, 64), u32(8, 8),
+                       wr_ids=u64(1, 2**63 + 1))
+    assert nothing_completes(pair.cq)
+    assert not dst.any()
