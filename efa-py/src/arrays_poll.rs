@@ -17,8 +17,8 @@ use crate::errors::OrRaise;
 
 /// Columns of a row.
 const COLS: usize = 4;
-/// Completions asked of the provider per call.
-const STEP: usize = 64;
+/// Completions asked of the provider per call (12 KiB of `ibv_wc` on the stack).
+const STEP: usize = 256;
 
 /// The rows of `out` still to write.
 struct Rows {
@@ -63,17 +63,17 @@ struct Tally<'c> {
 impl Tally<'_> {
     #[inline(always)]
     fn add(&mut self, qpn: u32) {
-        if qpn == self.qpn {
-            self.n += 1;
-        } else {
+        if qpn != self.qpn {
             self.switch(qpn);
         }
+        self.n += 1;
     }
+    /// Gives back the run counted so far and starts counting `qpn`'s (from 0).
     #[cold]
     fn switch(&mut self, qpn: u32) {
         self.flush();
         self.qpn = qpn;
-        self.n = 1;
+        self.n = 0;
     }
     fn flush(&mut self) {
         if self.n != 0 {
@@ -139,6 +139,8 @@ fn poll_classic<C>(q: &Cq<C>, rows: &mut Rows, tally: &mut Tally<'_>) -> PyResul
         buf.clear();
         let n = match asked {
             STEP => q.poll_wc(&mut buf),
+            128 => poll_wc_n::<C, 128>(q, &mut buf),
+            64 => poll_wc_n::<C, 64>(q, &mut buf),
             32 => poll_wc_n::<C, 32>(q, &mut buf),
             16 => poll_wc_n::<C, 16>(q, &mut buf),
             8 => poll_wc_n::<C, 8>(q, &mut buf),
@@ -147,25 +149,50 @@ fn poll_classic<C>(q: &Cq<C>, rows: &mut Rows, tally: &mut Tally<'_>) -> PyResul
             _ => poll_wc_n::<C, 1>(q, &mut buf),
         }
         .or_raise("ibv_poll_cq")?;
-        for wc in &buf {
-            tally.add(wc.qp_num());
-            let (byte_len, imm) = if wc.opcode().is_recv() {
-                (wc.byte_len(), wc.imm().unwrap_or(0))
-            } else {
-                (0, 0)
-            };
-            rows.push([
-                wc.wr_id(),
-                u64::from(wc.status().0),
-                u64::from(byte_len),
-                u64::from(imm),
-            ]);
-        }
+        copy_wcs(&buf, rows, tally);
         if n < asked {
             break;
         }
     }
     Ok(())
+}
+
+/// Copies `wcs` into the next rows (as many as fit: all, since at most the rows left
+/// are polled) and counts them in `tally`.
+#[inline(never)]
+fn copy_wcs(wcs: &[WorkCompletion], rows: &mut Rows, tally: &mut Tally<'_>) {
+    let k = wcs.len().min(rows.left());
+    // SAFETY: `got + k <= rows`: the rows `got..got + k` lie inside the exported,
+    // writable, C-contiguous `(rows, COLS)` buffer of `u64` (checked by `View::get`),
+    // which stays exported while the call's `view` lives; written unaligned (a buffer's
+    // items need not be aligned). The GIL is held.
+    let mut p = unsafe { rows.base.add(rows.got * COLS) };
+    // The tally counts a run of one QP's completions from `run_start` (and its count
+    // before this call), so a completion of the same QP costs one compare.
+    let (mut qpn, mut before, mut run_start) = (tally.qpn, tally.n, 0usize);
+    for (i, wc) in wcs[..k].iter().enumerate() {
+        if wc.qp_num() != qpn {
+            tally.n = before + (i - run_start) as u32;
+            tally.switch(wc.qp_num());
+            (qpn, before, run_start) = (tally.qpn, 0, i);
+        }
+        // SAFETY: row `p` is one of the `k` rows above.
+        unsafe {
+            p.write_unaligned(wc.wr_id());
+            p.add(1).write_unaligned(u64::from(wc.status().0));
+            if wc.opcode().is_recv() {
+                p.add(2).write_unaligned(u64::from(wc.byte_len()));
+                p.add(3).write_unaligned(u64::from(wc.imm().unwrap_or(0)));
+            } else {
+                p.add(2).write_unaligned(0);
+                p.add(3).write_unaligned(0);
+            }
+            p = p.add(COLS);
+        }
+    }
+    let n = before + (k - run_start) as u32;
+    tally.n = n;
+    rows.got += k;
 }
 
 /// The completions asked of the provider with `left` rows left: `STEP`, or the largest
@@ -215,6 +242,8 @@ fn poll_completions<Q: CompletionQueue>(
         let asked = ask(rows.left());
         let n = match asked {
             STEP => step!(STEP),
+            128 => step!(128),
+            64 => step!(64),
             32 => step!(32),
             16 => step!(16),
             8 => step!(8),
