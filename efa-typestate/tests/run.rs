@@ -369,3 +369,73 @@ fn a_run_longer_than_the_queue_or_refused_by_admit_posts_nothing() {
     assert_eq!(expect_n(&cqa, depth).len(), depth);
     let _ = &ctx;
 }
+
+#[test]
+fn entries_of_other_lengths_are_checked_exactly() {
+    pair!(ctx, pd, cqa, _cqb, a, _b, to_b, _to_a);
+    let mut a = a;
+    let src = pd
+        .register(
+            (0..4096u32).map(|i| (i * 13) as u8).collect::<Vec<u8>>(),
+            AccessFlags::empty(),
+        )
+        .unwrap();
+    let target = write_target(&pd, 4096);
+    let run = RdmaRun::new(RunOp::Write, &src, &to_b, target.remote()).unwrap();
+    // The first entry is short; later, longer ones end exactly at the end of either
+    // buffer, or run past it by a byte.
+    let lo = [0u64, 3996, 4000];
+    let ro = [0u64, 100, 3999];
+    let bad = RunEntries::new(&lo, &ro, &[8, 100, 97]).unwrap();
+    // SAFETY: nothing is posted.
+    let r = unsafe { a.post_run(&run, &bad) };
+    assert_eq!(
+        r,
+        Err(RunError {
+            entry: Some(2),
+            error: Error::Invalid(InvalidInput::SgeOutOfBounds {
+                offset: 4000,
+                len: 97
+            })
+        })
+    );
+    let bad = RunEntries::new(&lo, &[0, 100, 4001], &[8, 100, 96]).unwrap();
+    // SAFETY: nothing is posted.
+    let r = unsafe { a.post_run(&run, &bad) };
+    assert_eq!(
+        r,
+        Err(RunError {
+            entry: Some(2),
+            error: Error::Invalid(InvalidInput::RemoteOutOfBounds {
+                offset: 4001,
+                len: 96
+            })
+        })
+    );
+    // An entry longer than the whole registration (the remote buffer is longer).
+    let small = pd.register(vec![1u8; 64], AccessFlags::empty()).unwrap();
+    let run_small = RdmaRun::new(RunOp::Write, &small, &to_b, target.remote()).unwrap();
+    let longer = RunEntries::new(&[0, 0], &[0, 0], &[8, 100]).unwrap();
+    // SAFETY: nothing is posted.
+    let r = unsafe { a.post_run(&run_small, &longer) };
+    assert_eq!(
+        r,
+        Err(RunError {
+            entry: Some(1),
+            error: Error::Invalid(InvalidInput::SgeOutOfBounds {
+                offset: 0,
+                len: 100
+            })
+        })
+    );
+    expect_none(&cqa, NOTHING);
+    let good = RunEntries::new(&lo, &[0, 100, 3999], &[8, 100, 96]).unwrap();
+    // SAFETY: `src` is never written.
+    assert_eq!(unsafe { a.post_run(&run, &good) }, Ok(3));
+    assert_eq!(sorted_ids(&expect_n(&cqa, 3)), [0, 1, 2]);
+    let got = target.to_vec();
+    assert_eq!(&got[..8], &src.as_slice()[..8]);
+    assert_eq!(&got[100..200], &src.as_slice()[3996..4096]);
+    assert_eq!(&got[3999..4095], &src.as_slice()[4000..4096]);
+    let _ = &ctx;
+}

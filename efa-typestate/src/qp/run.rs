@@ -146,6 +146,7 @@ impl SendSession<'_> {
             iova: run.iova,
             raddr: run.raddr,
             chunk,
+            short: u64::from(chunk).min(run.mr_len).min(run.rlen) as u32, // at most `chunk`
             room: self.limits.max_send_wr.saturating_sub(self.added),
             depth: self.limits.max_send_wr,
         };
@@ -179,6 +180,9 @@ struct Shared {
     iova: u64,
     raddr: u64,
     chunk: u32,
+    /// The longest entry of one work request that needs no further length check: at
+    /// most the chunk, the registration's and the remote buffer's lengths.
+    short: u32,
     /// Work requests the session has room for.
     room: u32,
     /// The queue's depth (for the error).
@@ -317,8 +321,6 @@ fn run_loop<const OP: u8, const IDS: bool, E: Emit>(
     if (IDS && ids.len() < n) || (OP == WRITE_IMM && imms.len() < n) {
         return Ok(0); // not reached, as above
     }
-    let (mr_len, rlen, chunk) = (s.mr_len, s.rlen, s.chunk);
-    let (iova, raddr) = (s.iova, s.raddr);
     let mut posted = 0u32;
     let mut i = 0usize;
     while i < n {
@@ -327,36 +329,7 @@ fn run_loop<const OP: u8, const IDS: bool, E: Emit>(
         let room_left = s.room.saturating_sub(posted) as usize;
         let end = n.min(i.saturating_add(room_left));
         let start = i;
-        while i < end {
-            let (off, roff, len) = (lo[i], ro[i], ln[i]);
-            let wr_id = if IDS { ids[i] } else { i as u64 };
-            let imm = if OP == WRITE_IMM { imms[i] } else { 0 };
-            let len64 = u64::from(len);
-            // Empty, or to be split.
-            if len.wrapping_sub(1) >= chunk {
-                break;
-            }
-            // An offset below 2^63 plus a length below 2^32 never wraps; larger ones
-            // take the exact check (`entry_slow`).
-            if (off | roff) >> 63 != 0 {
-                break;
-            }
-            if off.wrapping_add(len64) > mr_len {
-                break;
-            }
-            if roff.wrapping_add(len64) > rlen {
-                break;
-            }
-            if IDS && wr_id & LEASE_WR_ID_BIT != 0 {
-                break;
-            }
-            // No wrap: `iova + mr_len` and `raddr + rlen` fit (`RdmaRun::new`).
-            let (rstart, addr) = (raddr.wrapping_add(roff), iova.wrapping_add(off));
-            // SAFETY: the entry's ranges were checked just now.
-            unsafe { emit.emit::<OP>(wr_id, rstart, imm, addr, len) }
-                .map_err(|err| RunError::at(i, err))?;
-            i = i.wrapping_add(1); // below `end`
-        }
+        i = fast_entries::<OP, IDS, E>(s, (lo, ro, ln), (ids, imms), (i, end), emit)?;
         // One request per entry in `start..i`, at most `room_left` of them.
         posted = posted.wrapping_add(i.wrapping_sub(start) as u32);
         let Some((&off, &roff, &len)) = lo
@@ -373,6 +346,72 @@ fn run_loop<const OP: u8, const IDS: bool, E: Emit>(
         i = i.wrapping_add(1); // below `n`
     }
     Ok(posted)
+}
+
+/// Emits entries `from..end` (of `n`, every array that long) while each is one work
+/// request (not empty, at most a chunk) in range; returns the first that is not (or
+/// `end`). A loop of its own: the arrays' bases stay in registers.
+#[inline(never)]
+fn fast_entries<const OP: u8, const IDS: bool, E: Emit>(
+    s: &Shared,
+    (lo, ro, ln): (&[u64], &[u64], &[u32]),
+    (ids, imms): (&[u64], &[u32]),
+    (from, end): (usize, usize),
+    emit: &mut E,
+) -> Result<usize, RunError> {
+    // Each array cut at `end` (`end <= n`, every array that long): the reads below
+    // need no bounds checks.
+    let (Some(lo), Some(ro), Some(ln)) = (lo.get(..end), ro.get(..end), ln.get(..end)) else {
+        return Ok(from); // not reached
+    };
+    let ids = if IDS {
+        ids.get(..end).unwrap_or(&[])
+    } else {
+        &[]
+    };
+    let imms = if OP == WRITE_IMM {
+        imms.get(..end).unwrap_or(&[])
+    } else {
+        &[]
+    };
+    if (IDS && ids.len() != end) || (OP == WRITE_IMM && imms.len() != end) {
+        return Ok(from); // not reached
+    }
+    // `typical <= short <= mr_len, rlen`: an entry of at most `typical` bytes at
+    // offsets at most `near_l`, `near_r` lies inside both.
+    let typical = ln.get(from).map_or(0, |&l| l.min(s.short));
+    let near_l = s.mr_len.wrapping_sub(u64::from(typical));
+    let near_r = s.rlen.wrapping_sub(u64::from(typical));
+    let mut i = from;
+    while i < end {
+        let (off, roff, len) = (lo[i], ro[i], ln[i]);
+        let wr_id = if IDS { ids[i] } else { i as u64 };
+        let imm = if OP == WRITE_IMM { imms[i] } else { 0 };
+        // Most transfers repeat one length: entries no longer than the first's (`typical`)
+        // need one compare per range; the others take the exact checks.
+        if len.wrapping_sub(1) >= typical || off > near_l || roff > near_r {
+            // Empty, or longer than `short` (a chunk, the registration and the remote
+            // buffer): so `len <= mr_len` and `len <= rlen` below.
+            if len.wrapping_sub(1) >= s.short {
+                break;
+            }
+            let len64 = u64::from(len);
+            // Exact without a wrap: `len` is at most either length.
+            if off > s.mr_len.wrapping_sub(len64) || roff > s.rlen.wrapping_sub(len64) {
+                break;
+            }
+        }
+        if IDS && wr_id & LEASE_WR_ID_BIT != 0 {
+            break;
+        }
+        // No wrap: `iova + mr_len` and `raddr + rlen` fit (`RdmaRun::new`).
+        let (rstart, addr) = (s.raddr.wrapping_add(roff), s.iova.wrapping_add(off));
+        // SAFETY: the entry's ranges were checked just now.
+        unsafe { emit.emit::<OP>(wr_id, rstart, imm, addr, len) }
+            .map_err(|err| RunError::at(i, err))?;
+        i = i.wrapping_add(1); // below `end`
+    }
+    Ok(i)
 }
 
 /// [`run_loop`] for an entry that fails a check or needs splitting: the error naming
