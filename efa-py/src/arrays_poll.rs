@@ -168,13 +168,18 @@ fn copy_wcs(wcs: &[WorkCompletion], rows: &mut Rows, tally: &mut Tally<'_>) {
     // items need not be aligned). The GIL is held.
     let mut p = unsafe { rows.base.add(rows.got * COLS) };
     // The tally counts a run of one QP's completions from `run_start` (and its count
-    // before this call), so a completion of the same QP costs one compare.
-    let (mut qpn, mut before, mut run_start) = (tally.qpn, tally.n, 0usize);
-    for (i, wc) in wcs[..k].iter().enumerate() {
+    // before this call), so a completion of the same QP costs one compare; the run's
+    // length is known from where it started, found only when it ends.
+    let wcs = &wcs[..k];
+    let count = |from: *const WorkCompletion, to: *const WorkCompletion| {
+        ((to as usize - from as usize) / core::mem::size_of::<WorkCompletion>()) as u32
+    };
+    let (mut qpn, mut before, mut run_start) = (tally.qpn, tally.n, wcs.as_ptr());
+    for wc in wcs {
         if wc.qp_num() != qpn {
-            tally.n = before + (i - run_start) as u32;
+            tally.n = before + count(run_start, wc);
             tally.switch(wc.qp_num());
-            (qpn, before, run_start) = (tally.qpn, 0, i);
+            (qpn, before, run_start) = (tally.qpn, 0, wc);
         }
         // SAFETY: row `p` is one of the `k` rows above.
         unsafe {
@@ -190,7 +195,7 @@ fn copy_wcs(wcs: &[WorkCompletion], rows: &mut Rows, tally: &mut Tally<'_>) {
             p = p.add(COLS);
         }
     }
-    let n = before + (k - run_start) as u32;
+    let n = before + count(run_start, wcs.as_ptr_range().end);
     tally.n = n;
     rows.got += k;
 }
