@@ -192,7 +192,8 @@ struct Shared {
 /// Where the checked work requests of a run go.
 trait Emit {
     /// Hands one work request of the run over: `wr_id`, the remote address, the
-    /// immediate, the local address and length.
+    /// immediate, and `local`: the local address and length (asked for when they are
+    /// needed, so that a loop need not keep them across the provider's first call).
     ///
     /// # Safety
     /// Called by [`run_loop`] only, for a request whose ranges it checked against the
@@ -202,8 +203,7 @@ trait Emit {
         wr_id: u64,
         raddr: u64,
         imm: u32,
-        addr: u64,
-        len: u32,
+        local: impl FnOnce() -> (u64, u32),
     ) -> Result<()>;
 }
 
@@ -226,8 +226,7 @@ impl Emit for Provider {
         wr_id: u64,
         raddr: u64,
         imm: u32,
-        addr: u64,
-        len: u32,
+        local: impl FnOnce() -> (u64, u32),
     ) -> Result<()> {
         let dest = (self.ah, self.qpn, self.qkey);
         let calls = self.fns.rdma_calls::<OP>();
@@ -240,7 +239,7 @@ impl Emit for Provider {
                 wr_id,
                 (raddr, self.rkey, imm),
                 dest,
-                (addr, len, self.lkey),
+                (local, self.lkey),
             )
         };
         Ok(())
@@ -262,10 +261,10 @@ impl Emit for Direct<'_, '_, '_> {
         wr_id: u64,
         raddr: u64,
         imm: u32,
-        addr: u64,
-        len: u32,
+        local: impl FnOnce() -> (u64, u32),
     ) -> Result<()> {
         let r = self.run;
+        let (addr, len) = local();
         let wr = StagedSend::rdma(
             wr_id,
             r.kind,
@@ -405,9 +404,21 @@ fn fast_entries<const OP: u8, const IDS: bool, E: Emit>(
             break;
         }
         // No wrap: `iova + mr_len` and `raddr + rlen` fit (`RdmaRun::new`).
-        let (rstart, addr) = (s.raddr.wrapping_add(roff), s.iova.wrapping_add(off));
+        let rstart = s.raddr.wrapping_add(roff);
+        // The local side read again where it is handed over (the same values: the
+        // slices are immutable while borrowed), rather than kept across a call.
+        let local = || {
+            // SAFETY: references to items of the slices: valid, aligned, initialised.
+            let (off, len) = unsafe {
+                (
+                    core::ptr::read_volatile(&lo[i]),
+                    core::ptr::read_volatile(&ln[i]),
+                )
+            };
+            (s.iova.wrapping_add(off), len)
+        };
         // SAFETY: the entry's ranges were checked just now.
-        unsafe { emit.emit::<OP>(wr_id, rstart, imm, addr, len) }
+        unsafe { emit.emit::<OP>(wr_id, rstart, imm, local) }
             .map_err(|err| RunError::at(i, err))?;
         i = i.wrapping_add(1); // below `end`
     }
@@ -454,7 +465,7 @@ fn entry_slow<const OP: u8, E: Emit>(
         let raddr = s.raddr.wrapping_add(roff).wrapping_add(at);
         let addr = s.iova.wrapping_add(off).wrapping_add(at);
         // SAFETY: the piece lies inside the entry's ranges, checked just now.
-        unsafe { emit.emit::<OP>(wr_id, raddr, imm, addr, part) }
+        unsafe { emit.emit::<OP>(wr_id, raddr, imm, || (addr, part)) }
             .map_err(|err| RunError::at(i, err))?;
         posted = posted.wrapping_add(1); // below `room`
         done = done.wrapping_add(part); // at most `len`

@@ -210,7 +210,8 @@ pub(crate) struct RdmaCalls {
 impl RdmaCalls {
     /// Hands one RDMA work request of a run to the provider: `wr_id`, operation `OP`
     /// (the one these calls were made for: write, write with immediate or read) at
-    /// `raddr` (`rkey`), the destination, one SGE. `wr_flags` are those
+    /// `raddr` (`rkey`), the destination, one SGE (`local()`: its address and length,
+    /// asked for after the opcode's call). `wr_flags` are those
     /// [`SendFns::set_signaled`] set.
     ///
     /// # Safety
@@ -225,7 +226,7 @@ impl RdmaCalls {
         wr_id: u64,
         (raddr, rkey, imm): (u64, u32, u32),
         (ah, qpn, qkey): (*mut ffi::ibv_ah, u32, u32),
-        (addr, len, lkey): (u64, u32, u32),
+        (local, lkey): (impl FnOnce() -> (u64, u32), u32),
     ) {
         // SAFETY: per the contract; the session holds the SQ lock, so writing wr_id is
         // race-free. The opcode call comes first (it starts the WQE the others fill).
@@ -236,6 +237,7 @@ impl RdmaCalls {
             } else {
                 (self.rdma)(q, rkey, raddr);
             }
+            let (addr, len) = local();
             (self.set_sge)(q, lkey, addr, len);
             (self.set_ud_addr)(q, ah, qpn, qkey);
         }
