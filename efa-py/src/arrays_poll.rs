@@ -63,10 +63,15 @@ struct Tally<'c> {
 impl Tally<'_> {
     #[inline(always)]
     fn add(&mut self, qpn: u32) {
+        self.add_run(qpn, 1);
+    }
+    /// Counts `n` completions of QP `qpn`.
+    #[inline(always)]
+    fn add_run(&mut self, qpn: u32, n: u32) {
         if qpn != self.qpn {
             self.switch(qpn);
         }
-        self.n += 1;
+        self.n += n;
     }
     /// Gives back the run counted so far and starts counting `qpn`'s (from 0).
     #[cold]
@@ -167,20 +172,15 @@ fn copy_wcs(wcs: &[WorkCompletion], rows: &mut Rows, tally: &mut Tally<'_>) {
     // which stays exported while the call's `view` lives; written unaligned (a buffer's
     // items need not be aligned). The GIL is held.
     let mut p = unsafe { rows.base.add(rows.got * COLS) };
-    // The tally counts a run of one QP's completions from `run_start` (and its count
-    // before this call), so a completion of the same QP costs one compare; the run's
-    // length is known from where it started, found only when it ends.
     let wcs = &wcs[..k];
-    let count = |from: *const WorkCompletion, to: *const WorkCompletion| {
-        ((to as usize - from as usize) / core::mem::size_of::<WorkCompletion>()) as u32
+    let Some(first) = wcs.first().map(WorkCompletion::qp_num) else {
+        return;
     };
-    let (mut qpn, mut before, mut run_start) = (tally.qpn, tally.n, wcs.as_ptr());
+    // Bits in which some completion's QP number differs from the first's: 0 when they
+    // are all one QP's (one run to give back), else they are counted again one by one.
+    let mut differ = 0u32;
     for wc in wcs {
-        if wc.qp_num() != qpn {
-            tally.n = before + count(run_start, wc);
-            tally.switch(wc.qp_num());
-            (qpn, before, run_start) = (tally.qpn, 0, wc);
-        }
+        differ |= wc.qp_num() ^ first;
         // SAFETY: row `p` is one of the `k` rows above.
         unsafe {
             p.write_unaligned(wc.wr_id());
@@ -195,9 +195,14 @@ fn copy_wcs(wcs: &[WorkCompletion], rows: &mut Rows, tally: &mut Tally<'_>) {
             p = p.add(COLS);
         }
     }
-    let n = before + count(run_start, wcs.as_ptr_range().end);
-    tally.n = n;
     rows.got += k;
+    if differ == 0 {
+        tally.add_run(first, k as u32);
+    } else {
+        for wc in wcs {
+            tally.add_run(wc.qp_num(), 1);
+        }
+    }
 }
 
 /// The completions asked of the provider with `left` rows left: `STEP`, or the largest

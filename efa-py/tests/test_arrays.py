@@ -360,3 +360,31 @@ def test_unaligned_arrays_and_reserved_wr_ids(pair, bufs):
                        wr_ids=u64(1, 2**63 + 1))
     assert nothing_completes(pair.cq)
     assert not dst.any()
+
+
+def test_poll_into_frees_the_entries_of_each_qp_of_a_shared_small_cq(ctx, pd, bufs):
+    # Writes with immediate from a to b on one 16-entry CQ: each polled batch mixes a's
+    # sends and b's receives, and every entry goes back to the QP that held it.
+    src, dst, ms, md = bufs
+    small = ctx.create_cq(16)
+    p = Pair(ctx, pd, small, max_recv_wr=16)
+    remote = (md.addr, md.rkey, md.length)
+    inbox = efa.reg_tensor(pd, np.zeros(8, dtype=np.uint8), ALL)
+    for round in range(4):
+        for i in range(4):
+            p.b.post_recv(efa.RecvWR(wr_id=1000 + i, sg_list=[inbox.sge(0)]))
+        # 4 receives outstanding: 13 sends would exceed the 16 entries.
+        with pytest.raises(efa.EfaError) as e:
+            efa.post_array(p.a, p.to_b, ms, remote, u64(*range(13)), u64(*range(13)),
+                           u32(*[1] * 13), imm=u32(*range(13)))
+        assert e.value.errno == errno.ENOMEM
+        assert efa.post_array(p.a, p.to_b, ms, remote, u64(0, 8, 16, 24), u64(0, 8, 16, 24),
+                              u32(8, 8, 8, 8), imm=u32(1, 2, 3, 4)) == 4
+        done = drain(small, 8)
+        assert sorted(done[:, 0].tolist()) == [0, 1, 2, 3, 1000, 1001, 1002, 1003]
+        assert sorted(done[:, 3].tolist()) == [0, 0, 0, 0, 1, 2, 3, 4]
+        assert nothing_completes(small, 0.05)
+    p.a.close()
+    p.b.close()
+    inbox.close()
+    small.close()
