@@ -180,6 +180,12 @@ fn a_bad_entry_anywhere_posts_nothing_and_is_named() {
         post(&good_lo, &good_lo, &l0, None),
         e(1, InvalidInput::EmptyEntry)
     );
+    let mut first_empty = ln;
+    first_empty[0] = 0;
+    assert_eq!(
+        post(&good_lo, &good_lo, &first_empty, None),
+        e(0, InvalidInput::EmptyEntry)
+    );
     // A wr_id with the lease bit.
     let mut ids: Vec<u64> = (0..64).collect();
     ids[33] |= 1 << 63;

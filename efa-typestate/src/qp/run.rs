@@ -376,9 +376,15 @@ fn fast_entries<const OP: u8, const IDS: bool, E: Emit>(
     if (IDS && ids.len() != end) || (OP == WRITE_IMM && imms.len() != end) {
         return Ok(from); // not reached
     }
-    // `typical <= short <= mr_len, rlen`: an entry of at most `typical` bytes at
-    // offsets at most `near_l`, `near_r` lies inside both.
-    let typical = ln.get(from).map_or(0, |&l| l.min(s.short));
+    if s.short == 0 {
+        return Ok(from); // no entry fits (`entry_slow` says why)
+    }
+    // `1 <= typical <= short <= mr_len, rlen`: an entry of `typical` bytes at offsets at
+    // most `near_l`, `near_r` lies inside both.
+    let typical = match ln.get(from) {
+        Some(&l) if (1..=s.short).contains(&l) => l,
+        _ => 1,
+    };
     let near_l = s.mr_len.wrapping_sub(u64::from(typical));
     let near_r = s.rlen.wrapping_sub(u64::from(typical));
     let mut i = from;
@@ -386,9 +392,9 @@ fn fast_entries<const OP: u8, const IDS: bool, E: Emit>(
         let (off, roff, len) = (lo[i], ro[i], ln[i]);
         let wr_id = if IDS { ids[i] } else { i as u64 };
         let imm = if OP == WRITE_IMM { imms[i] } else { 0 };
-        // Most transfers repeat one length: entries no longer than the first's (`typical`)
+        // Most transfers repeat one length: entries of the first's (`typical`, not 0)
         // need one compare per range; the others take the exact checks.
-        if len.wrapping_sub(1) >= typical || off > near_l || roff > near_r {
+        if len != typical || off > near_l || roff > near_r {
             // Empty, or longer than `short` (a chunk, the registration and the remote
             // buffer): so `len <= mr_len` and `len <= rlen` below.
             if len.wrapping_sub(1) >= s.short {
