@@ -8,30 +8,55 @@ Usage: python cg_split.py OUT_K OUT_3K K BATCH
 
 import collections
 import re
-import subprocess
 import sys
 
 
 def exclusive(path):
-    """Exclusive instruction counts per `file:function [object]` line."""
-    out = subprocess.run(
-        ["callgrind_annotate", "--inclusive=no", "--auto=no", "--threshold=100", path],
-        capture_output=True, text=True, check=True,
-    ).stdout
+    """Exclusive instruction counts per `function [object]`, read from the callgrind
+    output itself: every function is charged to the object its code is in.
+    (callgrind_annotate names the object only on the first of a function's lines, so a
+    function of efa-sim's library with code inlined from Rust's std, such as its
+    thread-local accessors, reads there as an object-less std function: bindings.)"""
+    names = {"ob": {}, "fn": {}}
+    obj = fn_obj = fn = None
     counts = {}
-    for line in out.splitlines():
-        m = re.match(r"^\s*([\d,]+) \([^)]*\)\s+(.*)$", line)
-        if m and "PROGRAM TOTALS" not in line:
-            counts[m.group(2)] = int(m.group(1).replace(",", ""))
+    after_call = False
+    with open(path) as f:
+        for line in f:
+            head = line[:3]
+            if head in ("ob=", "fn=", "cob", "cfn"):
+                m = re.match(r"^c?(ob|fn)=\((\d+)\)(?: (.*))?$", line.rstrip("\n"))
+                if m:
+                    kind, ident, name = m.groups()
+                    if name is not None:
+                        names[kind][ident] = name
+                    if line.startswith("ob="):
+                        obj = names["ob"].get(ident, "???")
+                    elif line.startswith("fn="):
+                        fn, fn_obj = names["fn"].get(ident, "???"), obj
+                continue
+            if line.startswith("calls="):
+                after_call = True  # the next cost line is the call's inclusive cost
+                continue
+            if line[:1].isdigit() or line[:1] in "+-*":
+                if after_call:
+                    after_call = False
+                    continue
+                fields = line.split()
+                if len(fields) >= 2 and fn is not None:
+                    key = "%s [%s]" % (fn, fn_obj)
+                    counts[key] = counts.get(key, 0) + int(fields[1])
     return counts
 
 
 def part(key):
-    if "efa-sim/src" in key or "libefa_sim" in key or "efa_sim::" in key:
+    obj = key.rsplit(" [", 1)[1] if " [" in key else ""
+    if "efa-sim/src" in key or "libefa_sim" in obj or "efa_sim::" in key:
         return "efa-sim"
-    if "libpython" in key or "/Python/" in key or "/Objects/" in key or "/Include/" in key:
+    if "libpython" in obj or "/bin/python" in obj or "lib-dynload" in obj or "/Python/" in key \
+            or "/Objects/" in key or "/Include/" in key:
         return "CPython"
-    if "libc.so" in key or "ld-linux" in key:
+    if any(lib in obj for lib in ("libc.so", "ld-linux", "libm.so", "libpthread", "libgcc_s")):
         return "libc"
     if "numpy" in key:  # the array benchmark's slicing and status check (bench/arrays.py)
         return "numpy"
