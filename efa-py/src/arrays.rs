@@ -68,9 +68,9 @@ pub fn post_array(
     let ah = ah_obj.downcast::<AH>()?.borrow();
     let qpn: u32 = dest.getattr("qp_num")?.extract()?;
     let qkey: u32 = dest.getattr("qkey")?.extract()?;
-    let mr_len: u64 = mr.getattr("length")?.extract()?; // raises for a closed MR
     let mr = mr.borrow();
-    let region = mr.get()?;
+    let region = mr.get()?; // raises for a closed MR
+    let mr_len = mr.len();
 
     let lo = Ints::<u64>::get(local_offsets, "local_offsets")?;
     let ro = Ints::<u64>::get(remote_offsets, "remote_offsets")?;
