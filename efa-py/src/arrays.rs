@@ -2,48 +2,27 @@
 //! RDMA writes or reads, given as arrays of offsets and lengths against one local MR
 //! and one remote buffer, checked in full and then posted in one session.
 //!
-//! Two passes. The first, with the GIL, reads every entry from the caller's buffers,
-//! checks its local range against the MR and its remote range against the remote
-//! buffer's length, splits it at the chunk size (at most the device's `max_rdma_size`)
-//! and stages the resulting work requests (SGE, remote address, `wr_id`, immediate) in
-//! one vector; an entry that fails raises with its index and nothing is posted. The
-//! second, without the GIL, hands them to the QP in one `post_with` session
-//! (efa-typestate's `SendSession`: each request checked against the QP and written
-//! into the send queue, a doorbell every `max_batch` requests), all or nothing: a send
-//! queue without room for all of them posts none (`EfaError`, "send queue is full").
+//! The entries are read in place from the caller's buffers (as slices: see
+//! `arrays_buf::Ints::slice`) and handed to efa-typestate's `post_run`: the MR, the
+//! destination and the remote buffer are checked once for the whole transfer, each
+//! entry only for its ranges (and split at the chunk size, at most the device's
+//! `max_rdma_size`), each work request written into the send queue as it is checked, in
+//! one session (a doorbell every `max_batch` requests), all or nothing: an entry that
+//! fails raises with its index, and a send queue without room for all of them
+//! (`EfaError`, "send queue is full") posts none. The GIL is held throughout, so no
+//! Python code changes the arrays while they are read.
 
-use efa_typestate::{Errno, MemoryRegion, Payload, RemoteBuffer, SendOp, SendWr, Sge};
+use efa_typestate::{
+    Errno, Error, InvalidInput, RdmaRun, RemoteBuffer, RunEntries, RunError, RunOp,
+};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::arrays_buf::Ints;
-use crate::errors::{invalid, raise, OrRaise};
+use crate::errors::{efa, invalid, raise, OrRaise};
 use crate::pd::{MrKind, AH, MR};
 use crate::qp::QP;
 use efa_typestate::sys::verbs::ibv_wr_opcode as Op;
-
-/// One staged work request.
-struct Rec<'a> {
-    sge: Sge<'a>,
-    wr_id: u64,
-    raddr: u64,
-    len: u32,
-    imm: u32,
-}
-
-#[derive(Clone, Copy)]
-enum Kind {
-    Write,
-    WriteImm,
-    Read,
-}
-
-/// What the GIL-free post reads (`allow_threads` wants `Send`).
-struct Staged<'a, T>(T, core::marker::PhantomData<&'a ()>);
-// SAFETY: `allow_threads` runs the closure on this same thread; `Send` is asked only
-// because the GIL is released meanwhile. The QP, AH and MR it points into stay borrowed
-// from their Python handles (so open: `close` is refused) until the call returns.
-unsafe impl<T> Send for Staged<'_, T> {}
 
 fn bad(i: usize, what: String) -> PyErr {
     PyValueError::new_err(format!("entry {i}: {what}; nothing was posted"))
@@ -70,9 +49,9 @@ pub fn post_array(
     max_chunk: Option<u32>,
 ) -> PyResult<usize> {
     let kind = match (opcode, imm.is_some()) {
-        (None, false) | (Some(Op::IBV_WR_RDMA_WRITE), false) => Kind::Write,
-        (None, true) | (Some(Op::IBV_WR_RDMA_WRITE_WITH_IMM), true) => Kind::WriteImm,
-        (Some(Op::IBV_WR_RDMA_READ), false) => Kind::Read,
+        (None, false) | (Some(Op::IBV_WR_RDMA_WRITE), false) => RunOp::Write,
+        (None, true) | (Some(Op::IBV_WR_RDMA_WRITE_WITH_IMM), true) => RunOp::WriteImm,
+        (Some(Op::IBV_WR_RDMA_READ), false) => RunOp::Read,
         (Some(Op::IBV_WR_RDMA_WRITE_WITH_IMM), false) => {
             return Err(PyValueError::new_err(
                 "opcode RDMA_WRITE_WITH_IMM needs imm= (an array of uint32)",
@@ -89,9 +68,9 @@ pub fn post_array(
     let ah = ah_obj.downcast::<AH>()?.borrow();
     let qpn: u32 = dest.getattr("qp_num")?.extract()?;
     let qkey: u32 = dest.getattr("qkey")?.extract()?;
-    let mr_len: u64 = mr.getattr("length")?.extract()?; // raises for a closed MR
     let mr = mr.borrow();
-    let region = mr.get()?;
+    let region = mr.get()?; // raises for a closed MR
+    let mr_len = mr.len();
 
     let lo = Ints::<u64>::get(local_offsets, "local_offsets")?;
     let ro = Ints::<u64>::get(remote_offsets, "remote_offsets")?;
@@ -132,165 +111,96 @@ pub fn post_array(
         None => limits.max_rdma_size(),
     }
     .max(1);
-
-    // Pass 1: every entry checked and split; nothing is posted before all passed. The
-    // loop is specialised per kind of registration (its SGEs made without a dispatch).
-    let mut recs: Vec<Rec<'_>> = Vec::with_capacity(n.min(depth));
-    let arrays = Arrays {
-        lo: &lo,
-        ro: &ro,
-        ln: &ln,
-        ids: ids.as_ref(),
-        imms: imms.as_ref(),
-        n,
-    };
-    let lim = Limits {
-        mr_len,
-        raddr,
-        rlen,
-        chunk,
-        depth,
-    };
-    match region {
-        MrKind::Local(m) => stage(m, &arrays, &lim, &mut recs)?,
-        MrKind::Remote(m) => stage(m, &arrays, &lim, &mut recs)?,
-        MrKind::DmaBuf(m) => stage(m, &arrays, &lim, &mut recs)?,
-        MrKind::Gpu(g) => stage(g.region(), &arrays, &lim, &mut recs)?,
-    }
-    drop((lo, ro, ln, ids, imms)); // the exports are released with the GIL held
     let dest = ah.get()?;
-    let count = u32::try_from(recs.len()).unwrap_or(u32::MAX);
-    credits.reserve("post_send", qp_num, count)?;
-    let staged = Staged((q, &recs, dest), core::marker::PhantomData);
-    py.allow_threads(move || {
-        let staged = staged;
-        let (q, recs, dest) = staged.0;
-        // SAFETY: every SGE names memory of the open MR, whose buffer its Python owner
-        // keeps allocated while the MR lives; as with `QP.post_send`, the program must
-        // not close the MR or reuse its bytes before the completions are polled (a
-        // closed MR's key is invalid, so such a request fails at the device).
-        unsafe {
-            q.post_with(|s| {
-                for r in recs.iter() {
-                    let remote = RemoteBuffer::new(r.raddr, u64::from(r.len), rkey);
-                    let op = match kind {
-                        Kind::Write => SendOp::Write(remote),
-                        Kind::WriteImm => SendOp::WriteImm(remote, r.imm),
-                        Kind::Read => SendOp::Read(remote),
-                    };
-                    s.push(SendWr::to_ah(
-                        r.wr_id,
-                        op,
-                        dest,
-                        qpn,
-                        qkey,
-                        Payload::Sge(r.sge),
-                    )?)?;
-                }
+    let remote = RemoteBuffer::new(raddr, rlen, rkey);
+    let run = match region {
+        MrKind::Local(m) => RdmaRun::to_ah(kind, m, dest, qpn, qkey, remote),
+        MrKind::Remote(m) => RdmaRun::to_ah(kind, m, dest, qpn, qkey, remote),
+        MrKind::DmaBuf(m) => RdmaRun::to_ah(kind, m, dest, qpn, qkey, remote),
+        MrKind::Gpu(g) => RdmaRun::to_ah(kind, g.region(), dest, qpn, qkey, remote),
+    }
+    .and_then(|r| r.max_chunk(chunk))
+    .map_err(|e| match e {
+        Error::Invalid(InvalidInput::AddressWraps { .. }) => PyValueError::new_err(format!(
+            "remote: {e} (address 0x{raddr:x}, length {rlen}); nothing was posted"
+        )),
+        e => efa("post_send", e),
+    })?;
+
+    // The arrays as slices (read in place), checked as long as each other above.
+    let mut scratch = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let entries = RunEntries::new(
+        lo.slice(&mut scratch.0),
+        ro.slice(&mut scratch.1),
+        ln.slice(&mut scratch.2),
+    );
+    let entries = match (&ids, entries) {
+        (Some(a), Ok(e)) => e.wr_ids(a.slice(&mut scratch.3)),
+        (_, e) => e,
+    };
+    let entries = match (&imms, entries) {
+        (Some(a), Ok(e)) => e.imm(a.slice(&mut scratch.4)),
+        (_, e) => e,
+    }
+    .or_raise("post_send")?;
+    // The send CQ's entries are taken once the transfer's work requests are counted
+    // (all checked), before the device sees any: a refusal posts nothing.
+    let mut refused: Option<PyErr> = None;
+    let mut reserved = 0u32;
+    let admit = |count: usize| {
+        let count = u32::try_from(count).unwrap_or(u32::MAX);
+        match credits.reserve("post_send", qp_num, count) {
+            Ok(()) => {
+                reserved = count;
                 Ok(())
-            })
+            }
+            Err(e) => {
+                refused = Some(e);
+                Err(Error::SendQueueFull) // not raised: `refused` is
+            }
         }
+    };
+    // Posted with the GIL held: the arrays are read in place while posting (see above),
+    // and a post of a whole queue is short (the device is not waited for).
+    // SAFETY: every SGE names memory of the open MR, whose buffer its Python owner keeps
+    // allocated while the MR lives; as with `QP.post_send`, the program must not close
+    // the MR or reuse its bytes before the completions are polled (a closed MR's key is
+    // invalid, so such a request fails at the device).
+    let posted = unsafe { q.post_run_admit(&run, &entries, admit) };
+    posted.map_err(|e| {
+        if reserved != 0 {
+            credits.release(qp_num, reserved);
+        }
+        refused.unwrap_or_else(|| run_error(e, mr_len, rlen, depth))
     })
-    .or_raise("post_send")
-    .inspect_err(|_| credits.release(qp_num, count))?;
-    Ok(recs.len())
 }
 
-/// The caller's arrays, each checked to hold `n` items.
-struct Arrays<'a, 'py> {
-    lo: &'a Ints<'py, u64>,
-    ro: &'a Ints<'py, u64>,
-    ln: &'a Ints<'py, u32>,
-    ids: Option<&'a Ints<'py, u64>>,
-    imms: Option<&'a Ints<'py, u32>>,
-    n: usize,
-}
-
-/// What entries are checked against: the MR's length, the remote buffer, the chunk
-/// size and the send queue's depth.
-struct Limits {
-    mr_len: u64,
-    raddr: u64,
-    rlen: u64,
-    chunk: u32,
-    depth: usize,
-}
-
-/// Checks every entry and stages its work requests (SGEs of `m`) into `recs`; the first
-/// bad entry raises with its index.
-fn stage<'m, M: MemoryRegion + ?Sized>(
-    m: &'m M,
-    a: &Arrays<'_, '_>,
-    lim: &Limits,
-    recs: &mut Vec<Rec<'m>>,
-) -> PyResult<()> {
-    let Limits {
-        mr_len,
-        raddr,
-        rlen,
-        chunk,
-        depth,
-    } = *lim;
-    for i in 0..a.n {
-        // SAFETY: `i < n`, and every array holds `n` items (checked by the caller).
-        let (off, roff, len) = unsafe { (a.lo.at(i), a.ro.at(i), a.ln.at(i)) };
-        if len == 0 {
-            return Err(bad(i, "length 0".into()));
-        }
-        let l64 = u64::from(len);
-        if off > mr_len || l64 > mr_len - off {
-            return Err(bad(
-                i,
-                format!("local range {off}+{len} runs past the memory region's {mr_len} bytes"),
-            ));
-        }
-        if roff > rlen || l64 > rlen - roff {
-            return Err(bad(
-                i,
-                format!("remote range {roff}+{len} runs past the remote buffer's {rlen} bytes"),
-            ));
-        }
-        let Some(rstart) = raddr.checked_add(roff) else {
-            return Err(bad(i, format!("remote address 0x{raddr:x}+{roff} wraps")));
-        };
-        // SAFETY: as above (`wr_ids` and `imm`, when given, hold `n` items).
-        let (wr_id, imm) = unsafe {
-            (
-                a.ids.map_or(i as u64, |x| x.at(i)),
-                a.imms.map_or(0, |x| x.at(i)),
-            )
-        };
-        // One request per entry unless it is longer than a chunk (no division then).
-        let pieces = if len <= chunk {
-            1
-        } else {
-            len.div_ceil(chunk) as usize
-        };
-        if recs.len() + pieces > depth {
-            return Err(invalid(
-                "post_send",
-                format!(
-                    "the transfer needs more than {depth} work requests (entry {i}), the send queue's depth: \
-                     nothing was posted (split it, or create the QP with a larger max_send_wr)"
-                ),
-            ));
-        }
-        let mut done = 0u32;
-        while done < len {
-            let part = (len - done).min(chunk);
-            // In range: `off + len <= mr_len`, checked above (so no wrap either).
-            let sge = m
-                .sge(off + u64::from(done), u64::from(part))
-                .map_err(|e| bad(i, format!("local range: {e}")))?;
-            recs.push(Rec {
-                sge,
-                wr_id,
-                raddr: rstart + u64::from(done),
-                len: part,
-                imm,
-            });
-            done += part;
+/// A refused run as the package's exceptions: a bad entry's range or length as
+/// `ValueError` naming the entry, the rest as `EfaError` (a full queue: `ENOMEM`).
+fn run_error(e: RunError, mr_len: u64, rlen: u64, depth: usize) -> PyErr {
+    let Some(i) = e.entry else {
+        return efa("post_send", e.error);
+    };
+    match e.error {
+        Error::Invalid(InvalidInput::EmptyEntry) => bad(i, "length 0".into()),
+        Error::Invalid(InvalidInput::SgeOutOfBounds { offset, len }) => bad(
+            i,
+            format!("local range {offset}+{len} runs past the memory region's {mr_len} bytes"),
+        ),
+        Error::Invalid(InvalidInput::RemoteOutOfBounds { offset, len }) => bad(
+            i,
+            format!("remote range {offset}+{len} runs past the remote buffer's {rlen} bytes"),
+        ),
+        Error::Invalid(InvalidInput::BatchLargerThanQueue { .. }) => invalid(
+            "post_send",
+            format!(
+                "the transfer needs more than {depth} work requests (entry {i}), the send queue's depth: \
+                 nothing was posted (split it, or create the QP with a larger max_send_wr)"
+            ),
+        ),
+        _ => {
+            let msg = format!("{e}; nothing was posted");
+            Python::with_gil(|py| raise(py, "post_send", crate::errors::EINVAL, msg))
         }
     }
-    Ok(())
 }

@@ -205,6 +205,26 @@ impl<'py, T: Copy> Ints<'py, T> {
         Ok(Ints { view, ptr, len })
     }
 
+    /// The items as a slice: the buffer itself when its items are aligned (numpy's and
+    /// `array.array`'s always are), else a copy in `scratch`. Valid while `self` lives
+    /// (the buffer stays exported); the GIL is held while it is read (`View`), so no
+    /// Python code writes the items meanwhile.
+    pub fn slice<'s>(&'s self, scratch: &'s mut Vec<T>) -> &'s [T] {
+        if self.len == 0 {
+            return &[];
+        }
+        if self.ptr.is_aligned() && !self.ptr.is_null() {
+            // SAFETY: `len` items of `T` (the checked item size), aligned, inside the
+            // exported buffer, which stays exported (and so allocated) while `self.view`
+            // lives, as long as the slice's borrow of `self`; any bytes are a valid
+            // unsigned integer.
+            return unsafe { core::slice::from_raw_parts(self.ptr, self.len) };
+        }
+        // SAFETY: every `i < len`.
+        scratch.extend((0..self.len).map(|i| unsafe { self.at(i) }));
+        scratch
+    }
+
     /// Item `i`.
     ///
     /// # Safety

@@ -333,3 +333,58 @@ def test_a_small_cq_bounds_an_array_post_and_poll_into_frees_its_entries(ctx, pd
     p.a.close()
     p.b.close()
     small.close()
+
+
+def test_unaligned_arrays_and_reserved_wr_ids(pair, bufs):
+    src, dst, ms, md = bufs
+    remote = (md.addr, md.rkey, md.length)
+
+    def unaligned(fmt, values):
+        size = struct.calcsize(fmt)
+        raw = bytearray(size * len(values) + 1)
+        view = memoryview(raw)[1:].cast(fmt)  # items one byte off their alignment
+        for i, v in enumerate(values):
+            view[i] = v
+        return view
+
+    # Read through a copy when the items are not aligned: the same transfer.
+    assert efa.post_array(pair.a, pair.to_b, ms, remote, unaligned("Q", [0, 64]),
+                          unaligned("Q", [128, 256]), unaligned("I", [64, 32]),
+                          wr_ids=unaligned("Q", [5, 6])) == 2
+    assert sorted(drain(pair.cq, 2)[:, 0].tolist()) == [5, 6]
+    assert (dst[128:192] == src[:64]).all() and (dst[256:288] == src[64:96]).all()
+    # A wr_id with bit 63 set (reserved by the Rust core) names its entry, posts nothing.
+    dst[:] = 0
+    with pytest.raises(efa.EfaError, match="entry 1: .*bit 63"):
+        efa.post_array(pair.a, pair.to_b, ms, remote, u64(0, 64), u64(0, 64), u32(8, 8),
+                       wr_ids=u64(1, 2**63 + 1))
+    assert nothing_completes(pair.cq)
+    assert not dst.any()
+
+
+def test_poll_into_frees_the_entries_of_each_qp_of_a_shared_small_cq(ctx, pd, bufs):
+    # Writes with immediate from a to b on one 16-entry CQ: each polled batch mixes a's
+    # sends and b's receives, and every entry goes back to the QP that held it.
+    src, dst, ms, md = bufs
+    small = ctx.create_cq(16)
+    p = Pair(ctx, pd, small, max_recv_wr=16)
+    remote = (md.addr, md.rkey, md.length)
+    inbox = efa.reg_tensor(pd, np.zeros(8, dtype=np.uint8), ALL)
+    for round in range(4):
+        for i in range(4):
+            p.b.post_recv(efa.RecvWR(wr_id=1000 + i, sg_list=[inbox.sge(0)]))
+        # 4 receives outstanding: 13 sends would exceed the 16 entries.
+        with pytest.raises(efa.EfaError) as e:
+            efa.post_array(p.a, p.to_b, ms, remote, u64(*range(13)), u64(*range(13)),
+                           u32(*[1] * 13), imm=u32(*range(13)))
+        assert e.value.errno == errno.ENOMEM
+        assert efa.post_array(p.a, p.to_b, ms, remote, u64(0, 8, 16, 24), u64(0, 8, 16, 24),
+                              u32(8, 8, 8, 8), imm=u32(1, 2, 3, 4)) == 4
+        done = drain(small, 8)
+        assert sorted(done[:, 0].tolist()) == [0, 1, 2, 3, 1000, 1001, 1002, 1003]
+        assert sorted(done[:, 3].tolist()) == [0, 0, 0, 0, 1, 2, 3, 4]
+        assert nothing_completes(small, 0.05)
+    p.a.close()
+    p.b.close()
+    inbox.close()
+    small.close()

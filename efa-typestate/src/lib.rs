@@ -217,7 +217,11 @@
 //! again and again: the caller answers for the QP and for the AH and memory it names). A [`SendSession`] ([`Qp::post_with`]) makes the same checks, with
 //! the same errors, but hands each request to the provider as it is added, with nothing
 //! staged (what C code using `ibv_wr_*` does), and stays all or nothing: a closure that
-//! fails has its session aborted (`ibv_wr_abort`). Registrations refuse `REMOTE_WRITE` on slice-giving MRs and remote
+//! fails has its session aborted (`ibv_wr_abort`). A run of RDMA operations sharing one
+//! registration, destination and remote buffer ([`Qp::post_run`], from arrays of offsets
+//! and lengths: [`RdmaRun`], [`RunEntries`]) has what it shares checked once and each
+//! entry for its ranges only, in one session, all or nothing; a bad entry's
+//! [`RunError`] names its index. Registrations refuse `REMOTE_WRITE` on slice-giving MRs and remote
 //! access to memory that does not stay allocated if leaked. QP creation refuses options
 //! the QP type or the device lacks; RTS refuses out-of-range RNR retry counts. Each is a
 //! typed [`Error`] naming the value and the limit.
@@ -340,7 +344,7 @@ pub use direct::policy::DIRECT_ENV;
 pub use endpoint::{EndpointInfo, Gid, MAX_QPN};
 pub use error::{
     CqRole, DeviceLimit, DirectError, EfaStatus, Errno, Error, InvalidInput, PdObject, Result,
-    SrdOnly, Unsupported, Verb,
+    RunArray, SrdOnly, Unsupported, Verb,
 };
 pub use lease::{Lease, Posted, Rejected};
 #[cfg(feature = "std")]
@@ -374,6 +378,6 @@ pub use topology::{
     TopologyErrorKind,
 };
 pub use wr::{
-    KeptSend, Payload, QpLimits, RdmaChunks, RecvBatch, RecvBufs, RecvTarget, RecvWr, SendBatch,
-    SendOp, SendOps, SendTarget, SendWr, StagedSend,
+    KeptSend, Payload, QpLimits, RdmaChunks, RdmaRun, RecvBatch, RecvBufs, RecvTarget, RecvWr,
+    RunEntries, RunError, RunOp, SendBatch, SendOp, SendOps, SendTarget, SendWr, StagedSend,
 };

@@ -226,6 +226,38 @@ pub enum InvalidInput {
         /// Transfers it tracks.
         max: u32,
     },
+    /// An entry of 0 bytes in a run of RDMA operations ([`RdmaRun`](crate::RdmaRun)):
+    /// it would post no work request, and so complete nothing.
+    EmptyEntry,
+    /// An array of a run's entries ([`RunEntries`](crate::RunEntries)) whose length
+    /// differs from `local_offsets`' (lengths saturate at `u32::MAX`).
+    RunArrayLength {
+        /// Which array.
+        array: RunArray,
+        /// Its length.
+        len: u32,
+        /// The number of entries (`local_offsets`' length).
+        entries: u32,
+    },
+    /// A run of RDMA writes with immediate without an immediate per entry, or a run of
+    /// another operation given immediates.
+    RunImmediates {
+        /// True if the run's operation carries an immediate.
+        op_has_imm: bool,
+    },
+}
+
+/// An array of a run's entries ([`InvalidInput::RunArrayLength`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RunArray {
+    /// `remote_offsets`.
+    RemoteOffsets,
+    /// `lengths`.
+    Lengths,
+    /// `wr_ids`.
+    WrIds,
+    /// `imm`.
+    Imm,
 }
 
 impl fmt::Display for InvalidInput {
@@ -350,6 +382,21 @@ impl fmt::Display for InvalidInput {
                 f,
                 "more than {max} transfers partly announced at once"
             ),
+            EmptyEntry => write!(f, "an entry of 0 bytes (it would post and complete nothing)"),
+            RunArrayLength {
+                array,
+                len,
+                entries,
+            } => write!(
+                f,
+                "{array:?} has {len} entries, local_offsets {entries}: the arrays must be as long"
+            ),
+            RunImmediates { op_has_imm: true } => {
+                write!(f, "RDMA writes with immediate need one immediate per entry")
+            }
+            RunImmediates { op_has_imm: false } => {
+                write!(f, "immediates given for an operation that carries none")
+            }
         }
     }
 }

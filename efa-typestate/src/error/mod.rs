@@ -9,7 +9,7 @@ mod invalid;
 
 pub use codes::{EfaStatus, Errno, Unsupported, Verb};
 pub use direct::{DirectError, RingKind};
-pub use invalid::{CqRole, DeviceLimit, InvalidInput, PdObject, SrdOnly};
+pub use invalid::{CqRole, DeviceLimit, InvalidInput, PdObject, RunArray, SrdOnly};
 
 /// Everything that can go wrong in this crate. Small and `Copy`: cheap to return on
 /// the data path.

@@ -155,6 +155,40 @@ impl<P> DynQp<P> {
         // SAFETY: forwarded contract; the QP is in RTS.
         unsafe { self.inner.post_with(build) }
     }
+    /// Posts a run of RDMA operations ([`Qp::post_run`]) if the QP is in RTS (else
+    /// [`InvalidInput::WrongQpState`], nothing posted).
+    ///
+    /// # Safety
+    /// As [`Qp::post_run`].
+    pub unsafe fn post_run(
+        &mut self,
+        run: &crate::wr::RdmaRun<'_>,
+        entries: &crate::wr::RunEntries<'_>,
+    ) -> Result<usize, crate::wr::RunError> {
+        // SAFETY: forwarded contract.
+        unsafe { self.post_run_admit(run, entries, |_| Ok(())) }
+    }
+    /// [`Qp::post_run_admit`] if the QP is in RTS (else [`InvalidInput::WrongQpState`],
+    /// nothing posted).
+    ///
+    /// # Safety
+    /// As [`Qp::post_run`].
+    pub unsafe fn post_run_admit(
+        &mut self,
+        run: &crate::wr::RdmaRun<'_>,
+        entries: &crate::wr::RunEntries<'_>,
+        admit: impl FnOnce(usize) -> Result<()>,
+    ) -> Result<usize, crate::wr::RunError> {
+        if self.state != QpStateKind::Rts {
+            return Err(crate::Error::from(InvalidInput::WrongQpState {
+                expected: QpStateKind::Rts,
+                actual: self.state,
+            })
+            .into());
+        }
+        // SAFETY: forwarded contract; the QP is in RTS.
+        unsafe { self.inner.post_run(run, entries, admit) }
+    }
     /// Posts receives (a batch built for this QP) if the QP is in INIT or later (else
     /// [`InvalidInput::WrongQpState`]).
     ///

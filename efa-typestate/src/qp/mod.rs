@@ -20,6 +20,7 @@ mod create;
 mod device_limits;
 mod dynamic;
 mod raw;
+mod run;
 mod send_fns;
 mod session;
 mod state;

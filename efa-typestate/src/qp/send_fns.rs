@@ -128,6 +128,33 @@ impl SendFns {
         }
     }
 
+    /// Makes the next work requests signaled (`wr_flags`, which providers only read),
+    /// for a run of [`RdmaCalls::emit`]s.
+    ///
+    /// # Safety
+    /// A session opened by [`start`](Self::start) on `q`.
+    #[inline(always)]
+    pub(crate) unsafe fn set_signaled(q: *mut ffi::ibv_qp_ex) {
+        // SAFETY: per the contract: the session holds the SQ lock.
+        unsafe { (*q).wr_flags = SEND_SIGNALED };
+    }
+
+    /// The three calls of an RDMA work request of a run (operation `OP`, an [`OpKind`]
+    /// as `u8`), copied out so that a loop calls them from registers or its stack frame
+    /// (one instruction a call) instead of loading each through `self` again.
+    #[inline(always)]
+    pub(crate) fn rdma_calls<const OP: u8>(&self) -> RdmaCalls {
+        RdmaCalls {
+            rdma: if OP == OpKind::Read as u8 {
+                self.read
+            } else {
+                self.write
+            },
+            rdma_imm: self.write_imm,
+            set_ud_addr: self.set_ud_addr,
+            set_sge: self.set_sge,
+        }
+    }
     /// # Safety
     /// `qpx` must be a live `ibv_qp_ex`.
     pub(crate) unsafe fn load(qpx: *mut ffi::ibv_qp_ex, ops: SendOps) -> Option<SendFns> {
@@ -168,5 +195,51 @@ impl SendFns {
                 op_not_enabled_rdma_imm
             },
         })
+    }
+}
+
+/// The provider's calls for the RDMA work requests of a run ([`SendFns::rdma_calls`]).
+#[derive(Clone, Copy)]
+pub(crate) struct RdmaCalls {
+    rdma: unsafe extern "C" fn(*mut ffi::ibv_qp_ex, u32, u64),
+    rdma_imm: unsafe extern "C" fn(*mut ffi::ibv_qp_ex, u32, u64, u32),
+    set_ud_addr: unsafe extern "C" fn(*mut ffi::ibv_qp_ex, *mut ffi::ibv_ah, u32, u32),
+    set_sge: unsafe extern "C" fn(*mut ffi::ibv_qp_ex, u32, u64, u32),
+}
+
+impl RdmaCalls {
+    /// Hands one RDMA work request of a run to the provider: `wr_id`, operation `OP`
+    /// (the one these calls were made for: write, write with immediate or read) at
+    /// `raddr` (`rkey`), the destination, one SGE (`local()`: its address and length,
+    /// asked for after the opcode's call). `wr_flags` are those
+    /// [`SendFns::set_signaled`] set.
+    ///
+    /// # Safety
+    /// A session opened by [`SendFns::start`] on `q` (the QP these calls were read
+    /// from), `set_signaled` called in it; `OP` enabled on this QP (checked: its pointer
+    /// is not a stub); `ah` a live AH of the QP's PD; the SGE inside a live registration
+    /// of that PD, the remote range inside the peer's buffer (checked by the caller).
+    #[inline(always)]
+    pub(crate) unsafe fn emit<const OP: u8>(
+        &self,
+        q: *mut ffi::ibv_qp_ex,
+        wr_id: u64,
+        (raddr, rkey, imm): (u64, u32, u32),
+        (ah, qpn, qkey): (*mut ffi::ibv_ah, u32, u32),
+        (local, lkey): (impl FnOnce() -> (u64, u32), u32),
+    ) {
+        // SAFETY: per the contract; the session holds the SQ lock, so writing wr_id is
+        // race-free. The opcode call comes first (it starts the WQE the others fill).
+        unsafe {
+            (*q).wr_id = wr_id;
+            if OP == OpKind::WriteImm as u8 {
+                (self.rdma_imm)(q, rkey, raddr, imm.to_be());
+            } else {
+                (self.rdma)(q, rkey, raddr);
+            }
+            let (addr, len) = local();
+            (self.set_sge)(q, lkey, addr, len);
+            (self.set_ud_addr)(q, ah, qpn, qkey);
+        }
     }
 }

@@ -32,15 +32,15 @@ use crate::wr::{Origin, Payload, QpLimits, SendOp, SendWr, StagedSend};
 /// send-queue lock it holds is always released; and it cannot be sent to another
 /// thread.
 pub struct SendSession<'q> {
-    qp: &'q QpInner,
+    pub(super) qp: &'q QpInner,
     // Copies (not reads through `qp`): the optimiser cannot tell that the provider's
     // calls leave the QP's fields alone, and would load every limit again per request.
-    q: *mut ffi::ibv_qp_ex,
-    limits: QpLimits,
-    added: u32,
+    pub(super) q: *mut ffi::ibv_qp_ex,
+    pub(super) limits: QpLimits,
+    pub(super) added: u32,
     /// A direct QP's session (its work requests go to the direct state, not the provider).
     #[cfg(feature = "std")]
-    direct: Option<crate::direct::backend::DirectSession<'q>>,
+    pub(super) direct: Option<crate::direct::backend::DirectSession<'q>>,
     // The provider's SQ lock is held by this thread.
     _not_send: PhantomData<*mut ()>,
 }

@@ -20,6 +20,7 @@ mod copy_vec;
 mod kept;
 mod limits;
 mod recv;
+mod run;
 mod send;
 mod staged;
 
@@ -27,6 +28,7 @@ pub use chunks::RdmaChunks;
 pub use kept::KeptSend;
 pub use limits::QpLimits;
 pub use recv::{RecvBatch, RecvWr};
+pub use run::{RdmaRun, RunEntries, RunError, RunOp};
 pub use send::{SendBatch, SendWr};
 
 pub(crate) use builders::send_builders;

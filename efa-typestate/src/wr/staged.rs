@@ -115,6 +115,33 @@ impl<'a> StagedSend<'a> {
             ..*self
         }
     }
+    /// A one-SGE RDMA request of a run ([`RdmaRun`](super::RdmaRun)), checked by the
+    /// caller: `len` bytes at device address `addr` (key `lkey`) and at `raddr` (key
+    /// `rkey`) of `dest`.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn rdma(
+        wr_id: u64,
+        kind: OpKind,
+        dest: &super::Dest,
+        (raddr, rkey, imm): (u64, u32, u32),
+        (addr, len, lkey): (u64, u32, u32),
+    ) -> StagedSend<'a> {
+        StagedSend {
+            wr_id,
+            ah: dest.ah,
+            qpn: dest.qpn,
+            qkey: dest.qkey,
+            raddr,
+            addr,
+            len_lkey: pack(len, lkey),
+            rkey_imm: pack(rkey, imm),
+            ahn: dest.ahn,
+            kind,
+            local: LocalKind::Sge,
+            _borrows: PhantomData,
+        }
+    }
     /// The work request id.
     #[inline]
     pub fn wr_id(&self) -> u64 {
