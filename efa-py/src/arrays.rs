@@ -2,15 +2,15 @@
 //! RDMA writes or reads, given as arrays of offsets and lengths against one local MR
 //! and one remote buffer, checked in full and then posted in one session.
 //!
-//! The entries are read in place from the caller's buffers (as slices: see
-//! `arrays_buf::Ints::slice`) and handed to efa-typestate's `post_run`: the MR, the
+//! The entries are copied from the caller's buffers once (`arrays_buf::Ints::copy_into`:
+//! another thread's numpy may write them meanwhile, and what is checked must be what is
+//! posted) and handed to efa-typestate's `post_run`: the MR, the
 //! destination and the remote buffer are checked once for the whole transfer, each
 //! entry only for its ranges (and split at the chunk size, at most the device's
 //! `max_rdma_size`), each work request written into the send queue as it is checked, in
 //! one session (a doorbell every `max_batch` requests), all or nothing: an entry that
 //! fails raises with its index, and a send queue without room for all of them
-//! (`EfaError`, "send queue is full") posts none. The GIL is held throughout, so no
-//! Python code changes the arrays while they are read.
+//! (`EfaError`, "send queue is full") posts none.
 
 use efa_typestate::{
     Errno, Error, InvalidInput, RdmaRun, RemoteBuffer, RunEntries, RunError, RunOp,
@@ -127,19 +127,19 @@ pub fn post_array(
         e => efa("post_send", e),
     })?;
 
-    // The arrays as slices (read in place), checked as long as each other above.
+    // The arrays copied (see `Ints::copy_into`), checked as long as each other above.
     let mut scratch = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let entries = RunEntries::new(
-        lo.slice(&mut scratch.0),
-        ro.slice(&mut scratch.1),
-        ln.slice(&mut scratch.2),
+        lo.copy_into(&mut scratch.0),
+        ro.copy_into(&mut scratch.1),
+        ln.copy_into(&mut scratch.2),
     );
     let entries = match (&ids, entries) {
-        (Some(a), Ok(e)) => e.wr_ids(a.slice(&mut scratch.3)),
+        (Some(a), Ok(e)) => e.wr_ids(a.copy_into(&mut scratch.3)),
         (_, e) => e,
     };
     let entries = match (&imms, entries) {
-        (Some(a), Ok(e)) => e.imm(a.slice(&mut scratch.4)),
+        (Some(a), Ok(e)) => e.imm(a.copy_into(&mut scratch.4)),
         (_, e) => e,
     }
     .or_raise("post_send")?;
@@ -160,8 +160,8 @@ pub fn post_array(
             }
         }
     };
-    // Posted with the GIL held: the arrays are read in place while posting (see above),
-    // and a post of a whole queue is short (the device is not waited for).
+    // Posted with the GIL held: a post of a whole queue is short (the device is not
+    // waited for), and the credits' accounting (`admit`) is guarded by it.
     // SAFETY: every SGE names memory of the open MR, whose buffer its Python owner keeps
     // allocated while the MR lives; as with `QP.post_send`, the program must not close
     // the MR or reuse its bytes before the completions are polled (a closed MR's key is

@@ -189,14 +189,25 @@ impl<'py> View<'py> {
     }
 }
 
-/// A `uint64` or `uint32` vector argument, read item by item.
+/// The item types of the array API's integer arrays: plain unsigned integers, for which
+/// every byte pattern is a value.
+pub trait Item: Copy + sealed::Sealed {}
+impl Item for u32 {}
+impl Item for u64 {}
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for u32 {}
+    impl Sealed for u64 {}
+}
+
+/// A `uint64` or `uint32` vector argument.
 pub struct Ints<'py, T> {
     view: View<'py>,
     ptr: *const T,
     pub len: usize,
 }
 
-impl<'py, T: Copy> Ints<'py, T> {
+impl<'py, T: Item> Ints<'py, T> {
     /// A 1-D C-contiguous buffer of `T` (8 or 4 bytes).
     pub fn get(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Self> {
         let view = View::get(obj, name, core::mem::size_of::<T>(), 1, false)?;
@@ -205,37 +216,28 @@ impl<'py, T: Copy> Ints<'py, T> {
         Ok(Ints { view, ptr, len })
     }
 
-    /// The items as a slice: the buffer itself when its items are aligned (numpy's and
-    /// `array.array`'s always are), else a copy in `scratch`. Valid while `self` lives
-    /// (the buffer stays exported); the GIL is held while it is read (`View`), so no
-    /// Python code writes the items meanwhile.
-    pub fn slice<'s>(&'s self, scratch: &'s mut Vec<T>) -> &'s [T] {
-        if self.len == 0 {
-            return &[];
-        }
-        if self.ptr.is_aligned() && !self.ptr.is_null() {
-            // SAFETY: `len` items of `T` (the checked item size), aligned, inside the
-            // exported buffer, which stays exported (and so allocated) while `self.view`
-            // lives, as long as the slice's borrow of `self`; any bytes are a valid
-            // unsigned integer.
-            return unsafe { core::slice::from_raw_parts(self.ptr, self.len) };
-        }
-        // SAFETY: every `i < len`.
-        scratch.extend((0..self.len).map(|i| unsafe { self.at(i) }));
-        scratch
-    }
-
-    /// Item `i`.
-    ///
-    /// # Safety
-    /// `i < self.len`.
-    #[inline(always)]
-    pub unsafe fn at(&self, i: usize) -> T {
+    /// The items, copied into `scratch` (cleared first) in one pass, and that copy as a
+    /// slice. Copied, never read in place: the GIL keeps Python code from writing the
+    /// buffer meanwhile, but not another thread's numpy, which writes arrays without the
+    /// GIL; each item is read once here, so what the caller checks is what it uses
+    /// (`tests/test_arrays_races.py`). Any alignment: the items are copied as bytes.
+    pub fn copy_into<'s>(&self, scratch: &'s mut Vec<T>) -> &'s [T] {
         let _ = &self.view;
-        // SAFETY: `i < len` (the caller's contract), the item count of the exported
-        // buffer, which stays exported (and so allocated) while `self.view` lives; read
-        // unaligned, since a buffer's items need not be aligned. The GIL is held
-        // (`View`), so no Python code writes the items meanwhile.
-        unsafe { self.ptr.add(i).read_unaligned() }
+        scratch.clear();
+        scratch.reserve_exact(self.len);
+        // SAFETY: the source is the exported buffer's `len` items of `T`'s size (checked
+        // item size; exported, so allocated, while `self.view` lives), read as bytes, so
+        // at any alignment; the destination has room for `len` items (reserved) and does
+        // not overlap a buffer Python exported; every byte pattern is a `T` (`Item`), so
+        // the `len` items are initialised once copied.
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                self.ptr.cast::<u8>(),
+                scratch.as_mut_ptr().cast::<u8>(),
+                self.len * core::mem::size_of::<T>(),
+            );
+            scratch.set_len(self.len);
+        }
+        scratch
     }
 }

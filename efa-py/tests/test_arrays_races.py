@@ -1,6 +1,7 @@
 """The array API against a caller that rewrites its arrays while `efa.post_array` runs:
-another thread's numpy copies (which run without the GIL) flip an offset between a good
-value and one past the MR. Each entry must be read once, so that what was checked is
+another thread's numpy copy (which runs without the GIL) into a view that repeats one
+entry flips it between a good value and a bad one, millions of times a call, so the
+entry changes under every read of it. Each entry must be read once, so that what was checked is
 what is posted: every call either posts a transfer whose every request completes
 successfully, or raises naming the bad entry and posts nothing. A post path that checked
 the arrays and then read them again would post the bad offset, and its completion would
@@ -16,7 +17,30 @@ from conftest import ALL, Pair
 
 np = pytest.importorskip("numpy")
 
-N = 1024  # entries per call: numpy releases the GIL for copies of more than 500 items
+N = 1024  # entries per call
+FLIPS = 1 << 20  # values written per copy (a few milliseconds without the GIL)
+
+
+def flipper(array, i, a, b):
+    """A thread that writes `a` and `b` in turn into `array[i]` until its `stop` event is
+    set: numpy copies an alternating source into a view of that one entry repeated
+    (stride 0), without the GIL, so post_array runs while the entry changes."""
+    from numpy.lib.stride_tricks import as_strided
+
+    one = as_strided(array[i:], shape=(FLIPS,), strides=(0,), writeable=True)
+    src = np.empty(FLIPS, dtype=array.dtype)
+    src[0::2], src[1::2] = a, b
+    stop = threading.Event()
+
+    def run():
+        while not stop.is_set():
+            np.copyto(one, src)
+        array[i] = a
+
+    t = threading.Thread(target=run)
+    t.stop = stop
+    t.start()
+    return t
 
 
 def test_offsets_rewritten_during_post_array_are_checked_as_posted(ctx, pd):
@@ -27,21 +51,12 @@ def test_offsets_rewritten_during_post_array_are_checked_as_posted(ctx, pd):
     ms, md = efa.reg_tensor(pd, src, ALL), efa.reg_tensor(pd, dst, ALL)
     remote = (md.addr, md.rkey, md.length)
     good = np.arange(N, dtype=np.uint64) * 8
-    hostile = good.copy()
-    hostile[N // 2] = ms.length  # entry N/2 starts right past the local MR
     offsets = good.copy()
     lengths = np.full(N, 8, dtype=np.uint32)
-    stop = threading.Event()
-
-    def flip():
-        while not stop.is_set():
-            np.copyto(offsets, hostile)
-            np.copyto(offsets, good)
-
     out = np.zeros((N, 4), dtype=np.uint64)
     posted = refused = 0
-    flipper = threading.Thread(target=flip)
-    flipper.start()
+    # Entry N/2 flips between its own offset and one right past the local MR.
+    flip = flipper(offsets, N // 2, good[N // 2], ms.length)
     try:
         deadline = time.monotonic() + 2.0
         while time.monotonic() < deadline:
@@ -60,8 +75,8 @@ def test_offsets_rewritten_during_post_array_are_checked_as_posted(ctx, pd):
             assert not len(bad), "a request failed at the device: %r" % bad[:4]
             posted += 1
     finally:
-        stop.set()
-        flipper.join()
+        flip.stop.set()
+        flip.join()
         for handle in (ms, md, pair.a, pair.b, pair.to_a, pair.to_b, cq):
             handle.close()
     # Both outcomes happened, so the race was on.
@@ -80,21 +95,10 @@ def test_lengths_rewritten_during_post_array_post_what_was_counted(ctx, pd):
     ms, md = efa.reg_tensor(pd, src, ALL), efa.reg_tensor(pd, dst, ALL)
     remote = (md.addr, md.rkey, md.length)
     offsets = np.arange(N, dtype=np.uint64) * 8
-    short = np.full(N, 8, dtype=np.uint32)
-    long = short.copy()
-    long[N // 2] = 24
-    lengths = short.copy()
-    stop = threading.Event()
-
-    def flip():
-        while not stop.is_set():
-            np.copyto(lengths, long)
-            np.copyto(lengths, short)
-
+    lengths = np.full(N, 8, dtype=np.uint32)
     out = np.zeros((N + 2, 4), dtype=np.uint64)
     seen = set()
-    flipper = threading.Thread(target=flip)
-    flipper.start()
+    flip = flipper(lengths, N // 2, 8, 24)
     try:
         deadline = time.monotonic() + 2.0
         r = 0
@@ -113,8 +117,8 @@ def test_lengths_rewritten_during_post_array_post_what_was_counted(ctx, pd):
             assert ((out[:n, 0] >= r * N) & (out[:n, 0] < (r + 1) * N)).all(), \
                 "round %d polled another round's completion" % r
     finally:
-        stop.set()
-        flipper.join()
+        flip.stop.set()
+        flip.join()
         time.sleep(0.05)
         left = efa.poll_into(cq, out)
         for handle in (ms, md, pair.a, pair.b, pair.to_a, pair.to_b, cq):
