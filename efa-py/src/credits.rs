@@ -103,10 +103,6 @@ impl Credits {
         release_in(&mut self.lock(py), qpn, n);
     }
     /// Frees one entry per completion polled, by the QP it belongs to.
-    pub fn polled(&self, qpns: impl Iterator<Item = u32>) {
-        Python::with_gil(|py| self.polled_py(py, qpns))
-    }
-    /// [`polled`](Self::polled), with the GIL's token.
     #[inline]
     pub fn polled_py(&self, py: Python<'_>, qpns: impl Iterator<Item = u32>) {
         let mut s = self.lock(py);

@@ -13,7 +13,7 @@ use super::state::Rts;
 use super::Qp;
 use crate::error::{InvalidInput, Result};
 use crate::lease::LEASE_WR_ID_BIT;
-use crate::wr::{OpKind, QpLimits, RdmaRun, RunEntries, RunError, StagedSend};
+use crate::wr::{OpKind, QpLimits, RdmaRun, RunEntries, RunError};
 
 const WRITE: u8 = OpKind::Write as u8;
 const WRITE_IMM: u8 = OpKind::WriteImm as u8;
@@ -265,7 +265,7 @@ impl Emit for Direct<'_, '_, '_> {
     ) -> Result<()> {
         let r = self.run;
         let (addr, len) = local();
-        let wr = StagedSend::rdma(
+        let wr = crate::wr::StagedSend::rdma(
             wr_id,
             r.kind,
             &r.dest,

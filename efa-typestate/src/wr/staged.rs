@@ -118,6 +118,8 @@ impl<'a> StagedSend<'a> {
     /// A one-SGE RDMA request of a run ([`RdmaRun`](super::RdmaRun)), checked by the
     /// caller: `len` bytes at device address `addr` (key `lkey`) and at `raddr` (key
     /// `rkey`) of `dest`.
+    /// (Only the direct backend, which needs std, stages them.)
+    #[cfg(feature = "std")]
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn rdma(
