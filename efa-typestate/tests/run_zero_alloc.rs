@@ -3,8 +3,9 @@
 //! (As in `zero_alloc.rs`, only the posting thread's allocations count, and the
 //! software device's own allocator is not this one.) On libefa's path, the one
 //! `post_run` is built for; the direct backend's posting is covered by `run.rs` (under
-//! the strict profile, sessions of many work requests on a direct QP complete now and
-//! then with LOC_QP_OP_ERR, through `post_with` as through `post_run`).
+//! the strict profile, sessions of many work requests on a direct QP completed now and
+//! then with LOC_QP_OP_ERR, through `post_with` as through `post_run`: efa-sim's
+//! `max_batch` rule, since fixed; see `direct_long_sessions.rs`).
 
 mod common;
 use std::alloc::{GlobalAlloc, Layout, System};
