@@ -14,8 +14,11 @@
 //! * **`max_batch` per doorbell.** Where the device sees each doorbell store (the
 //!   consumer called `efa_sim_direct_sq_doorbell`, or the opt-in trap), WQEs beyond the
 //!   `max_batch` that `efadv_query_qp_wqs` reported complete with status 2 and are counted
-//!   in `batch_overruns`. Doorbells only the watcher sees are sampled, so several may
-//!   look like one: there it is not enforced.
+//!   in `batch_overruns`. A store announces the WQEs after the previous seen store's
+//!   value, even when the device has not consumed that store's yet (its call found
+//!   another thread consuming: [`super::send_queue::DeviceSq::process_observed`]).
+//!   Doorbells only the watcher sees are sampled, so several may look like one: there it
+//!   is not enforced.
 //!
 //! * **32-bit doorbell stores.** The word after each send-queue doorbell holds a canary
 //!   ([`crate::ring::Doorbell`]): a store wider than the register overwrites it, and every

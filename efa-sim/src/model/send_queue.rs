@@ -75,6 +75,34 @@ pub(crate) struct Request<'w> {
     pub signaled: bool,
 }
 
+/// The store a [`DeviceSq::process_observed`] call judges: its value `db`, the value of
+/// the store observed before it (`previous`), and the most WQEs a store may announce.
+#[derive(Clone, Copy)]
+struct Limit {
+    max_batch: u32,
+    previous: u16,
+    db: u16,
+}
+
+impl Limit {
+    /// Which of the `new` WQEs after the consumer position `at` the `max_batch` rule
+    /// rejects, as the range `(first, last]` of their ordinals in the pass (from 1): this
+    /// store's beyond its first `max_batch`. WQEs announced by earlier stores come before
+    /// this store's, those of later stores (another thread's, whose calls found this one
+    /// consuming) after them, and neither is judged; nothing is when the device has
+    /// already consumed past this store.
+    fn rejected(self, at: u16, new: u32) -> (u32, u32) {
+        let upto = u32::from(self.db.wrapping_sub(at));
+        if upto > new {
+            return (0, 0);
+        }
+        // This store's WQEs: after the previous store's value, or after the position
+        // where the device consumed past that.
+        let own = u32::from(self.db.wrapping_sub(self.previous)).min(upto);
+        ((upto - own).saturating_add(self.max_batch), upto)
+    }
+}
+
 struct Consumer {
     at: Cursor,
     /// Where the device last stopped at a stale WQE (counted once per stall).
@@ -102,6 +130,10 @@ pub(crate) struct DeviceSq {
     at: SpinMutex<Consumer>,
     /// Mirror of the consumer position for lock-free "anything new?" checks.
     consumed: AtomicU16,
+    /// The doorbell value of the last store the device saw as such
+    /// ([`DeviceSq::process_observed`]), recorded whether or not that call could consume:
+    /// the next store announces only the WQEs after it.
+    observed: AtomicU16,
     /// This queue's share of [`crate::model::Stats::sq_doorbells`] and `direct`, written
     /// only by the consumer (under `at`) with a plain load and store: a locked add to the
     /// device's counters cost two full barriers per doorbell. [`Runtime::stats`] adds
@@ -129,6 +161,7 @@ impl DeviceSq {
             }),
             id: NEXT_SQ_ID.fetch_add(1, Ordering::Relaxed),
             consumed: AtomicU16::new(0),
+            observed: AtomicU16::new(0),
             doorbells: AtomicU64::new(0),
             direct: AtomicU64::new(0),
         }
@@ -192,6 +225,7 @@ impl DeviceSq {
         c.resets += 1;
         self.ring.doorbell().write(0);
         self.consumed.store(0, Ordering::Release);
+        self.observed.store(0, Ordering::Release);
     }
 
     /// A reset begins: WQEs held by strict mode are dropped from now on, and one that
@@ -249,15 +283,29 @@ impl DeviceSq {
     }
 
     /// [`DeviceSq::process`] for a doorbell store the device saw as such (a consumer's
-    /// call after its store, or the trap): in strict mode the doorbell's WQEs beyond
-    /// `max_batch` are rejected (`super::ring_rules`). Only the first pass is limited:
-    /// doorbells rung while it ran are looked at together, as the watcher does.
+    /// call after its store, or the trap): in strict mode the WQEs this store announces
+    /// beyond `max_batch` are rejected (`super::ring_rules`). A store announces the WQEs
+    /// between the previous store's value and its own, not those between the device's
+    /// position and it: when the previous store's call found another thread consuming
+    /// (the watcher, a poller running held WQEs) and that thread had read the doorbell
+    /// before the store, the WQEs of both stores are still new here, and a producer that
+    /// rang every `max_batch` (rdma-core's `efa_post_send`) did nothing wrong. Only the
+    /// first pass is limited: doorbells rung while it ran are looked at together, as the
+    /// watcher does.
     pub fn process_observed(&self, rt: &Runtime, qp: &Qp, max_batch: u32) -> bool {
-        let limit = rt.strict.is_some().then_some(max_batch);
+        let limit = rt.strict.is_some().then(|| {
+            let db = self.ring.doorbell().read() as u16;
+            let previous = self.observed.swap(db, Ordering::AcqRel);
+            Limit {
+                max_batch,
+                previous,
+                db,
+            }
+        });
         self.process_limited(rt, qp, limit)
     }
 
-    fn process_limited(&self, rt: &Runtime, qp: &Qp, mut limit: Option<u32>) -> bool {
+    fn process_limited(&self, rt: &Runtime, qp: &Qp, mut limit: Option<Limit>) -> bool {
         let mut any = false;
         loop {
             let Some(mut guard) = self.at.try_lock() else {
@@ -296,7 +344,7 @@ impl DeviceSq {
             let size = self.ring.entry_size();
             // Strict mode's rules for consumer-written rings (super::ring_rules).
             let strict_rings = rt.strict.is_some();
-            let allowed = limit.take().unwrap_or(u32::MAX);
+            let rejected = limit.take().map_or((0, 0), |l| l.rejected(c.at.count, new));
             // Strict: a doorbell store wider than the 32-bit register announces nothing.
             let wide = strict_rings && self.ring.doorbell().take_wide_store();
             while c.at.count != db {
@@ -330,7 +378,7 @@ impl DeviceSq {
                     super::ring_rules::reject(rt, qp, &raw, &mut shared);
                     continue;
                 }
-                if consumed > allowed {
+                if consumed > rejected.0 && consumed <= rejected.1 {
                     bump(&rt.stats.batch_overruns);
                     super::ring_rules::reject(rt, qp, &raw, &mut shared);
                     continue;
@@ -513,3 +561,7 @@ fn decode<'w>(w: &'w WqeBuf, size: usize, qp: &Qp) -> Result<Request<'w>, (Origi
         signaled,
     })
 }
+
+#[cfg(test)]
+#[path = "send_queue_tests.rs"]
+mod tests;
