@@ -90,6 +90,14 @@ fn a_store_announces_the_wqes_after_the_previous_store_not_after_the_device() {
     assert!(sq.process_observed(rt, &qp, max_batch));
     assert_eq!(sq.consumed.load(Ordering::Acquire), 2 * max_batch as u16);
     assert_eq!(d.stats().batch_overruns, 0, "{:?}", d.stats());
+    // Strict mode holds some of those WQEs and runs them when due on the engine thread,
+    // under the queue's lock (sooner than the next store on a slow machine: qemu):
+    // wait until none is held or running, so that this test's call consumes next.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while rt.strict.as_ref().is_some_and(|s| s.any()) || sq.at.try_lock().is_none() {
+        assert!(std::time::Instant::now() < deadline, "held WQEs never ran");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     // One store of 3 × max_batch new WQEs: the last 2 × max_batch are overruns.
     produce(ring, &mut pc, 3 * max_batch);
     ring.doorbell().write(5 * max_batch);
