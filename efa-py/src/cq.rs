@@ -5,8 +5,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use efa_typestate::{
-    ArrayVec, CompChannel as RChannel, Completion, CompletionQueue, Cq as RCq, CqOptions,
-    ExtCq as RExtCq,
+    CompChannel as RChannel, CompletionQueue, Cq as RCq, CqOptions, ExtCq as RExtCq,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
@@ -33,23 +32,6 @@ macro_rules! with_cq {
             AnyCq::Ext($c) => $body,
         }
     };
-}
-
-/// Polls up to `N` completions into `out` as `WC`s (from `pool`); returns `(N, how
-/// many)`. Not inlined: each size's buffer is on its own stack frame, not all seven on
-/// `CQ.poll`'s.
-#[inline(never)]
-fn poll_into<const N: usize>(
-    cq: &AnyCq,
-    out: &Bound<'_, PyList>,
-    (sgid, credits): (bool, &Credits),
-    (pool, at): (&WcPool, &mut usize),
-) -> PyResult<(usize, usize)> {
-    let mut buf = ArrayVec::<Completion, N>::new();
-    let n = with_cq!(cq, q => q.poll(&mut buf)).or_raise("ibv_poll_cq")?;
-    credits.polled_py(out.py(), buf.iter().map(|c| c.qp_num()));
-    pool.append(out.py(), out, &buf, sgid, at)?;
-    Ok((N, n))
 }
 
 /// A completion event channel (`ibv_comp_channel`).
@@ -219,61 +201,24 @@ impl CQ {
         }
         Ok(obj)
     }
+    #[inline]
     pub(crate) fn get(&self) -> PyResult<&AnyCq> {
         self.inner.as_ref().ok_or_else(|| closed("CQ"))
     }
     /// `CQ.poll` (also called by `crate::fastcall`).
+    #[inline(always)]
     pub(crate) fn poll_list<'py>(
         &self,
         py: Python<'py>,
         num_entries: i32,
     ) -> PyResult<Bound<'py, PyList>> {
-        let cq = self.get()?;
-        if num_entries <= 0 {
-            return Err(value_error("num_entries must be positive"));
-        }
-        let num_entries = num_entries as usize;
-        let out = PyList::empty(py);
-        let mut left = num_entries;
-        // Completions of requests refused at the post come first (`crate::credits`).
-        if self.credits.has_refused(py) {
-            for r in self.credits.take_refused_py(py, num_entries) {
-                out.append(Py::new(py, crate::wc::WC::too_long(r))?)?;
-                left -= 1;
-            }
-        }
-        // Where the WC pool is looked at next, across this poll's provider calls.
-        let mut at = 0;
-        // One provider poll per power of two at most `left` (completions beyond
-        // `num_entries` stay in the CQ), until the CQ runs dry.
-        while left > 0 {
-            let (asked, got) = match left {
-                64.. => {
-                    poll_into::<64>(cq, &out, (self.sgid, &self.credits), (&self.pool, &mut at))?
-                }
-                32..=63 => {
-                    poll_into::<32>(cq, &out, (self.sgid, &self.credits), (&self.pool, &mut at))?
-                }
-                16..=31 => {
-                    poll_into::<16>(cq, &out, (self.sgid, &self.credits), (&self.pool, &mut at))?
-                }
-                8..=15 => {
-                    poll_into::<8>(cq, &out, (self.sgid, &self.credits), (&self.pool, &mut at))?
-                }
-                4..=7 => {
-                    poll_into::<4>(cq, &out, (self.sgid, &self.credits), (&self.pool, &mut at))?
-                }
-                2..=3 => {
-                    poll_into::<2>(cq, &out, (self.sgid, &self.credits), (&self.pool, &mut at))?
-                }
-                _ => poll_into::<1>(cq, &out, (self.sgid, &self.credits), (&self.pool, &mut at))?,
-            };
-            left -= got;
-            if got < asked {
-                break;
-            }
-        }
-        Ok(out)
+        let polled = crate::poll_list::Polled {
+            cq: self.get()?,
+            credits: &self.credits,
+            pool: &self.pool,
+            sgid: self.sgid,
+        };
+        crate::poll_list::poll(&polled, py, num_entries)
     }
 }
 

@@ -77,6 +77,7 @@ impl<T> OrRaise<T> for efa_typestate::Result<T> {
 }
 
 /// The error for a handle used after `close()`.
+#[cold]
 pub fn closed(what: &str) -> PyErr {
     Python::with_gil(|py| raise(py, what, EBADF, format!("{what} is closed")))
 }

@@ -7,6 +7,9 @@
 //! object and its borrow of `self` cost several hundred instructions a call, more than a
 //! one-request post itself.
 //!
+//! They are entered through `crate::entry` (the GIL's token, panics and errors), not
+//! PyO3's trampoline.
+//!
 //! On Python 3.10 and newer the C methods take `METH_FASTCALL` calls (the arguments as
 //! an array: no tuple built per call), on 3.9 `METH_VARARGS` ones.
 //!
@@ -195,16 +198,9 @@ unsafe extern "C" fn post_send_fast(
     nargs: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    // SAFETY: called by CPython with the GIL held and its arguments valid.
-    unsafe {
-        pyo3::impl_::trampoline::fastcall_with_keywords(
-            slf,
-            args,
-            nargs,
-            kwnames,
-            post_send_fast_body,
-        )
-    }
+    // SAFETY: called by CPython with the GIL held and its arguments valid; the bodies
+    // drop no `Py` handle (`crate::entry`).
+    unsafe { crate::entry::enter(|py| post_send_fast_body(py, slf, args, nargs, kwnames)) }
 }
 
 /// # Safety
@@ -232,10 +228,9 @@ unsafe extern "C" fn poll_fast(
     nargs: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    // SAFETY: called by CPython with the GIL held and its arguments valid.
-    unsafe {
-        pyo3::impl_::trampoline::fastcall_with_keywords(slf, args, nargs, kwnames, poll_fast_body)
-    }
+    // SAFETY: called by CPython with the GIL held and its arguments valid; the bodies
+    // drop no `Py` handle (`crate::entry`).
+    unsafe { crate::entry::enter(|py| poll_fast_body(py, slf, args, nargs, kwnames)) }
 }
 
 /// # Safety
@@ -338,8 +333,9 @@ unsafe extern "C" fn post_send_raw(
     args: *mut ffi::PyObject,
     kwargs: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    // SAFETY: called by CPython with the GIL held and its arguments valid.
-    unsafe { pyo3::impl_::trampoline::cfunction_with_keywords(slf, args, kwargs, post_send_body) }
+    // SAFETY: called by CPython with the GIL held and its arguments valid; the bodies
+    // drop no `Py` handle (`crate::entry`).
+    unsafe { crate::entry::enter(|py| post_send_body(py, slf, args, kwargs)) }
 }
 
 /// # Safety
@@ -366,8 +362,9 @@ unsafe extern "C" fn poll_raw(
     args: *mut ffi::PyObject,
     kwargs: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    // SAFETY: called by CPython with the GIL held and its arguments valid.
-    unsafe { pyo3::impl_::trampoline::cfunction_with_keywords(slf, args, kwargs, poll_body) }
+    // SAFETY: called by CPython with the GIL held and its arguments valid; the bodies
+    // drop no `Py` handle (`crate::entry`).
+    unsafe { crate::entry::enter(|py| poll_body(py, slf, args, kwargs)) }
 }
 
 /// A plain `int` in `i32`'s range, else None (and no exception set).

@@ -186,17 +186,25 @@ struct Plan {
     sges: ArrayVec<PlannedSge, MAX_SGE>,
 }
 
+/// `QP.post_send(wrs)`: one `SendWR` (the cheapest test first, inlined into the
+/// caller), else a list, else any iterable.
+#[inline(always)]
 pub fn post_send(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()> {
-    // One `SendWR` (the cheapest test first), else a list, else any iterable.
-    if exact::<SendWR>(wrs).is_some() {
-        qp.send_credits.reserve_py(py, "post_send", qp.qp_num, 1)?;
-        let posted = match crate::post_fast::post_chunk(qp, py, None, Some(wrs), (0, 1)) {
-            Ok(true) => Ok(()),
-            Ok(false) => post_chunk_checked(qp, py, &Items::One(wrs), (0, 1)),
-            Err(e) => Err(e),
-        };
-        return posted.inspect_err(|_| qp.send_credits.release_py(py, qp.qp_num, 1));
+    if exact::<SendWR>(wrs).is_none() {
+        return post_many(qp, py, wrs);
     }
+    qp.send_credits.reserve_py(py, "post_send", qp.qp_num, 1)?;
+    let posted = match crate::post_fast::post_single(qp, py, wrs) {
+        Ok(true) => return Ok(()),
+        Ok(false) => post_chunk_checked(qp, py, &Items::One(wrs), (0, 1)),
+        Err(e) => Err(e),
+    };
+    posted.inspect_err(|_| qp.send_credits.release_py(py, qp.qp_num, 1))
+}
+
+/// [`post_send`] of a list or another iterable.
+#[inline(never)]
+fn post_many(qp: &QP, py: Python<'_>, wrs: &Bound<'_, PyAny>) -> PyResult<()> {
     let listed = as_list::<SendWR>(wrs)?;
     let list = Items::of(listed.as_ref().unwrap_or(wrs));
     let n = list.len();

@@ -11,7 +11,7 @@
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use efa_typestate::sys::verbs::{ibv_send_flags, ibv_wr_opcode as Op};
-use efa_typestate::{ArrayVec, Payload, RemoteBuffer, SendBatch, SendOp, SendOps, SendWr};
+use efa_typestate::{ArrayVec, DynQp, Payload, RemoteBuffer, SendBatch, SendOp, SendOps, SendWr};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
@@ -23,7 +23,7 @@ use crate::mr::{MrKind, MR};
 use crate::pd::{SPd, AH};
 use crate::post::CHUNK;
 use crate::qp::QP;
-use crate::wr::{SendWR, SGE};
+use crate::wr::{SendWR, WrFields, SGE};
 
 const INLINE: u32 = ibv_send_flags::IBV_SEND_INLINE.0;
 const SIGNALED: u32 = ibv_send_flags::IBV_SEND_SIGNALED.0;
@@ -181,6 +181,60 @@ impl<'py, T: PyClass, const N: usize> Held<'py, T, N> {
     }
 }
 
+/// Checks `wr` (one SGE, `sge`, of the MR `region` at `base`; destination `dest`) for
+/// `qp` and adds it to `batch`: the checks of `send_checks::check_wr` and the Rust core's,
+/// as yes or no (no: nothing added; the general path raises what it raises).
+#[inline(always)]
+fn stage_checked<'a, const N: usize>(
+    qp: &QP,
+    wr: &WrFields,
+    sge: &SGE,
+    (region, base): (&'a MrKind, u64),
+    dest: &'a efa_typestate::Ah<SPd>,
+    batch: &mut SendBatch<'a, N>,
+) -> bool {
+    let limits = batch.limits();
+    let (max_msg, max_rdma) = (limits.max_msg_sz(), limits.max_rdma_size());
+    let len = u64::from(sge.length);
+    // One decoding of the opcode: the operation, the bit the QP must have enabled, and
+    // the longest request the device takes (longer ones fail by their completions,
+    // which the general path gives).
+    let remote = RemoteBuffer::new(wr.remote_addr, len, wr.rkey);
+    let (op, need, max) = match wr.opcode {
+        Op::IBV_WR_RDMA_WRITE => (SendOp::Write(remote), SendOps::RDMA_WRITE, max_rdma),
+        Op::IBV_WR_RDMA_WRITE_WITH_IMM => (
+            SendOp::WriteImm(remote, wr.imm_data),
+            SendOps::RDMA_WRITE_WITH_IMM,
+            max_rdma,
+        ),
+        Op::IBV_WR_SEND => (SendOp::Send, SendOps::SEND, max_msg),
+        Op::IBV_WR_SEND_WITH_IMM => (
+            SendOp::SendImm(wr.imm_data),
+            SendOps::SEND_WITH_IMM,
+            max_msg,
+        ),
+        Op::IBV_WR_RDMA_READ => (SendOp::Read(remote), SendOps::RDMA_READ, max_rdma),
+        _ => return false,
+    };
+    if qp.send_ops_flags & need.bits() == 0 || (max != 0 && len > u64::from(max)) {
+        return false;
+    }
+    let Ok(local) = region.sge_at(sge.addr, len, base) else {
+        return false;
+    };
+    let Ok(w) = SendWr::to_ah(
+        wr.wr_id,
+        op,
+        dest,
+        wr.remote_qpn,
+        wr.remote_qkey,
+        Payload::Sge(local),
+    ) else {
+        return false;
+    };
+    batch.push(w).is_ok()
+}
+
 /// The lean post of `items[start..end]` (a list, or one `SendWR` when `one` is given):
 /// true if posted, false if this path did not take it (nothing posted; see the module
 /// docs). Errors only from the post itself (the provider's refusal, a QP not in RTS).
@@ -200,6 +254,84 @@ pub fn post_chunk<'py>(
     }
 }
 
+/// The lean post of one `SendWR`, `obj` (`QP.post_send(wr)`): [`post_n`] without its
+/// loop and the bookkeeping of many MRs and AHs. Same answers.
+#[inline(never)]
+pub fn post_single<'py>(qp: &QP, py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<bool> {
+    let Some(q) = qp.inner.as_ref() else {
+        return Ok(false);
+    };
+    let Some(wr) = exact::<SendWR>(obj) else {
+        return Ok(false);
+    };
+    let this = wr.get();
+    let Some(wr) = this.try_fields(py) else {
+        return Ok(false);
+    };
+    if wr.send_flags & INLINE != 0 || (wr.send_flags & SIGNALED == 0 && !qp.sq_sig_all) {
+        return Ok(false);
+    }
+    let Some(ah) = &wr.ah else {
+        return Ok(false);
+    };
+    let sgl = wr.sg_list.bind(py);
+    // SAFETY: `sgl` is a list (`PyList_Size` only reads its length).
+    if unsafe { ffi::PyList_Size(sgl.as_ptr()) } != 1 {
+        return Ok(false);
+    }
+    let Some(sge_obj) = item(sgl, 0) else {
+        return Ok(false);
+    };
+    let Some(sge) = exact::<SGE>(&sge_obj) else {
+        return Ok(false);
+    };
+    let sge = sge.get();
+    let Some(mr) = &sge.mr else {
+        return Ok(false);
+    };
+    // Borrowed (so open: `close` is refused) until after the post; declared before the
+    // batch, which points into them.
+    let Ok(mr) = mr.bind(py).try_borrow() else {
+        return Ok(false);
+    };
+    let Ok(ah) = ah.bind(py).try_borrow() else {
+        return Ok(false);
+    };
+    let (Some(region), Some(dest)) = (mr.inner.as_ref(), ah.inner.as_ref()) else {
+        return Ok(false);
+    };
+    let mut batch = SendBatch::<'_, 1>::new(q);
+    let key = [qp.serial, sge.serial, ah.serial];
+    // SAFETY: the SGE's MR and the AH are borrowed in `mr` and `ah` (open: checked
+    // above) until after the batch is posted or dropped.
+    if !unsafe { this.kept.push_again(py, key, &mut batch) } {
+        if !stage_checked(qp, &wr, sge, (region, mr.base), dest, &mut batch) {
+            return Ok(false);
+        }
+        if let Some(send) = batch.keep_last() {
+            this.kept.keep(py, key, send);
+        }
+    }
+    post(q, py, &batch)?;
+    Ok(true)
+}
+
+/// Posts `batch` to `q` with the GIL released.
+#[inline(always)]
+fn post<const N: usize>(q: &DynQp<SPd>, py: Python<'_>, batch: &SendBatch<'_, N>) -> PyResult<()> {
+    let posted = {
+        // SAFETY: this thread holds the GIL (`py`); until `_released` drops, it runs only
+        // the Rust core's post, which calls no Python API.
+        let _released = unsafe { Released::gil(py) };
+        // SAFETY: every SGE names memory of an open MR, kept allocated by its Python
+        // owner while the MR lives; the caller keeps the MRs and AHs borrowed (so open)
+        // until the call returns. As in the `efa` package, the program must not reuse the
+        // bytes before the request's completion is polled.
+        unsafe { q.post_send(batch) }
+    };
+    posted.or_raise("post_send")
+}
+
 /// [`post_chunk`] with batches of `N` (at least `end - start`).
 #[inline(never)]
 fn post_n<'py, const N: usize>(
@@ -212,8 +344,6 @@ fn post_n<'py, const N: usize>(
     let Some(q) = qp.inner.as_ref() else {
         return Ok(false);
     };
-    let limits = q.limits();
-    let (max_msg, max_rdma) = (limits.max_msg_sz(), limits.max_rdma_size());
     // Declared before the batch, so that they outlive it: the batch points into the
     // MRs and AHs they keep borrowed.
     let mut mrs: Held<'py, MR, N> = Held::default();
@@ -308,44 +438,7 @@ fn post_n<'py, const N: usize>(
         if unsafe { this.kept.push_again(py, key, &mut batch) } {
             continue;
         }
-        let len = u64::from(sge.length);
-        // One decoding of the opcode: the operation, the bit the QP must have enabled,
-        // and the longest request the device takes (longer ones fail by their
-        // completions, which the general path gives).
-        let remote = RemoteBuffer::new(wr.remote_addr, len, wr.rkey);
-        let (op, need, max) = match wr.opcode {
-            Op::IBV_WR_RDMA_WRITE => (SendOp::Write(remote), SendOps::RDMA_WRITE, max_rdma),
-            Op::IBV_WR_RDMA_WRITE_WITH_IMM => (
-                SendOp::WriteImm(remote, wr.imm_data),
-                SendOps::RDMA_WRITE_WITH_IMM,
-                max_rdma,
-            ),
-            Op::IBV_WR_SEND => (SendOp::Send, SendOps::SEND, max_msg),
-            Op::IBV_WR_SEND_WITH_IMM => (
-                SendOp::SendImm(wr.imm_data),
-                SendOps::SEND_WITH_IMM,
-                max_msg,
-            ),
-            Op::IBV_WR_RDMA_READ => (SendOp::Read(remote), SendOps::RDMA_READ, max_rdma),
-            _ => return Ok(false),
-        };
-        if qp.send_ops_flags & need.bits() == 0 || (max != 0 && len > u64::from(max)) {
-            return Ok(false);
-        }
-        let Ok(local) = region.sge_at(sge.addr, len, base) else {
-            return Ok(false);
-        };
-        let Ok(w) = SendWr::to_ah(
-            wr.wr_id,
-            op,
-            dest,
-            wr.remote_qpn,
-            wr.remote_qkey,
-            Payload::Sge(local),
-        ) else {
-            return Ok(false);
-        };
-        if batch.push(w).is_err() {
+        if !stage_checked(qp, &wr, sge, (region, base), dest, &mut batch) {
             return Ok(false);
         }
         if let Some(send) = batch.keep_last() {
@@ -355,16 +448,7 @@ fn post_n<'py, const N: usize>(
     if batch.is_empty() {
         return Ok(false);
     }
-    let posted = {
-        // SAFETY: this thread holds the GIL (`py`); until `_released` drops, it runs only
-        // the Rust core's post, which calls no Python API.
-        let _released = unsafe { Released::gil(py) };
-        // SAFETY: every SGE names memory of an open MR, kept allocated by its Python
-        // owner while the MR lives; `mrs` and `ahs` keep the MRs and AHs borrowed (so
-        // open) until the call returns. As in the `efa` package, the program must not
-        // reuse the bytes before the request's completion is polled.
-        unsafe { q.post_send(&batch) }
-    };
-    posted.or_raise("post_send")?;
+    // `mrs` and `ahs` keep the MRs and AHs borrowed until after the post.
+    post(q, py, &batch)?;
     Ok(true)
 }

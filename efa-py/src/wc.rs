@@ -9,12 +9,12 @@
 //! completion; with the pool, a loop that drops its completions before the next poll
 //! allocates none.
 
-use std::cell::RefCell;
+use std::cell::{RefCell, RefMut};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use pyo3::sync::GILProtected;
 
-use efa_typestate::{Completion, CompletionFlags};
+use efa_typestate::{Completion, CompletionFlags, WorkCompletion};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
@@ -50,13 +50,6 @@ pub struct WC {
 }
 
 impl WC {
-    fn from_completion(c: &Completion, sgid: bool) -> WC {
-        CREATED.fetch_add(1, Relaxed);
-        let wc = WC::zeroed();
-        wc.set(c, sgid);
-        wc
-    }
-
     /// The error completion the device gives a SEND longer than the port's
     /// `max_msg_sz` or an RDMA longer than `max_rdma_size` (`IBV_WC_LOC_LEN_ERR`, EFA
     /// status `LOCAL_ERROR_BAD_LENGTH`), for a request the Rust core refuses to post
@@ -92,7 +85,26 @@ impl WC {
         }
     }
 
+    /// Every field from `c`, an entry of a classic CQ as the provider wrote it (the
+    /// same values as [`set`](Self::set) of its `Completion`).
+    #[inline(always)]
+    fn set_wc(&self, c: &WorkCompletion) {
+        self.wr_id.store(c.wr_id(), Relaxed);
+        self.status.store(c.status().0, Relaxed);
+        self.opcode.store(c.opcode().0, Relaxed);
+        self.vendor_err.store(c.efa_status().0, Relaxed);
+        self.byte_len.store(c.byte_len(), Relaxed);
+        self.imm_data.store(c.imm().unwrap_or(0), Relaxed);
+        self.qp_num.store(c.qp_num(), Relaxed);
+        self.src_qp.store(c.src_qp(), Relaxed);
+        self.wc_flags.store(c.flags().bits() & 0xffff, Relaxed);
+        self.slid.store(u32::from(c.slid()), Relaxed);
+        self.has_sgid.store(false, Relaxed);
+        self.unsolicited.store(false, Relaxed);
+    }
+
     /// Every field from `c` (the sender GID only if the CQ reports them: `sgid`).
+    #[inline(always)]
     fn set(&self, c: &Completion, sgid: bool) {
         let flags = c.flags();
         self.wr_id.store(c.wr_id(), Relaxed);
@@ -254,7 +266,7 @@ pub fn install_members(py: Python<'_>) -> PyResult<()> {
         // of every `WC` object (offset read off one, of the C type its code names:
         // `Atomic*` have their integer's layout; a `WC` cannot be subclassed). CPython
         // reads the field with the GIL held, and `WC`s are written only with it held
-        // (`WcPool::fill`), so the read and the atomic stores never race.
+        // (`Filler`), so the read and the atomic stores never race.
         let descr = unsafe {
             Bound::from_owned_ptr_or_err(py, ffi::PyDescr_NewMember(ty.as_type_ptr(), def))
         }?;
@@ -302,71 +314,98 @@ impl Default for WcPool {
 }
 
 impl WcPool {
-    /// Appends a `WC` of each of `done` to `out`: pooled ones that nobody else holds,
-    /// rewritten, and new ones (kept in the pool while it has room) for the rest. `at`
-    /// is where the pool is looked at next: 0 for the first call of one `CQ.poll`, then
-    /// carried from call to call of it (the `WC`s its earlier calls put in `out` are the
-    /// program's now, but not for long: they must not count as held).
-    pub fn append(
-        &self,
-        py: Python<'_>,
-        out: &Bound<'_, PyList>,
-        done: &[Completion],
+    /// What one `CQ.poll` appends its `WC`s to `out` with.
+    pub fn filler<'a, 'py>(
+        &'a self,
+        py: Python<'py>,
+        out: &'a Bound<'py, PyList>,
         sgid: bool,
-        at: &mut usize,
-    ) -> PyResult<()> {
-        // A poll from a finaliser that runs inside this one (a collection triggered by an
-        // allocation here) finds the pool taken: it allocates, it does not wait.
-        let Ok(mut wcs) = self.wcs.get(py).try_borrow_mut() else {
-            for c in done {
-                out.append(Py::new(py, WC::from_completion(c, sgid))?)?;
-            }
-            return Ok(());
-        };
-        let mut i = (*at).min(wcs.len());
-        let result = Self::fill(py, out, done, sgid, &mut wcs, &mut i);
-        *at = i;
-        result
+    ) -> Filler<'a, 'py> {
+        Filler {
+            py,
+            out,
+            // A poll from a finaliser that runs inside this one (a collection triggered by
+            // an allocation here) finds the pool taken: it allocates, it does not wait.
+            wcs: self.wcs.get(py).try_borrow_mut().ok(),
+            at: 0,
+            sgid,
+        }
+    }
+}
+
+/// Appends one poll's `WC`s to its list: pooled ones that nobody else holds, rewritten,
+/// and new ones (kept in the pool while it has room) for the rest.
+pub struct Filler<'a, 'py> {
+    py: Python<'py>,
+    out: &'a Bound<'py, PyList>,
+    wcs: Option<RefMut<'a, Pooled>>,
+    /// Where the pool is looked at next (the `WC`s this poll put in `out` are the
+    /// program's now, but not for long: they must not count as held).
+    at: usize,
+    sgid: bool,
+}
+
+impl<'py> Filler<'_, 'py> {
+    /// The GIL's token.
+    #[inline(always)]
+    pub fn py(&self) -> Python<'py> {
+        self.py
+    }
+    /// Appends a `WC` of `c`, an entry of a classic CQ.
+    #[inline(always)]
+    pub fn put_wc(&mut self, c: &WorkCompletion) -> PyResult<()> {
+        self.put_with(|wc| wc.set_wc(c))
+    }
+    /// Appends a `WC` of `c`.
+    #[inline(always)]
+    pub fn put(&mut self, c: &Completion) -> PyResult<()> {
+        let sgid = self.sgid;
+        self.put_with(|wc| wc.set(c, sgid))
     }
 
-    fn fill(
-        py: Python<'_>,
-        out: &Bound<'_, PyList>,
-        done: &[Completion],
-        sgid: bool,
-        wcs: &mut Vec<(Py<WC>, u8)>,
-        at: &mut usize,
-    ) -> PyResult<()> {
-        for c in done {
+    #[inline(always)]
+    fn put_with(&mut self, set: impl Fn(&WC)) -> PyResult<()> {
+        let py = self.py;
+        if let Some(wcs) = self.wcs.as_mut() {
             // The next pooled `WC` only the pool holds (reference count 1: the GIL is
             // held, so no other thread can take a reference meanwhile).
-            while let Some((wc, held)) = wcs.get_mut(*at) {
+            while let Some((wc, held)) = wcs.get_mut(self.at) {
                 if wc.get_refcnt(py) == 1 {
-                    break;
+                    *held = 0;
+                    set(wc.get());
+                    append(self.out, wc)?;
+                    self.at += 1;
+                    return Ok(());
                 }
                 *held += 1;
                 if *held >= 2 {
                     // Kept by the program: its reference keeps it alive, so dropping ours
-                    // frees nothing here.
-                    drop(wcs.swap_remove(*at));
+                    // frees nothing here (`drop_ref`: `crate::entry`).
+                    wcs.swap_remove(self.at).0.drop_ref(py);
                 } else {
-                    *at += 1;
+                    self.at += 1;
                 }
             }
-            if let Some((wc, held)) = wcs.get_mut(*at) {
-                *held = 0;
-                wc.get().set(c, sgid);
-                append(out, wc)?;
-                *at += 1;
-                continue;
-            }
-            let wc = Py::new(py, WC::from_completion(c, sgid))?;
-            append(out, &wc)?;
-            if wcs.len() < POOL_MAX {
-                wcs.push((wc, 0));
-                *at = wcs.len();
-            }
         }
-        Ok(())
+        self.put_new(&set)
+    }
+
+    /// Appends a new `WC`, kept in the pool if it has room.
+    #[inline(never)]
+    fn put_new(&mut self, set: &dyn Fn(&WC)) -> PyResult<()> {
+        let py = self.py;
+        CREATED.fetch_add(1, Relaxed);
+        let wc = Py::new(py, WC::zeroed())?;
+        set(wc.get());
+        let appended = append(self.out, &wc);
+        match self.wcs.as_mut() {
+            Some(wcs) if wcs.len() < POOL_MAX && appended.is_ok() => {
+                wcs.push((wc, 0));
+                self.at = wcs.len();
+            }
+            // `drop_ref`: `crate::entry`.
+            _ => wc.drop_ref(py),
+        }
+        appended
     }
 }

@@ -2,6 +2,7 @@
 and never touches one the program still holds."""
 
 import ctypes
+import sys
 import time
 
 import efa
@@ -81,3 +82,47 @@ def test_a_reused_completion_carries_only_its_own_fields(pair, pd):
     assert (wc.wr_id, wc.status, wc.imm_data, wc.wc_flags, wc.byte_len) == (9, 0, 0, 0, 0)
     assert wc.src_qp == 0 and wc.sgid is None and not wc.unsolicited
     mr.close()
+
+
+def test_completions_the_program_keeps_carry_no_reference_of_the_pool(pair, pd):
+    """The pool forgets a `WC` the program keeps (held at two polls in a row), and one it
+    has no room for, by giving up its reference there and then: the program's own
+    references are the only ones left. (`CQ.poll` and `QP.post_send` run outside PyO3's
+    trampoline, where a reference PyO3 gives up late would stay until some other call
+    of the package; nothing but CPython runs between the polls and the counts here.)"""
+    n, rounds = 32, 10  # 320 kept: more than the pool keeps (256)
+    buf_s, buf_d = (ctypes.c_char * (8 * n))(), (ctypes.c_char * (8 * n))()
+    src = pd.reg_mr(ctypes.addressof(buf_s), 8 * n, ALL)
+    dst = pd.reg_mr(ctypes.addressof(buf_d), 8 * n, ALL)
+    batches = [write_wrs(pair, src, dst, 1000 * (r + 1), n) for r in range(rounds)]
+    # Two more posts of one request, whose completions are kept too (the pool has no
+    # free WC, so a poll looks at every pooled one): their polls find every WC kept
+    # before them held, the second time for all of them.
+    more = [write_wrs(pair, src, dst, 50 + i, 1) for i in range(2)]
+    kept = []
+    deadline = time.monotonic() + 5
+    for wrs in batches:
+        pair.a.post_send(wrs)
+        got = 0
+        while got < n:
+            assert time.monotonic() < deadline
+            polled = pair.cq.poll(n - got)
+            got += len(polled)
+            kept += polled
+            del polled
+    assert len(kept) == n * rounds
+    extra = []
+    for i, wrs in enumerate(more):
+        pair.a.post_send(wrs)
+        while len(extra) <= i:
+            assert time.monotonic() < deadline
+            extra += pair.cq.poll(1)
+    # The list's, the loop variable's and getrefcount's argument, nothing of the pool's:
+    # the pool forgot each WC at the second poll that found it held, or never kept it
+    # (full).
+    counts = [sys.getrefcount(wc) for wc in kept]
+    assert counts == [3] * (n * rounds), [i for i, c in enumerate(counts) if c != 3]
+    assert sorted(wc.wr_id for wc in kept) == sorted(
+        1000 * (r + 1) + i for r in range(rounds) for i in range(n))
+    for h in (src, dst):
+        h.close()
