@@ -126,6 +126,14 @@ fn item<'a, 'py>(list: &'a Bound<'py, PyList>, i: usize) -> Option<Borrowed<'a, 
     Some(unsafe { Borrowed::from_ptr(py, p) })
 }
 
+/// `list`'s length, read from the object (`Py_SIZE`, part of the stable ABI: a list's
+/// `ob_size` is its length), not by a call of `PyList_Size`.
+#[inline(always)]
+fn list_len(list: &Bound<'_, PyList>) -> isize {
+    // SAFETY: `list` is a live list (a `PyVarObject`), read with the GIL held.
+    unsafe { ffi::Py_SIZE(list.as_ptr()) }
+}
+
 /// The GIL released around a post, taken back on drop (also if the post panics):
 /// `PyEval_SaveThread` and `PyEval_RestoreThread` themselves. PyO3's `allow_threads`
 /// does the same with its own bookkeeping besides (its thread-local GIL count, its
@@ -275,8 +283,7 @@ pub fn post_single<'py>(qp: &QP, py: Python<'py>, obj: &Bound<'py, PyAny>) -> Py
         return Ok(false);
     };
     let sgl = wr.sg_list.bind(py);
-    // SAFETY: `sgl` is a list (`PyList_Size` only reads its length).
-    if unsafe { ffi::PyList_Size(sgl.as_ptr()) } != 1 {
+    if list_len(sgl) != 1 {
         return Ok(false);
     }
     let Some(sge_obj) = item(sgl, 0) else {
@@ -376,8 +383,7 @@ fn post_n<'py, const N: usize>(
         };
         // One SGE, made from an MR.
         let sgl = wr.sg_list.bind(py);
-        // SAFETY: `sgl` is a list (`PyList_Size` only reads its length).
-        if unsafe { ffi::PyList_Size(sgl.as_ptr()) } != 1 {
+        if list_len(sgl) != 1 {
             return Ok(false);
         }
         let Some(sge_obj) = item(sgl, 0) else {
