@@ -235,3 +235,39 @@ def test_a_sendwr_can_be_read_and_changed_while_dest_is_set(pair, mrs):
     assert seen == [0] and wr.wr_id == 42
     got = post_ok(pair, wr)
     assert got[0].wr_id == 42
+
+
+def test_one_sendwr_posted_alone_is_checked_again_after_a_change(ctx, pd, pair):
+    """`QP.post_send(wr)` of one `SendWR` takes a path of its own (post_fast's
+    `post_single`): a kept request is reposted only while nothing it was checked with
+    changed (its fields, its SGE list changed in place, its AH), and the bytes land
+    where the request names now."""
+    src, dst = bytearray(range(256)), bytearray(256)
+    ms, md = efa.reg_tensor(pd, src, ALL), efa.reg_tensor(pd, dst, ALL)
+    w = writes(pair, ms, md, 1)[0]
+    post_ok(pair, w)
+    post_ok(pair, w)  # the kept request
+    assert dst[:64] == src[:64]
+    w.sg_list[0] = efa.SGE(ms.addr + 250, 64, lkey=ms.lkey)  # in place, past the MR
+    with pytest.raises(efa.EfaError):
+        pair.a.post_send(w)
+    nothing_posted(pair)
+    w.sg_list[0] = ms.sge(32, 128)  # in place, after a post of the kept request
+    post_ok(pair, w)
+    assert dst[:32] == src[128:160] and dst[32:64] == src[32:64]
+    w.remote_addr = md.addr + 160
+    w.wr_id = 9
+    assert [c.wr_id for c in post_ok(pair, w)] == [9]
+    assert dst[160:192] == src[128:160] and dst[64:160] == bytes(96)
+    w.send_flags = 0
+    with pytest.raises(efa.EfaError, match="not SIGNALED"):
+        pair.a.post_send(w)
+    nothing_posted(pair)
+    w.send_flags = SIGNALED
+    post_ok(pair, w)
+    pair.to_b.ah.close()
+    with pytest.raises(efa.EfaError, match="AH is closed"):
+        pair.a.post_send(w)
+    nothing_posted(pair)
+    ms.close()
+    md.close()
