@@ -37,6 +37,7 @@ pub mod recv_queue;
 mod ring_rules;
 pub mod runtime;
 pub mod send_queue;
+pub mod send_wqe;
 pub mod watcher;
 mod wr;
 

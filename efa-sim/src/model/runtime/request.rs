@@ -3,7 +3,7 @@
 
 use super::chunks::ChunkRole;
 use super::RTO;
-use crate::model::send_queue::Request;
+use crate::model::send_wqe::Request;
 use crate::model::{Pd, Qp, Sge, MAX_INLINE};
 use crate::provider::send::op_type;
 use crate::transport::wire::Header;

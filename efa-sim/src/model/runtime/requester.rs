@@ -10,7 +10,7 @@ use super::request::{complete, Local, Origin, Outbox, Pending, Spec};
 use super::tables::MrTable;
 use super::{Runtime, INLINE_RDMA};
 use crate::model::mem::{self, Data, Place};
-use crate::model::send_queue::Request;
+use crate::model::send_wqe::Request;
 use crate::model::{Pd, Qp, QpType, SendOp, Sge, ACCESS_LOCAL_WRITE};
 use crate::rcu::Guard;
 use crate::transport::wire::{self, Header, Op};

@@ -3,7 +3,7 @@
 //! queue keeps the last one for the rest of a doorbell (see `doorbell::Doorbell`).
 
 use super::Runtime;
-use crate::model::send_queue::Request;
+use crate::model::send_wqe::Request;
 use crate::model::Qp;
 use crate::rcu::Guard;
 use crate::transport::slot_of_qpn;

@@ -48,7 +48,7 @@
 
 use super::doorbell::Doorbell;
 use super::Runtime;
-use crate::model::send_queue::execute;
+use crate::model::send_wqe::execute;
 use crate::model::{Qp, QpState};
 use crate::rcu::Guard;
 use crate::ring::wqe::WqeBuf;
