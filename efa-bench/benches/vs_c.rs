@@ -145,8 +145,9 @@
 //! 100 (`dev`, 1,467 then for `send_sge`); the direct side's single posts rose by about
 //! 20 (219 then for `send_sge`) and its empty polls doubled (23 and 22 then): the poll
 //! now gives a doorbell the device has not consumed yet its turn first
-//! (`pending_after_progress`), since no signal does it any more. Not investigated
-//! further. The counts of the first table's "now" columns predate issue 26; this
+//! (`pending_after_progress`: a call into efa-sim, since no signal does it any more; on
+//! EFA hardware, where there is no efa-sim to call, one test of an empty `Option`). The
+//! counts of the first table's "now" columns predate issue 26; this
 //! table's C and `ours` columns are the current ones.)
 //!
 //! `round_trip16` has no direct figure: its posting thread polls until the device has
