@@ -188,37 +188,38 @@
 //!
 //! In time (`./scripts/bench-vs-c.sh --warm-up-time 1 --measurement-time 2`, efa-sim's
 //! default profile, the 2-core development machine otherwise idle; criterion medians per
-//! unit, fastest of four interleaved passes per side; one run):
+//! unit, fastest of four interleaved passes per side; one run, after issue 38):
 //!
 //! | case | ours ns | direct ns | C ns | ours/C | direct/C |
 //! |---|---:|---:|---:|---:|---:|
-//! | send_sge | 201.4 | 1921.3 | 202.8 | 0.993 | 9.475 |
-//! | write | 155.8 | 1848.9 | 149.8 | 1.040 | 12.342 |
-//! | send_inline | 205.7 | 2423.2 | 208.9 | 0.984 | 11.598 |
-//! | send_2sge | 239.1 | 1967.0 | 228.1 | 1.049 | 8.625 |
-//! | write_batch32 | 3730.9 | 7103.7 | 3658.2 | 1.020 | 1.942 |
-//! | round_trip16 | 4196.1 | 5778.4 | 3991.2 | 1.051 | 1.448 |
-//! | poll_empty_ext | 12.7 | 1.4 | 12.4 | 1.024 | 0.114 |
-//! | poll_empty_classic | 12.6 | 1.4 | 14.6 | 0.858 | 0.093 |
-//! | drain32_ext | 1058.7 | 768.7 | 1034.1 | 1.024 | 0.743 |
-//! | drain32_classic | 625.6 | 729.6 | 621.7 | 1.006 | 1.174 |
-//! | build_batch32 | 111.2 | 111.0 | 71.0 | 1.565 | 1.562 |
-//! | endpoint_codec | 1.2 | 1.2 | 1.2 | 0.998 | 0.999 |
+//! | send_sge | 156.1 | 313.8 | 154.4 | 1.011 | 2.032 |
+//! | write | 122.3 | 202.3 | 123.0 | 0.994 | 1.645 |
+//! | send_inline | 172.0 | 306.1 | 164.5 | 1.045 | 1.861 |
+//! | send_2sge | 169.4 | 332.0 | 166.0 | 1.021 | 2.000 |
+//! | write_batch32 | 2928.1 | 4698.9 | 2809.5 | 1.042 | 1.672 |
+//! | round_trip16 | 2986.7 | 3250.1 | 2827.4 | 1.056 | 1.150 |
+//! | poll_empty_ext | 9.6 | 5.6 | 9.7 | 0.988 | 0.572 |
+//! | poll_empty_classic | 11.7 | 6.0 | 11.8 | 0.995 | 0.508 |
+//! | drain32_ext | 685.8 | 676.3 | 647.8 | 1.059 | 1.044 |
+//! | drain32_classic | 456.8 | 702.2 | 438.7 | 1.041 | 1.601 |
+//! | build_batch32 | 70.7 | 71.3 | 54.1 | 1.307 | 1.318 |
+//! | endpoint_codec | 0.9 | 0.9 | 1.1 | 0.804 | 0.790 |
 //!
-//! (Measured before issue 38. Since then efa-sim traps no doorbell unless asked to
-//! (`mmio_trap=1`): the direct side calls `efa_sim_direct_sq_doorbell` after its store and
-//! the device's work runs within the post, with no signal, as through efa-sim's libefa;
-//! the README's "Data paths" has `efa-perf` figures of both sides since.)
-//! The direct side's posts are dominated by efa-sim's emulation of the doorbell: the store
-//! traps, and the signal's round trip through the kernel costs about 1.7 to 2.5
-//! microseconds on this VM (a bare C program that traps and steps over a store took 2.2
-//! to 2.8), once per doorbell, which a post through efa-sim's libefa does not pay. So
-//! single posts come out 9 to 12 times C's time and a batch of 32 twice; on EFA hardware
-//! the doorbell is one store to device memory. Its polls do not touch the doorbell: an
-//! empty poll takes a tenth of C's time, an extended drain three quarters. The classic
-//! drain is the exception, 1.17 of C's time with three quarters of its instructions (each
-//! entry is converted to an `ibv_wc`-shaped `WorkCompletion`): not investigated further.
-//! `build_batch32` is the same code on every side but C's, as in the instruction table.
+//! Before issue 38, efa-sim trapped every direct doorbell store and ran the device's work
+//! in the signal handler: the signal's round trip through the kernel (about 1.7 to 2.5
+//! microseconds on this VM) made the direct side's single posts 9 to 12 times C's time
+//! and a batch of 32 twice. Now efa-sim traps no doorbell unless asked to
+//! (`mmio_trap=1`): the direct side calls `efa_sim_direct_sq_doorbell` after its store
+//! and the device's work runs within the post, with no signal, as through efa-sim's
+//! libefa. What is left above C on the direct side's posts is efa-sim's device work for
+//! a direct consumer, which the instruction table leaves out (`direct_calls=0`): there
+//! the direct side's own work is 238 instructions per single SEND against C's 396
+//! without the device. On EFA hardware the doorbell is one store to device memory. Its polls do not touch the
+//! doorbell: an empty poll takes about half of C's time, an extended drain about C's. The
+//! classic drain is the exception, 1.6 times C's time with two thirds of its
+//! instructions (each entry is converted to an `ibv_wc`-shaped `WorkCompletion`): not
+//! investigated further. `build_batch32` is the same code on every side but C's, as in
+//! the instruction table.
 //!
 //! On efa-sim the provider costs 1,200 to 1,900 instructions per post, so the time
 //! ratios criterion reports there are closer to 1 than on EFA hardware, where a post
