@@ -93,3 +93,35 @@ def test_separate_cqs_are_counted_apart(ctx, pd):
         # Receives take the receive CQ's entries, not the send CQ's.
         qp.post_recv([efa.RecvWR(wr_id=i, sg_list=[mr.sge()]) for i in range(scq.cqe + 1)])
         qp.close()
+
+
+@pytest.mark.parametrize("ext", [False, True])
+def test_one_poll_of_two_qps_completions_frees_each_qps_entries(ctx, pd, ext):
+    """A poll that returns completions of two QPs gives each QP's CQ entries back: a CQ
+    filled by both, then drained in one poll, takes as many requests again."""
+    with (ctx.create_cq_ex if ext else ctx.create_cq)(8) as cq:
+        n = cq.cqe
+        a, to_a = _loopback(ctx, pd, cq)
+        b, to_b = _loopback(ctx, pd, cq)
+        buf = bytearray(64 * n)
+        mr = efa.reg_tensor(pd, buf, ALL)
+        dst = efa.reg_tensor(pd, bytearray(64 * n), ALL)
+
+        def writes(first, k, dest):
+            return [efa.SendWR(wr_id=first + i, sg_list=[mr.sge(8, 8 * i)],
+                               opcode=efa.WROpcode.RDMA_WRITE, send_flags=efa.SendFlags.SIGNALED,
+                               remote_addr=dst.addr + 8 * i, rkey=dst.rkey, dest=dest)
+                    for i in range(k)]
+
+        for rnd in range(3):
+            a.post_send(writes(1000 * rnd, n // 2, to_a))
+            b.post_send(writes(1000 * rnd + 500, n - n // 2, to_b))
+            with pytest.raises(efa.EfaError) as e:  # full: both QPs' requests count
+                a.post_send(writes(999, 1, to_a))
+            assert e.value.errno == errno.ENOMEM
+            got = poll_n(cq, n)
+            assert sorted(w.qp_num for w in got) == sorted(
+                [a.qp_num] * (n // 2) + [b.qp_num] * (n - n // 2))
+            assert all(w.status == 0 for w in got)
+        for h in (a, b, to_a, to_b, mr, dst):
+            h.close()
