@@ -12,7 +12,8 @@
 #     the run the script proves it: the test executable, run with LD_DEBUG=libs, must
 #     initialise efa-sim-select's libibverbs.so.1, and that file must resolve to the
 #     instrumented library (one importing __asan_init).
-#   * efa-sim: the unit tests and model_api, model_data, model_gpu (efa-sim-gpu's cdylib,
+#   * efa-sim: the unit tests and model_api, model_data (with model_error_statuses and
+#     model_forged_packets), model_gpu (efa-sim-gpu's cdylib,
 #     instrumented too, dlopen()ed as libcuda.so.1), model_process, model_rings, model_shm
 #     (children are the same instrumented test executable, re-executed), rust_efa_sys (the
 #     instrumented cdylib selected by LD_LIBRARY_PATH in a child), install and cli.
@@ -105,7 +106,8 @@ asan() {
     --test rdma --test session --test soundness --test transfer --test waiting
     --test zero_alloc)
   local sim=(-p efa-sim
-    --test model_api --test model_data --test model_gpu --test model_process
+    --test model_api --test model_data --test model_error_statuses --test model_forged_packets
+    --test model_gpu --test model_process
     --test model_rings --test model_shm --test rust_efa_sys --test install --test cli)
   local skips=() t
   for t in "${asan_skip[@]}"; do skips+=(--skip "$t"); done

@@ -189,3 +189,52 @@ pub fn special(index: u32, tweak: impl FnOnce(&mut Profile)) -> Arc<Device> {
     tweak(&mut p);
     Device::standalone(index, std::net::Ipv4Addr::LOCALHOST, p).expect("standalone device")
 }
+
+/// A byte pattern of `len` bytes (`seed` varies it).
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+/// A side on device 0 and one on device 1 (its QP created with `flags_b`).
+pub fn pair(flags_b: u16) -> (Side, Side) {
+    (Side::new(&dev(0), 0), Side::new(&dev(1), flags_b))
+}
+
+/// An RDMA work request of `op` from `local` to `remote` (address, rkey).
+pub fn rdma(
+    ah: &std::sync::Arc<Ah>,
+    qpn: u32,
+    id: u64,
+    op: SendOp,
+    local: Sge,
+    remote: (u64, u32),
+) -> SendWr {
+    let mut w = wr(ah, qpn, id, op, &[local]);
+    w.remote = Some(remote);
+    w
+}
+
+/// Re-runs the calling test binary's other tests over the datagram path
+/// (`EFA_SIM_DIRECT=0`; `this` is the calling test, skipped there): same-process requests
+/// normally take the direct path, and both paths must give the same results. Returns at
+/// once inside the re-run.
+pub fn rerun_over_datagrams(this: &str) {
+    if std::env::var_os("EFA_SIM_DIRECT").is_some() {
+        return; // we are the re-run
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--skip", this, "--test-threads=4"])
+        .env("EFA_SIM_DIRECT", "0")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "datagram-path run failed:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("test result: ok"), "{text}");
+    assert!(!text.contains(" 0 passed"), "nothing ran: {text}");
+}
