@@ -5,13 +5,14 @@
 //! CQ through `Completion`s. The CQ's free entries (`crate::credits`) are given back
 //! once per provider call when its completions are all one QP's (the usual case).
 
-use efa_typestate::{ArrayVec, Completion, CompletionQueue, WorkCompletion};
+use efa_typestate::{ArrayVec, Completion, CompletionQueue, Cq, ExtCq, WorkCompletion};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
 use crate::args::value_error;
 use crate::cq::AnyCq;
 use crate::credits::Credits;
+use crate::device::SCtx;
 use crate::errors::OrRaise;
 use crate::wc::{Filler, WcPool, WC};
 
@@ -47,16 +48,16 @@ pub fn poll<'py>(
     // One provider poll per power of two at most `left` (completions beyond
     // `num_entries` stay in the CQ), until the CQ runs dry.
     macro_rules! drain {
-        ($step:ident) => {
+        ($step:ident, $q:expr) => {
             while left > 0 {
                 let (asked, got) = match left {
-                    1 => $step::<1>(p, &mut fill)?,
-                    64.. => $step::<64>(p, &mut fill)?,
-                    32..=63 => $step::<32>(p, &mut fill)?,
-                    16..=31 => $step::<16>(p, &mut fill)?,
-                    8..=15 => $step::<8>(p, &mut fill)?,
-                    4..=7 => $step::<4>(p, &mut fill)?,
-                    _ => $step::<2>(p, &mut fill)?,
+                    1 => $step::<1>($q, p.credits, &mut fill)?,
+                    64.. => $step::<64>($q, p.credits, &mut fill)?,
+                    32..=63 => $step::<32>($q, p.credits, &mut fill)?,
+                    16..=31 => $step::<16>($q, p.credits, &mut fill)?,
+                    8..=15 => $step::<8>($q, p.credits, &mut fill)?,
+                    4..=7 => $step::<4>($q, p.credits, &mut fill)?,
+                    _ => $step::<2>($q, p.credits, &mut fill)?,
                 };
                 left -= got;
                 if got < asked {
@@ -66,8 +67,8 @@ pub fn poll<'py>(
         };
     }
     match p.cq {
-        AnyCq::Classic(_) => drain!(classic),
-        AnyCq::Ext(_) => drain!(extended),
+        AnyCq::Classic(q) => drain!(classic, q),
+        AnyCq::Ext(q) => drain!(extended, q),
     }
     drop(fill);
     Ok(out)
@@ -76,13 +77,14 @@ pub fn poll<'py>(
 /// One provider poll of at most `N` entries of a classic CQ, appended to `fill`;
 /// returns `(N, how many)`. Not inlined: each size's buffer is on its own stack frame.
 #[inline(never)]
-fn classic<const N: usize>(p: &Polled<'_>, fill: &mut Filler<'_, '_>) -> PyResult<(usize, usize)> {
-    let AnyCq::Classic(q) = p.cq else {
-        return Ok((N, 0));
-    };
+fn classic<const N: usize>(
+    q: &Cq<SCtx>,
+    credits: &Credits,
+    fill: &mut Filler<'_, '_>,
+) -> PyResult<(usize, usize)> {
     let mut buf = ArrayVec::<WorkCompletion, N>::new();
     let n = q.poll_wc(&mut buf).or_raise("ibv_poll_cq")?;
-    free(p.credits, fill.py(), buf.iter().map(WorkCompletion::qp_num));
+    free(credits, fill.py(), buf.iter().map(WorkCompletion::qp_num));
     for c in &buf {
         fill.put_wc(c)?;
     }
@@ -91,13 +93,14 @@ fn classic<const N: usize>(p: &Polled<'_>, fill: &mut Filler<'_, '_>) -> PyResul
 
 /// [`classic`] for an extended CQ (through `Completion`s).
 #[inline(never)]
-fn extended<const N: usize>(p: &Polled<'_>, fill: &mut Filler<'_, '_>) -> PyResult<(usize, usize)> {
-    let AnyCq::Ext(q) = p.cq else {
-        return Ok((N, 0));
-    };
+fn extended<const N: usize>(
+    q: &ExtCq<SCtx>,
+    credits: &Credits,
+    fill: &mut Filler<'_, '_>,
+) -> PyResult<(usize, usize)> {
     let mut buf = ArrayVec::<Completion, N>::new();
     let n = q.poll(&mut buf).or_raise("ibv_poll_cq")?;
-    free(p.credits, fill.py(), buf.iter().map(Completion::qp_num));
+    free(credits, fill.py(), buf.iter().map(Completion::qp_num));
     for c in &buf {
         fill.put(c)?;
     }

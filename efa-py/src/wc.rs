@@ -86,7 +86,8 @@ impl WC {
     }
 
     /// Every field from `c`, an entry of a classic CQ as the provider wrote it (the
-    /// same values as [`set`](Self::set) of its `Completion`).
+    /// same values as [`set`](Self::set) of its `Completion`; going through
+    /// `WorkCompletion::completion` costs 25 instructions more per completion).
     #[inline(always)]
     fn set_wc(&self, c: &WorkCompletion) {
         self.wr_id.store(c.wr_id(), Relaxed);
